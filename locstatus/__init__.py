@@ -1,0 +1,66 @@
+"""locstatus: coordination-backed pause/resume status per location and service.
+
+The whole public API is re-exported here::
+
+    from locstatus import connect, LocationStatus, State
+"""
+
+from locstatus.backends import Backend, open_backend
+from locstatus.client import connect
+from locstatus.errors import (
+    AlreadyExists,
+    AmbiguousCommit,
+    BackendUnavailable,
+    ConflictError,
+    CorruptRecord,
+    InvalidInput,
+    InvalidTransition,
+    LocstatusError,
+    NotFound,
+    PreconditionFailed,
+    SettleTimeout,
+    Unauthorized,
+    VersionConflict,
+)
+from locstatus.manager import Manager, RetryPolicy, SyncReport
+from locstatus.models import (
+    HistoryEntry,
+    Hint,
+    LocationStatus,
+    ServiceStatus,
+    State,
+    WorkerInfo,
+)
+from locstatus.names import DEFAULT_SERVICES
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_SERVICES",
+    "AlreadyExists",
+    "AmbiguousCommit",
+    "Backend",
+    "BackendUnavailable",
+    "ConflictError",
+    "CorruptRecord",
+    "HistoryEntry",
+    "Hint",
+    "InvalidInput",
+    "InvalidTransition",
+    "LocationStatus",
+    "LocstatusError",
+    "Manager",
+    "NotFound",
+    "PreconditionFailed",
+    "RetryPolicy",
+    "ServiceStatus",
+    "SettleTimeout",
+    "State",
+    "SyncReport",
+    "Unauthorized",
+    "VersionConflict",
+    "WorkerInfo",
+    "__version__",
+    "connect",
+    "open_backend",
+]

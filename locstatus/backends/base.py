@@ -1,0 +1,148 @@
+"""The storage contract every backend implements (SPEC §4). Backends know nothing of the state
+machine: they store versioned location records, their history, worker leases and
+acknowledgements, and emit change hints.
+
+Invariants (checked by ``tests/test_backend_contract.py``, one suite run against every backend):
+
+1. **Compare-and-set.** :meth:`Backend.compare_and_set` writes only if the stored version equals
+   ``expected_version``, and the new version is exactly ``expected_version + 1``. Otherwise it
+   raises :class:`VersionConflict` (or :class:`NotFound` if the record is gone) and writes
+   nothing. A record deleted and created again never matches a version of its earlier life.
+2. **Atomic state and history.** The record and its history entries are one atomic write: there
+   is never a state change without its history, nor the reverse. The backend stamps each entry
+   with the version the write produced.
+3. **Versions strictly increase** per record; history pages come newest first, whole writes at a
+   time.
+4. **Ambiguity is reported, not hidden.** If a write's outcome is unknown (connection lost after
+   send), the backend raises :class:`AmbiguousCommit`; the manager resolves it by op_id
+   (SPEC §3.2). :class:`BackendUnavailable` means nothing was sent or the backend is down.
+5. **Corrupt data never breaks its neighbours.** :meth:`read` raises :class:`CorruptRecord` naming
+   the location; :meth:`read_all` returns the error in place of that record and carries on.
+6. **Leases.** A worker is alive while its lease holds (``lease_expires_at`` in the future, or a
+   session-held registration that is still listed). Removing a worker removes its
+   acknowledgements. An expired worker is either listed with its past lease or not listed.
+7. **Hints may coalesce.** :meth:`subscribe` delivers :class:`Hint` values on a backend thread;
+   hints can be merged or dropped, never relied on for every intermediate version. A
+   ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
+   return quickly and must not block the backend's thread.
+
+History of the design: one record per location (not per service) so that a bulk pause of every
+service of a location is one compare-and-set, and so that a tombstone is one field.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+from locstatus.errors import CorruptRecord
+from locstatus.models import HistoryEntry, Hint, LocationStatus, WorkerInfo
+
+HintCallback = Callable[[Hint], None]
+Unsubscribe = Callable[[], None]
+AckMap = dict[str, dict[str, int]]
+"""worker_id -> service -> observed generation."""
+
+
+class Backend(ABC):
+    """Versioned storage of location records, history, workers and acknowledgements.
+
+    Usage::
+
+        backend = open_backend("sqlite:///./locstatus.db")
+        rec = backend.read("us-east-1")
+        backend.compare_and_set(new_rec, rec.version, [entry])  # VersionConflict if raced
+    """
+
+    url: str
+
+    # -- location records -------------------------------------------------------------------
+
+    @abstractmethod
+    def create(self, record: LocationStatus, history: Sequence[HistoryEntry]) -> LocationStatus:
+        """Store a new record (its ``version`` is ignored) with its history.
+
+        Returns the stored record with its first version. Raises :class:`AlreadyExists`.
+        """
+
+    @abstractmethod
+    def read(self, location: str) -> LocationStatus:
+        """Return the record. Raises :class:`NotFound`, :class:`CorruptRecord`."""
+
+    @abstractmethod
+    def read_all(self) -> list[LocationStatus | CorruptRecord]:
+        """Every record, sorted by location; a corrupt one appears as its error."""
+
+    @abstractmethod
+    def compare_and_set(
+        self,
+        record: LocationStatus,
+        expected_version: int,
+        history: Sequence[HistoryEntry],
+    ) -> LocationStatus:
+        """Replace the record if its stored version is ``expected_version``; append ``history``
+        in the same atomic write. Returns the stored record (version ``expected_version + 1``).
+
+        Raises :class:`VersionConflict`, :class:`NotFound`, :class:`AmbiguousCommit`,
+        :class:`BackendUnavailable`.
+        """
+
+    @abstractmethod
+    def delete(self, location: str, expected_version: int) -> None:
+        """Delete a record (and its history and acks) if its version matches (tombstone purge,
+        SPEC §3.5). Raises :class:`VersionConflict`, :class:`NotFound`."""
+
+    @abstractmethod
+    def history(
+        self, location: str, *, limit: int = 50, before_version: int | None = None
+    ) -> list[HistoryEntry]:
+        """History newest first: entries of versions below ``before_version`` (all if None), at
+        least ``limit`` entries when there are that many, never splitting one write."""
+
+    # -- workers, leases and acknowledgements ----------------------------------------------
+
+    @abstractmethod
+    def put_worker(self, info: WorkerInfo) -> None:
+        """Register a worker or renew its lease (heartbeat): store ``info`` as given. Session
+        backends (ZooKeeper) hold the lease as an ephemeral node and ignore
+        ``lease_expires_at``."""
+
+    @abstractmethod
+    def remove_worker(self, worker_id: str) -> None:
+        """Unregister a worker and drop its acknowledgements. No error if unknown."""
+
+    @abstractmethod
+    def workers(self) -> list[WorkerInfo]:
+        """Registered workers, sorted by id (expired ones may still be listed)."""
+
+    @abstractmethod
+    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
+        """Record that ``worker_id`` applied ``generation`` of ``service`` at ``location``."""
+
+    @abstractmethod
+    def acks(self, location: str) -> AckMap:
+        """Acknowledgements for one location: worker_id -> service -> generation."""
+
+    @abstractmethod
+    def all_acks(self) -> dict[str, AckMap]:
+        """Acknowledgements for every location: location -> worker_id -> service -> gen."""
+
+    # -- hints and lifecycle -----------------------------------------------------------------
+
+    @abstractmethod
+    def subscribe(self, callback: HintCallback) -> Unsubscribe:
+        """Deliver change hints to ``callback`` until the returned function is called."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """Raise :class:`BackendUnavailable` unless the backend answers now."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections and threads. Idempotent."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,78 @@
+"""How records, history and workers are turned into stored bytes and back, for every backend.
+
+A stored record holds ``{"services": ..., "deleted_at": ...}``; the location and version live in
+the backend's own key and version (column, ``_id``, znode path and stat), so they cannot
+disagree with the payload. Decoding validates with pydantic and turns any failure into
+:class:`CorruptRecord` naming the location, so one bad record never hides the others.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from locstatus.errors import CorruptRecord
+from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
+
+_HISTORY_LIST = TypeAdapter(list[HistoryEntry])
+
+
+def record_payload(record: LocationStatus) -> dict[str, Any]:
+    """The JSON-able payload of a record (without location and version)."""
+    return record.model_dump(mode="json", include={"services", "deleted_at"})
+
+
+def encode_record(record: LocationStatus) -> str:
+    """The stored JSON text of a record (without location and version)."""
+    return record.model_dump_json(include={"services", "deleted_at"})
+
+
+def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]) -> LocationStatus:
+    """Parse a stored payload. Raises :class:`CorruptRecord` naming ``location``."""
+    try:
+        data = raw if isinstance(raw, dict) else json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        return LocationStatus.model_validate(
+            {**data, "location": location, "version": version}
+        )
+    except (ValueError, ValidationError, TypeError) as exc:
+        raise CorruptRecord(location, _short(exc)) from exc
+
+
+def encode_history(entries: Sequence[HistoryEntry]) -> str:
+    """Stored JSON text of the entries of one write."""
+    return _HISTORY_LIST.dump_json(list(entries)).decode()
+
+
+def decode_history(location: str, raw: str | bytes) -> list[HistoryEntry]:
+    """Parse the entries of one write. Raises :class:`CorruptRecord`."""
+    try:
+        return _HISTORY_LIST.validate_json(raw)
+    except ValidationError as exc:
+        raise CorruptRecord(location, "history: " + _short(exc)) from exc
+
+
+def stamp(entries: Sequence[HistoryEntry], version: int) -> list[HistoryEntry]:
+    """Entries with ``version`` set to the version their write produced."""
+    return [e.model_copy(update={"version": version}) for e in entries]
+
+
+def encode_worker(info: WorkerInfo) -> str:
+    return info.model_dump_json()
+
+
+def decode_worker(raw: str | bytes) -> WorkerInfo:
+    return WorkerInfo.model_validate_json(raw)
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        errs = exc.errors()
+        parts = [f"{'.'.join(str(p) for p in e['loc']) or 'record'}: {e['msg']}" for e in errs[:3]]
+        more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
+        return "; ".join(parts) + more
+    return str(exc)

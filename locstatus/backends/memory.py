@@ -1,0 +1,215 @@
+"""``memory://[name]``: an in-process backend for unit tests and simulation.
+
+It keeps the same encoded payloads as the durable backends (so corrupt data can be injected and
+decoding is exercised) under one lock, and honours the whole contract of
+:class:`~locstatus.backends.base.Backend`. ``memory://name`` shares one store between every
+backend opened with that name in the process (several managers and agents in one test);
+``memory://`` is private.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from locstatus.backends import codec
+from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
+from locstatus.errors import AlreadyExists, BackendUnavailable, CorruptRecord, NotFound, VersionConflict
+from locstatus.models import HistoryEntry, Hint, LocationStatus, WorkerInfo
+
+
+@dataclass
+class _Store:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    records: dict[str, tuple[int, str]] = field(default_factory=dict)
+    history: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    workers: dict[str, str] = field(default_factory=dict)
+    acks: dict[str, AckMap] = field(default_factory=dict)
+    subscribers: list[HintCallback] = field(default_factory=list)
+    incarnation: int = 0
+    """Versions of a recreated record start above every earlier one (contract invariant 1)."""
+
+
+_SHARED: dict[str, _Store] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+class MemoryBackend(Backend):
+    """In-process backend. ``MemoryBackend("memory://test")`` shares the store named test."""
+
+    def __init__(self, url: str = "memory://") -> None:
+        self.url = url
+        name = url.removeprefix("memory://").strip("/")
+        if name:
+            with _SHARED_LOCK:
+                self._store = _SHARED.setdefault(name, _Store())
+        else:
+            self._store = _Store()
+        self._closed = False
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendUnavailable(f"backend {self.url} is closed")
+
+    def _notify(self, hint: Hint) -> None:
+        for cb in list(self._store.subscribers):
+            cb(hint)
+
+    def _decode(self, location: str) -> LocationStatus:
+        try:
+            version, raw = self._store.records[location]
+        except KeyError:
+            raise NotFound(f"unknown location {location!r}") from None
+        return codec.decode_record(location, version, raw)
+
+    # -- records ---------------------------------------------------------------------------
+
+    def create(self, record: LocationStatus, history: Sequence[HistoryEntry]) -> LocationStatus:
+        self._check_open()
+        loc = record.location
+        with self._store.lock:
+            if loc in self._store.records:
+                raise AlreadyExists(f"location {loc!r} already exists")
+            self._store.incarnation += 1
+            version = (self._store.incarnation - 1) << 20 | 1
+            self._store.records[loc] = (version, codec.encode_record(record))
+            self._store.history[loc] = [(version, codec.encode_history(codec.stamp(history, version)))]
+        self._notify(Hint(kind="location", location=loc))
+        return record.model_copy(update={"version": version})
+
+    def read(self, location: str) -> LocationStatus:
+        self._check_open()
+        with self._store.lock:
+            return self._decode(location)
+
+    def read_all(self) -> list[LocationStatus | CorruptRecord]:
+        self._check_open()
+        with self._store.lock:
+            items = sorted(self._store.records.items())
+        out: list[LocationStatus | CorruptRecord] = []
+        for loc, (version, raw) in items:
+            try:
+                out.append(codec.decode_record(loc, version, raw))
+            except CorruptRecord as exc:
+                out.append(exc)
+        return out
+
+    def compare_and_set(
+        self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
+    ) -> LocationStatus:
+        self._check_open()
+        loc = record.location
+        with self._store.lock:
+            current = self._store.records.get(loc)
+            if current is None:
+                raise NotFound(f"unknown location {loc!r}")
+            if current[0] != expected_version:
+                raise VersionConflict(
+                    f"location {loc!r} is at version {current[0]}, expected {expected_version}"
+                )
+            version = expected_version + 1
+            self._store.records[loc] = (version, codec.encode_record(record))
+            if history:
+                self._store.history.setdefault(loc, []).append(
+                    (version, codec.encode_history(codec.stamp(history, version)))
+                )
+        self._notify(Hint(kind="location", location=loc))
+        return record.model_copy(update={"version": version})
+
+    def delete(self, location: str, expected_version: int) -> None:
+        self._check_open()
+        with self._store.lock:
+            current = self._store.records.get(location)
+            if current is None:
+                raise NotFound(f"unknown location {location!r}")
+            if current[0] != expected_version:
+                raise VersionConflict(
+                    f"location {location!r} is at version {current[0]}, expected {expected_version}"
+                )
+            del self._store.records[location]
+            self._store.history.pop(location, None)
+            self._store.acks.pop(location, None)
+        self._notify(Hint(kind="location", location=location))
+
+    def history(
+        self, location: str, *, limit: int = 50, before_version: int | None = None
+    ) -> list[HistoryEntry]:
+        self._check_open()
+        with self._store.lock:
+            writes = list(self._store.history.get(location, ()))
+        out: list[HistoryEntry] = []
+        for version, raw in reversed(writes):
+            if before_version is not None and version >= before_version:
+                continue
+            out.extend(reversed(codec.decode_history(location, raw)))
+            if len(out) >= limit:
+                break
+        return out
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def put_worker(self, info: WorkerInfo) -> None:
+        self._check_open()
+        with self._store.lock:
+            self._store.workers[info.worker_id] = codec.encode_worker(info)
+        self._notify(Hint(kind="workers"))
+
+    def remove_worker(self, worker_id: str) -> None:
+        self._check_open()
+        with self._store.lock:
+            self._store.workers.pop(worker_id, None)
+            for per_loc in self._store.acks.values():
+                per_loc.pop(worker_id, None)
+        self._notify(Hint(kind="workers"))
+
+    def workers(self) -> list[WorkerInfo]:
+        self._check_open()
+        with self._store.lock:
+            raws = [raw for _, raw in sorted(self._store.workers.items())]
+        return [codec.decode_worker(raw) for raw in raws]
+
+    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
+        self._check_open()
+        with self._store.lock:
+            self._store.acks.setdefault(location, {}).setdefault(worker_id, {})[service] = generation
+        self._notify(Hint(kind="acks", location=location))
+
+    def acks(self, location: str) -> AckMap:
+        self._check_open()
+        with self._store.lock:
+            return {w: dict(s) for w, s in self._store.acks.get(location, {}).items()}
+
+    def all_acks(self) -> dict[str, AckMap]:
+        self._check_open()
+        with self._store.lock:
+            return {
+                loc: {w: dict(s) for w, s in per.items()} for loc, per in self._store.acks.items()
+            }
+
+    # -- hints -----------------------------------------------------------------------------
+
+    def subscribe(self, callback: HintCallback) -> Unsubscribe:
+        self._store.subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._store.subscribers:
+                self._store.subscribers.remove(callback)
+
+        return unsubscribe
+
+    def ping(self) -> None:
+        self._check_open()
+
+    def close(self) -> None:
+        self._closed = True
+
+    # -- test hooks ------------------------------------------------------------------------
+
+    def write_raw(self, location: str, payload: str) -> None:
+        """Store ``payload`` verbatim as the record of ``location`` (corruption tests)."""
+        with self._store.lock:
+            version = self._store.records.get(location, (0, ""))[0] + 1
+            self._store.records[location] = (version, payload)

@@ -1,0 +1,392 @@
+"""``sqlite:///path/to/file.db``: the embedded default, safe across processes on one host.
+
+Why it is shaped so:
+
+- WAL journal, one connection per thread, ``BEGIN IMMEDIATE`` for every write (the write lock is
+  taken up front, so two writers never deadlock upgrading a read lock), a busy timeout.
+- Compare-and-set is ``UPDATE locations SET ... WHERE location = ? AND version = ?`` plus the
+  history ``INSERT`` in the same transaction: the state and its history commit together or not
+  at all (SPEC §2). ``synchronous=FULL`` by default (``?synchronous=normal`` trades durability
+  on power loss for speed).
+- Versions of a recreated location start above every version it ever had (``incarnations``
+  table), so a stale version never matches a new record (contract invariant 1).
+- Change hints: every write appends to a small ``changes`` log in the same transaction; one
+  poller thread per backend reads it every ``poll_interval`` seconds (default 0.05) and falls
+  back to a ``resync`` hint when it has fallen behind the pruned log.
+
+URL forms follow SQLAlchemy: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``, query
+parameters ``timeout`` (seconds, busy timeout), ``synchronous`` (full|normal), ``poll_interval``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from urllib.parse import parse_qs, urlsplit
+
+from locstatus.backends import codec
+from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
+from locstatus.errors import (
+    AlreadyExists,
+    BackendUnavailable,
+    CorruptRecord,
+    InvalidInput,
+    NotFound,
+    VersionConflict,
+)
+from locstatus.models import HistoryEntry, Hint, LocationStatus, WorkerInfo
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS locations (
+    location TEXT PRIMARY KEY, version INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS history (
+    location TEXT NOT NULL, version INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (location, version));
+CREATE TABLE IF NOT EXISTS incarnations (
+    location TEXT PRIMARY KEY, last INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS workers (
+    worker_id TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS acks (
+    location TEXT NOT NULL, worker_id TEXT NOT NULL, service TEXT NOT NULL,
+    generation INTEGER NOT NULL, PRIMARY KEY (location, worker_id, service));
+CREATE INDEX IF NOT EXISTS acks_by_worker ON acks (worker_id);
+CREATE TABLE IF NOT EXISTS changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, location TEXT);
+"""
+_KEEP_CHANGES = 10_000
+_INCARNATION_SHIFT = 20  # versions within one life of a record stay below 2**20 apart
+
+
+def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
+    """Return ``(path, params)`` for a ``sqlite:///...`` URL. Raises :class:`InvalidInput`."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc:
+        raise InvalidInput(f"invalid sqlite URL {url!r}: expected sqlite:///path/to/file.db")
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if not path:
+        raise InvalidInput(f"invalid sqlite URL {url!r}: no database path")
+    params = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    return path, params
+
+
+class SQLiteBackend(Backend):
+    """SQLite backend. Safe for many threads and processes on one host.
+
+    Usage::
+
+        backend = SQLiteBackend("sqlite:///./locstatus.db")
+    """
+
+    def __init__(self, url: str = "sqlite:///./locstatus.db") -> None:
+        self.url = url
+        self.path, params = parse_sqlite_url(url)
+        try:
+            self._timeout = float(params.get("timeout", "30"))
+            self._poll = float(params.get("poll_interval", "0.05"))
+        except ValueError as exc:
+            raise InvalidInput(f"invalid sqlite URL parameter in {url!r}: {exc}") from None
+        sync = params.get("synchronous", "full").lower()
+        if sync not in ("full", "normal", "extra"):
+            raise InvalidInput(f"invalid synchronous={sync!r} in {url!r}: full|normal|extra")
+        self._synchronous = sync.upper()
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        self._subscribers: list[HintCallback] = []
+        self._sub_lock = threading.Lock()
+        self._poller: threading.Thread | None = None
+        self._stop = threading.Event()
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(parent):
+            raise BackendUnavailable(f"cannot open {url}: directory {parent} does not exist")
+        try:
+            self._conn().executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"cannot initialise {url}: {exc}") from exc
+
+    # -- connections ---------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise BackendUnavailable(f"backend {self.url} is closed")
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                db = sqlite3.connect(
+                    self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+                )
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(f"PRAGMA synchronous={self._synchronous}")
+                db.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"cannot open {self.url}: {exc}") from exc
+            self._local.db = db
+            with self._conns_lock:
+                self._conns.append(db)
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._conn()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"cannot write {self.url}: {exc}") from exc
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            raise BackendUnavailable(f"commit failed on {self.url}: {exc}") from exc
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        try:
+            return self._conn().execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"read failed on {self.url}: {exc}") from exc
+
+    @staticmethod
+    def _changed(db: sqlite3.Connection, kind: str, location: str | None) -> None:
+        cur = db.execute("INSERT INTO changes (kind, location) VALUES (?, ?)", (kind, location))
+        if cur.lastrowid is not None and cur.lastrowid % 1000 == 0:
+            db.execute("DELETE FROM changes WHERE seq < ?", (cur.lastrowid - _KEEP_CHANGES,))
+
+    # -- records -------------------------------------------------------------------------
+
+    def create(self, record: LocationStatus, history: Sequence[HistoryEntry]) -> LocationStatus:
+        loc = record.location
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM locations WHERE location = ?", (loc,)).fetchone():
+                raise AlreadyExists(f"location {loc!r} already exists")
+            row = db.execute("SELECT last FROM incarnations WHERE location = ?", (loc,)).fetchone()
+            incarnation = (row[0] if row else 0) + 1
+            db.execute(
+                "INSERT OR REPLACE INTO incarnations (location, last) VALUES (?, ?)",
+                (loc, incarnation),
+            )
+            version = (incarnation - 1) << _INCARNATION_SHIFT | 1
+            db.execute(
+                "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)",
+                (loc, version, codec.encode_record(record)),
+            )
+            db.execute(
+                "INSERT INTO history (location, version, data) VALUES (?, ?, ?)",
+                (loc, version, codec.encode_history(codec.stamp(history, version))),
+            )
+            self._changed(db, "location", loc)
+        return record.model_copy(update={"version": version})
+
+    def read(self, location: str) -> LocationStatus:
+        rows = self._query("SELECT version, data FROM locations WHERE location = ?", (location,))
+        if not rows:
+            raise NotFound(f"unknown location {location!r}")
+        version, data = rows[0]
+        return codec.decode_record(location, int(version), str(data))  # type: ignore[call-overload]
+
+    def read_all(self) -> list[LocationStatus | CorruptRecord]:
+        out: list[LocationStatus | CorruptRecord] = []
+        for loc, version, data in self._query(
+            "SELECT location, version, data FROM locations ORDER BY location"
+        ):
+            try:
+                out.append(codec.decode_record(str(loc), int(version), str(data)))  # type: ignore[call-overload]
+            except CorruptRecord as exc:
+                out.append(exc)
+        return out
+
+    def compare_and_set(
+        self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
+    ) -> LocationStatus:
+        loc = record.location
+        version = expected_version + 1
+        with self._write() as db:
+            cur = db.execute(
+                "UPDATE locations SET version = ?, data = ? WHERE location = ? AND version = ?",
+                (version, codec.encode_record(record), loc, expected_version),
+            )
+            if cur.rowcount != 1:
+                row = db.execute(
+                    "SELECT version FROM locations WHERE location = ?", (loc,)
+                ).fetchone()
+                if row is None:
+                    raise NotFound(f"unknown location {loc!r}")
+                raise VersionConflict(
+                    f"location {loc!r} is at version {row[0]}, expected {expected_version}"
+                )
+            if history:
+                db.execute(
+                    "INSERT INTO history (location, version, data) VALUES (?, ?, ?)",
+                    (loc, version, codec.encode_history(codec.stamp(history, version))),
+                )
+            self._changed(db, "location", loc)
+        return record.model_copy(update={"version": version})
+
+    def delete(self, location: str, expected_version: int) -> None:
+        with self._write() as db:
+            cur = db.execute(
+                "DELETE FROM locations WHERE location = ? AND version = ?",
+                (location, expected_version),
+            )
+            if cur.rowcount != 1:
+                row = db.execute(
+                    "SELECT version FROM locations WHERE location = ?", (location,)
+                ).fetchone()
+                if row is None:
+                    raise NotFound(f"unknown location {location!r}")
+                raise VersionConflict(
+                    f"location {location!r} is at version {row[0]}, expected {expected_version}"
+                )
+            db.execute("DELETE FROM history WHERE location = ?", (location,))
+            db.execute("DELETE FROM acks WHERE location = ?", (location,))
+            self._changed(db, "location", location)
+
+    def history(
+        self, location: str, *, limit: int = 50, before_version: int | None = None
+    ) -> list[HistoryEntry]:
+        out: list[HistoryEntry] = []
+        upper = before_version if before_version is not None else 2**62
+        # Each row is one write; fetch rows until ``limit`` entries are gathered.
+        rows = self._query(
+            "SELECT data FROM history WHERE location = ? AND version < ? "
+            "ORDER BY version DESC LIMIT ?",
+            (location, upper, max(1, limit)),
+        )
+        for (data,) in rows:
+            out.extend(reversed(codec.decode_history(location, str(data))))
+            if len(out) >= limit:
+                break
+        return out
+
+    # -- workers -------------------------------------------------------------------------
+
+    def put_worker(self, info: WorkerInfo) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO workers (worker_id, data) VALUES (?, ?)",
+                (info.worker_id, codec.encode_worker(info)),
+            )
+            self._changed(db, "workers", None)
+
+    def remove_worker(self, worker_id: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM workers WHERE worker_id = ?", (worker_id,))
+            db.execute("DELETE FROM acks WHERE worker_id = ?", (worker_id,))
+            self._changed(db, "workers", None)
+
+    def workers(self) -> list[WorkerInfo]:
+        rows = self._query("SELECT data FROM workers ORDER BY worker_id")
+        return [codec.decode_worker(str(data)) for (data,) in rows]
+
+    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
+                "VALUES (?, ?, ?, ?)",
+                (location, worker_id, service, generation),
+            )
+            self._changed(db, "acks", location)
+
+    def acks(self, location: str) -> AckMap:
+        out: AckMap = {}
+        for worker, service, gen in self._query(
+            "SELECT worker_id, service, generation FROM acks WHERE location = ?", (location,)
+        ):
+            out.setdefault(str(worker), {})[str(service)] = int(gen)  # type: ignore[call-overload]
+        return out
+
+    def all_acks(self) -> dict[str, AckMap]:
+        out: dict[str, AckMap] = {}
+        for loc, worker, service, gen in self._query(
+            "SELECT location, worker_id, service, generation FROM acks"
+        ):
+            out.setdefault(str(loc), {}).setdefault(str(worker), {})[str(service)] = int(gen)  # type: ignore[call-overload]
+        return out
+
+    # -- hints ---------------------------------------------------------------------------
+
+    def subscribe(self, callback: HintCallback) -> Unsubscribe:
+        with self._sub_lock:
+            self._subscribers.append(callback)
+            if self._poller is None:
+                self._poller = threading.Thread(
+                    target=self._poll_changes, name="locstatus-sqlite-hints", daemon=True
+                )
+                self._poller.start()
+
+        def unsubscribe() -> None:
+            with self._sub_lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def _emit(self, hint: Hint) -> None:
+        with self._sub_lock:
+            subscribers = list(self._subscribers)
+        for cb in subscribers:
+            cb(hint)
+
+    def _poll_changes(self) -> None:
+        last: int | None = None
+        while not self._stop.wait(self._poll):
+            try:
+                if last is None:
+                    last = int(self._query("SELECT COALESCE(MAX(seq), 0) FROM changes")[0][0])  # type: ignore[call-overload]
+                    continue
+                rows = self._query(
+                    "SELECT seq, kind, location FROM changes WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (last, _KEEP_CHANGES),
+                )
+                if not rows:
+                    continue
+                oldest = int(self._query("SELECT COALESCE(MIN(seq), 0) FROM changes")[0][0])  # type: ignore[call-overload]
+                if int(rows[0][0]) > last + 1 and oldest > last + 1:  # type: ignore[call-overload]
+                    self._emit(Hint(kind="resync"))
+                else:
+                    seen: set[tuple[str, str | None]] = set()
+                    for _, kind, loc in rows:
+                        key = (str(kind), None if loc is None else str(loc))
+                        if key not in seen:
+                            seen.add(key)
+                            self._emit(Hint(kind=key[0], location=key[1]))
+                last = int(rows[-1][0])  # type: ignore[call-overload]
+            except BackendUnavailable:
+                last = None
+                self._emit(Hint(kind="resync"))
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def ping(self) -> None:
+        self._query("SELECT 1")
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._poller is not None and self._poller is not threading.current_thread():
+            self._poller.join(timeout=2)
+        self._closed = True
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for db in conns:
+            try:
+                db.close()
+            except sqlite3.Error:
+                pass
+
+    # -- test hooks ----------------------------------------------------------------------
+
+    def write_raw(self, location: str, payload: str) -> None:
+        """Store ``payload`` verbatim as the record of ``location`` (corruption tests)."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO locations (location, version, data) VALUES (?, 1, ?) "
+                "ON CONFLICT(location) DO UPDATE SET data = excluded.data, version = version + 1",
+                (location, payload),
+            )

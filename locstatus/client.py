@@ -1,0 +1,38 @@
+"""``connect(url)``: the entry point of the library (SPEC §5.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from locstatus.backends import open_backend
+from locstatus.manager import Clock, Manager, RetryPolicy
+from locstatus.models import utcnow
+from locstatus.settings import Settings
+
+
+def connect(
+    url: str | None = None,
+    *,
+    services: Iterable[str] | None = None,
+    clock: Clock = utcnow,
+    retry: RetryPolicy | None = None,
+) -> Manager:
+    """Open the backend at ``url`` (default ``$LOCSTATUS_BACKEND``, else
+    ``sqlite:///./locstatus.db``) and return a :class:`Manager`.
+
+    Raises :class:`InvalidInput` for a malformed URL and :class:`BackendUnavailable` when the
+    backend cannot be reached.
+
+    Usage::
+
+        mgr = connect("zk://127.0.0.1:2181/locstatus")
+        mgr.pause("us-east-1", "replication", reason="maintenance")
+    """
+    settings = Settings()
+    backend = open_backend(url or settings.backend)
+    return Manager(
+        backend,
+        services=services if services is not None else settings.service_list,
+        clock=clock,
+        retry=retry,
+    )

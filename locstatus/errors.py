@@ -1,0 +1,135 @@
+"""The one exception hierarchy of locstatus.
+
+Every error a caller can see is a :class:`LocstatusError`. Each class carries, once, the CLI exit
+code (SPEC §5.2: 1 refused, 2 usage or backend error) and the HTTP status (SPEC §5.3) it maps to,
+so the CLI and the sidecar never decide that twice. Messages always name the bad value.
+
+Backends raise :class:`VersionConflict`, :class:`AlreadyExists`, :class:`NotFound`,
+:class:`CorruptRecord` and :class:`BackendUnavailable`; the manager turns exhausted conflicts into
+:class:`ConflictError` and refused events into :class:`InvalidTransition`.
+"""
+
+from __future__ import annotations
+
+
+class LocstatusError(Exception):
+    """Base class. ``exit_code`` is the CLI's, ``http_status`` the sidecar's."""
+
+    exit_code: int = 2
+    http_status: int = 500
+    title: str = "locstatus error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidInput(LocstatusError, ValueError):
+    """A location, service, date or body that does not validate. Nothing was written."""
+
+    exit_code = 2
+    http_status = 400
+    title = "invalid input"
+
+
+class InvalidTransition(LocstatusError):
+    """The event is not allowed from the current state (SPEC §3), e.g. scheduling a resume of a
+    running service. Nothing was written."""
+
+    exit_code = 1
+    http_status = 409
+    title = "invalid transition"
+
+
+class NotFound(LocstatusError, KeyError):
+    """Unknown location, or a service the location does not have."""
+
+    exit_code = 1
+    http_status = 404
+    title = "not found"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message
+
+
+class AlreadyExists(LocstatusError):
+    """A record was created twice (backend level; the manager treats it as a lost race)."""
+
+    exit_code = 1
+    http_status = 409
+    title = "already exists"
+
+
+class VersionConflict(LocstatusError):
+    """Backend level: the record's version is not the expected one (compare-and-set failed).
+    The manager re-reads and re-applies (SPEC §3.1); callers normally never see this."""
+
+    exit_code = 1
+    http_status = 409
+    title = "version conflict"
+
+
+class ConflictError(LocstatusError):
+    """Compare-and-set kept failing: the retry budget of SPEC §3.1 is exhausted."""
+
+    exit_code = 1
+    http_status = 409
+    title = "conflict"
+
+
+class PreconditionFailed(LocstatusError):
+    """An ``If-Match`` / expected version no longer matches the record (HTTP 412)."""
+
+    exit_code = 1
+    http_status = 412
+    title = "precondition failed"
+
+
+class CorruptRecord(LocstatusError):
+    """A stored record does not parse or validate. It is reported, never rewritten."""
+
+    exit_code = 2
+    http_status = 500
+    title = "corrupt record"
+
+    def __init__(self, location: str, detail: str) -> None:
+        super().__init__(f"corrupt record for location {location!r}: {detail}")
+        self.location = location
+        self.detail = detail
+
+
+class BackendUnavailable(LocstatusError):
+    """The backend cannot be reached or timed out. The outcome of an in-flight write is
+    resolved by op_id (SPEC §3.2) before this reaches a caller."""
+
+    exit_code = 2
+    http_status = 503
+    title = "backend unavailable"
+
+
+class AmbiguousCommit(BackendUnavailable):
+    """Backend level: the connection failed after a write was sent, so it may or may not have
+    been applied. The manager resolves it by looking for the op_id (SPEC §3.2)."""
+
+
+class Unauthorized(LocstatusError):
+    """Missing or wrong bearer token (HTTP 401)."""
+
+    exit_code = 2
+    http_status = 401
+    title = "unauthorized"
+
+
+class SettleTimeout(LocstatusError, TimeoutError):
+    """``wait=`` ran out before every live worker acknowledged the new generation."""
+
+    exit_code = 1
+    http_status = 504
+    title = "timeout"
+
+    def __init__(self, message: str, lagging: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.lagging = lagging or []

@@ -1,0 +1,5 @@
+"""Pure state machine of SPEC §3: the table as data, its interpreter and its drawings."""
+
+from locstatus.fsm.machine import Change, Event, transition
+
+__all__ = ["Change", "Event", "transition"]

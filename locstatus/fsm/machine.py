@@ -1,0 +1,221 @@
+"""The pure state machine: ``(ServiceStatus, Event, now) -> Change | None``.
+
+One ``transitions.Machine`` is built once from :mod:`locstatus.fsm.table` (it validates the table:
+unknown states or triggers fail at import). :func:`transition` interprets that machine's events
+for a given status without I/O and without a Machine object per record: it looks up the rows for
+``(event, state)``, checks their conditions, and applies their effects to a copy of the status.
+The result is the new status plus the :class:`HistoryEntry` that must be written with it.
+
+Returns None when the event changes nothing (idempotent; the caller writes nothing) and raises
+:class:`InvalidTransition` for the refused pairs of the table, :class:`InvalidInput` for a
+scheduled resume that is not in the future.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from transitions import Machine
+
+from locstatus.errors import InvalidInput, InvalidTransition
+from locstatus.fsm import table
+from locstatus.models import HistoryEntry, ServiceStatus, State
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event for one service.
+
+    - ``name``: one of :data:`locstatus.fsm.table.EVENTS`.
+    - ``at``: for ``schedule_resume`` the new resume time; for ``resume_due`` the resume time the
+      caller saw (the guard of SPEC §3.3). Aware UTC datetime.
+    - ``generation``/``acked``: for ``settle``, the generation the acks are for and whether every
+      live worker acknowledged it (computed by the caller, which does the I/O).
+    - ``reason``/``actor``: recorded on operator events.
+    """
+
+    name: str
+    at: datetime | None = None
+    generation: int | None = None
+    acked: bool = False
+    reason: str | None = None
+    actor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """The outcome of an event that changes something."""
+
+    status: ServiceStatus
+    entry: HistoryEntry
+
+
+class _Ctx:
+    __slots__ = ("event", "fields", "now", "status")
+
+    def __init__(self, status: ServiceStatus, event: Event, now: datetime) -> None:
+        self.status = status
+        self.event = event
+        self.now = now
+        self.fields: dict[str, Any] = {}
+
+
+def _has_resume_at(c: _Ctx) -> bool:
+    return c.status.resume_at is not None
+
+
+def _schedule_changes(c: _Ctx) -> bool:
+    if c.event.at is None:
+        raise InvalidInput("schedule_resume needs a resume time 'at'")
+    if c.event.at <= c.now:
+        raise InvalidInput(
+            f"scheduled resume time {c.event.at.isoformat()} is not in the future "
+            f"(now {c.now.isoformat()})"
+        )
+    return c.status.resume_at != c.event.at
+
+
+def _resume_is_due(c: _Ctx) -> bool:
+    due = c.status.resume_at
+    return due is not None and due <= c.now and due == c.event.at
+
+
+def _generation_matches(c: _Ctx) -> bool:
+    return c.event.generation == c.status.generation
+
+
+def _all_acked(c: _Ctx) -> bool:
+    return c.event.acked
+
+
+def _bump_generation(c: _Ctx) -> None:
+    c.fields["generation"] = c.status.generation + 1
+
+
+def _clear_resume_at(c: _Ctx) -> None:
+    c.fields["resume_at"] = None
+
+
+def _set_resume_at(c: _Ctx) -> None:
+    c.fields["resume_at"] = c.event.at
+
+
+CONDITIONS: dict[str, Callable[[_Ctx], bool]] = {
+    "has_resume_at": _has_resume_at,
+    "schedule_changes": _schedule_changes,
+    "resume_is_due": _resume_is_due,
+    "generation_matches": _generation_matches,
+    "all_acked": _all_acked,
+}
+EFFECTS: dict[str, Callable[[_Ctx], None]] = {
+    "bump_generation": _bump_generation,
+    "clear_resume_at": _clear_resume_at,
+    "set_resume_at": _set_resume_at,
+}
+
+_OPERATOR_EVENTS = frozenset({"pause", "resume", "schedule_resume", "cancel_scheduled_resume"})
+
+
+def build_machine(model: Any = None, cls: type[Machine] = Machine, **kwargs: Any) -> Machine:
+    """Build a ``transitions`` machine of class ``cls`` from the table (used once here, and by
+    the diagram with ``GraphMachine``)."""
+    return cls(
+        model=model,
+        states=list(table.STATES),
+        transitions=[dict(t) for t in table.TRANSITIONS],
+        initial=table.INITIAL,
+        auto_transitions=False,
+        **kwargs,
+    )
+
+
+MACHINE: Machine = build_machine()
+"""The one machine. Its events are interpreted by :func:`transition`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    dest: State | None
+    conditions: tuple[Callable[[_Ctx], bool], ...]
+    effects: tuple[Callable[[_Ctx], None], ...]
+
+
+def _compile() -> dict[tuple[str, State], tuple[_Row, ...]]:
+    rules: dict[tuple[str, State], list[_Row]] = {}
+    for name, event in MACHINE.events.items():
+        for source, transitions in event.transitions.items():
+            for t in transitions:
+                missing = [c.func for c in t.conditions if c.func not in CONDITIONS]
+                missing += [a for a in t.after if a not in EFFECTS]
+                if missing or any(not c.target for c in t.conditions):
+                    raise RuntimeError(f"state table names unknown functions {missing}")
+                rules.setdefault((name, State(source)), []).append(
+                    _Row(
+                        dest=State(t.dest) if t.dest else None,
+                        conditions=tuple(CONDITIONS[c.func] for c in t.conditions),
+                        effects=tuple(EFFECTS[a] for a in t.after),
+                    )
+                )
+    return {k: tuple(v) for k, v in rules.items()}
+
+
+_RULES = _compile()
+
+
+def transition(
+    location: str,
+    service: str,
+    status: ServiceStatus,
+    event: Event,
+    *,
+    now: datetime,
+    op_id: str,
+) -> Change | None:
+    """Apply ``event`` to ``status`` at ``now`` (aware UTC).
+
+    Returns the :class:`Change` (new status and its history entry) or None when nothing changes.
+    Raises :class:`InvalidTransition` for the refused pairs of SPEC §3 (e.g. ``schedule_resume``
+    of a running service) and :class:`InvalidInput` for a ``schedule_resume`` time not in the
+    future. Pure: no I/O, no clock other than ``now``.
+    """
+    if event.name not in table.EVENTS:
+        raise InvalidInput(f"unknown event {event.name!r}")
+    state = status.state
+    if state.value in table.REFUSED.get(event.name, ()):
+        raise InvalidTransition(
+            f"cannot {event.name.replace('_', ' ')} {service} at {location}: it is {state.value}"
+        )
+    ctx = _Ctx(status, event, now)
+    for row in _RULES.get((event.name, state), ()):
+        if all(cond(ctx) for cond in row.conditions):
+            for effect in row.effects:
+                effect(ctx)
+            fields = ctx.fields
+            if row.dest is not None:
+                fields["state"] = row.dest
+            fields["op_id"] = op_id
+            fields["updated_at"] = now
+            if event.name in _OPERATOR_EVENTS:
+                fields["reason"] = event.reason
+                fields["actor"] = event.actor
+            elif event.actor is not None:
+                fields["actor"] = event.actor
+            new = status.model_copy(update=fields)
+            entry = HistoryEntry(
+                op_id=op_id,
+                at=now,
+                location=location,
+                service=service,
+                event=event.name,
+                from_state=state,
+                to_state=new.state,
+                generation=new.generation,
+                actor=new.actor,
+                reason=new.reason,
+                resume_at=new.resume_at,
+            )
+            return Change(new, entry)
+    return None

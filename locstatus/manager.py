@@ -1,0 +1,691 @@
+"""The manager: the one place that combines the state machine with a backend.
+
+Every mutation is the same short loop (SPEC §3.1, §3.2), in :meth:`Manager._write`:
+
+1. read the record and its version;
+2. apply the event to each targeted service with the pure state machine;
+3. write with ``compare_and_set(expected_version)``, history in the same write;
+4. on :class:`VersionConflict` re-read and re-apply under a bounded, jittered retry policy
+   (tenacity), then raise :class:`ConflictError`;
+5. on :class:`AmbiguousCommit` (connection lost after send) re-read and look for the operation's
+   op_id in the record and its recent history before trying again, never retrying blindly.
+
+Nothing here caches state between calls: a stale process can never write back an old view.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from locstatus.backends.base import AckMap, Backend
+from locstatus.errors import (
+    AlreadyExists,
+    AmbiguousCommit,
+    ConflictError,
+    CorruptRecord,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    PreconditionFailed,
+    SettleTimeout,
+    VersionConflict,
+)
+from locstatus.fsm import Event, transition
+from locstatus.models import (
+    HistoryEntry,
+    LocationStatus,
+    ServiceStatus,
+    WorkerInfo,
+    new_op_id,
+    utcnow,
+)
+from locstatus.names import DEFAULT_SERVICES, canonical_service, check_location
+
+if TYPE_CHECKING:
+    from locstatus.agent import Agent
+
+Clock = Callable[[], datetime]
+ServiceArg = str | Iterable[str] | None
+Plan = tuple[LocationStatus, list[HistoryEntry]] | None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded, jittered retry of compare-and-set conflicts (SPEC §3.1).
+
+    ``max_attempts`` attempts or ``max_seconds`` seconds, whichever comes first; waits are
+    random exponential between 0 and ``min(cap, base * 2**n)`` seconds.
+    """
+
+    max_attempts: int = 60
+    max_seconds: float = 15.0
+    base: float = 0.002
+    cap: float = 0.2
+
+
+@dataclass
+class SyncReport:
+    """What :meth:`Manager.sync_locations` changed (location names, sorted)."""
+
+    added: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    services_added: dict[str, list[str]] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.restored or self.removed or self.services_added)
+
+
+def lagging_workers(
+    location: str,
+    service: str,
+    generation: int,
+    workers: Sequence[WorkerInfo],
+    acks: AckMap,
+    now: datetime,
+) -> list[str]:
+    """Ids of live workers that apply ``service`` at ``location`` and have not acknowledged
+    ``generation`` yet (SPEC §3 settle rule)."""
+    return [
+        w.worker_id
+        for w in workers
+        if w.alive(now)
+        and w.applies(location, service)
+        and acks.get(w.worker_id, {}).get(service, -1) < generation
+    ]
+
+
+class Manager:
+    """Pause, resume and schedule services per location, on any backend.
+
+    Usage::
+
+        from locstatus import connect
+        mgr = connect("sqlite:///./locstatus.db")
+        mgr.sync_locations(["us-east-1"])
+        mgr.pause("us-east-1", "replication", reason="maintenance", actor="ops")
+        mgr.resume("us-east-1", "replication", at=timedelta(hours=2))
+        mgr.status("us-east-1").services["replication"].state   # State.PAUSED
+
+    ``service`` arguments take a name (``crr`` means ``replication``), a list of names, or None
+    for every service of the location. Mutations return the stored :class:`LocationStatus`.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        services: Iterable[str] = DEFAULT_SERVICES,
+        clock: Clock = utcnow,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.backend = backend
+        self.services: tuple[str, ...] = tuple(services)
+        self.clock = clock
+        self.retry = retry or RetryPolicy()
+        self.stats = {"writes": 0, "conflicts": 0, "ambiguous": 0}
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def status(self, location: str) -> LocationStatus:
+        """The record of ``location``. Raises :class:`NotFound`, :class:`CorruptRecord`,
+        :class:`InvalidInput` (bad name), :class:`BackendUnavailable`."""
+        return self.backend.read(check_location(location))
+
+    def statuses(self, *, include_removed: bool = False) -> list[LocationStatus]:
+        """Every readable record, sorted by location (tombstones only if asked). Corrupt
+        records are skipped here; :meth:`scan` returns them."""
+        return [
+            r
+            for r in self.backend.read_all()
+            if isinstance(r, LocationStatus) and (include_removed or not r.deleted)
+        ]
+
+    def scan(self) -> list[LocationStatus | CorruptRecord]:
+        """Every record, corrupt ones as :class:`CorruptRecord` values (for the check job)."""
+        return self.backend.read_all()
+
+    def history(
+        self, location: str, limit: int = 50, *, before_version: int | None = None
+    ) -> list[HistoryEntry]:
+        """History of ``location``, newest first (``limit`` entries, 1..10000)."""
+        check_location(location)
+        if not 1 <= limit <= 10_000:
+            raise InvalidInput(f"history limit must be 1..10000, got {limit}")
+        return self.backend.history(location, limit=limit, before_version=before_version)[:limit]
+
+    def workers(self) -> list[WorkerInfo]:
+        """Registered workers (expired ones included; see :meth:`WorkerInfo.alive`)."""
+        return self.backend.workers()
+
+    def lagging(self, location: str, service: str) -> list[str]:
+        """Live workers that have not acknowledged the current generation of a service."""
+        rec = self.status(location)
+        svc = self._targets(rec, service)[0]
+        return lagging_workers(
+            location,
+            svc,
+            rec.services[svc].generation,
+            self.backend.workers(),
+            self.backend.acks(location),
+            self.clock(),
+        )
+
+    # -- operator mutations ----------------------------------------------------------------
+
+    def pause(
+        self,
+        location: str,
+        service: ServiceArg = None,
+        *,
+        reason: str | None = None,
+        actor: str | None = None,
+        wait: float | None = None,
+        if_version: int | None = None,
+    ) -> LocationStatus:
+        """Pause services (SPEC §3 ``pause``): running/resuming -> pausing; a pause of a paused
+        service cancels its scheduled resume, else it is a no-op. ``wait`` seconds: block until
+        settled (:class:`SettleTimeout` names the lagging workers). ``if_version``: refuse with
+        :class:`PreconditionFailed` unless the record is at that version."""
+        return self._operator_event(
+            location, service, lambda _s: Event("pause", reason=reason, actor=actor),
+            wait=wait, if_version=if_version,
+        )
+
+    def resume(
+        self,
+        location: str,
+        service: ServiceArg = None,
+        *,
+        at: datetime | timedelta | None = None,
+        reason: str | None = None,
+        actor: str | None = None,
+        wait: float | None = None,
+        if_version: int | None = None,
+    ) -> LocationStatus:
+        """Resume now, or schedule a resume when ``at`` is given (an aware datetime, or a
+        positive timedelta from now). Scheduling a running service raises
+        :class:`InvalidTransition`; when ``service`` is None, services that are running are
+        left alone as long as one service takes the schedule."""
+        if at is None:
+            return self._operator_event(
+                location, service, lambda _s: Event("resume", reason=reason, actor=actor),
+                wait=wait, if_version=if_version,
+            )
+        when = self._resume_time(at)
+        return self._operator_event(
+            location,
+            service,
+            lambda _s: Event("schedule_resume", at=when, reason=reason, actor=actor),
+            wait=None,
+            if_version=if_version,
+            skip_refused=service is None,
+        )
+
+    def cancel_scheduled_resume(
+        self,
+        location: str,
+        service: ServiceArg = None,
+        *,
+        actor: str | None = None,
+        reason: str | None = None,
+        if_version: int | None = None,
+    ) -> LocationStatus:
+        """Clear a scheduled resume (no write if none is scheduled)."""
+        return self._operator_event(
+            location,
+            service,
+            lambda _s: Event("cancel_scheduled_resume", reason=reason, actor=actor),
+            wait=None,
+            if_version=if_version,
+        )
+
+    # -- reconcile primitives (agents, sidecar, check job) -----------------------------------
+
+    def fire_due_resumes(self, location: str, *, actor: str = "scheduler") -> LocationStatus:
+        """Fire every scheduled resume of ``location`` that is due (SPEC §3.3). The guard
+        (``resume_at`` still equals the value read) makes exactly one transition happen
+        however many processes call this."""
+        check_location(location)
+        op_id = new_op_id()
+
+        def plan(rec: LocationStatus, now: datetime) -> Plan:
+            if rec.deleted:
+                return None
+            due = {
+                s: st.resume_at
+                for s, st in rec.services.items()
+                if st.resume_at is not None and st.resume_at <= now
+            }
+            return self._plan(
+                rec, now, op_id, list(due),
+                lambda s: Event("resume_due", at=due[s], actor=actor, reason="scheduled resume"),
+            )
+
+        return self._write(location, plan, op_id=op_id)
+
+    def settle(self, location: str, service: ServiceArg = None) -> LocationStatus:
+        """Settle pausing -> paused / resuming -> running for services whose current generation
+        every live worker has acknowledged (none live counts as all)."""
+        check_location(location)
+        op_id = new_op_id()
+        workers = self.backend.workers()
+
+        def plan(rec: LocationStatus, now: datetime) -> Plan:
+            targets = [s for s in self._targets(rec, service) if rec.services[s].state.transitional]
+            if not targets:
+                return None
+            acks = self.backend.acks(location)
+            ready = [
+                s
+                for s in targets
+                if not lagging_workers(
+                    location, s, rec.services[s].generation, workers, acks, now
+                )
+            ]
+            return self._plan(
+                rec, now, op_id, ready,
+                lambda s: Event("settle", generation=rec.services[s].generation, acked=True),
+                auto_settle=False,
+            )
+
+        return self._write(location, plan, op_id=op_id)
+
+    # -- locations -------------------------------------------------------------------------
+
+    def sync_locations(
+        self,
+        locations: Iterable[str] | Mapping[str, Iterable[str]],
+        *,
+        actor: str | None = None,
+        remove_missing: bool = True,
+    ) -> SyncReport:
+        """Make the stored locations match ``locations``: a list of names (every configured
+        service) or a mapping name -> services (SPEC §5.2). Adds missing locations and
+        services, restores tombstoned ones, and tombstones locations not listed (SPEC §3.5)
+        unless ``remove_missing`` is False. All names are validated before anything is written.
+        """
+        wanted = self._normalise_locations(locations)
+        report = SyncReport()
+        existing = {
+            (r.location if isinstance(r, LocationStatus) else r.location): r
+            for r in self.backend.read_all()
+        }
+        for loc in sorted(wanted):
+            svcs = wanted[loc]
+            if loc not in existing:
+                if self._create(loc, svcs, actor=actor):
+                    report.added.append(loc)
+                    continue
+            self._ensure(loc, svcs, actor, report)
+        if remove_missing:
+            for loc, rec in sorted(existing.items()):
+                if loc not in wanted and isinstance(rec, LocationStatus) and not rec.deleted:
+                    self.remove_location(loc, actor=actor)
+                    report.removed.append(loc)
+        return report
+
+    def add_location(
+        self, location: str, services: Iterable[str] | None = None, *, actor: str | None = None
+    ) -> LocationStatus:
+        """Create (or restore) one location with ``services`` (default: all configured)."""
+        svcs = self._normalise_locations({location: services or self.services})
+        report = SyncReport()
+        if not self._create(location, svcs[location], actor=actor):
+            self._ensure(location, svcs[location], actor, report)
+        return self.status(location)
+
+    def remove_location(self, location: str, *, actor: str | None = None) -> LocationStatus:
+        """Tombstone a location (SPEC §3.5): ``deleted_at`` is set, workers see it and
+        acknowledge it, and the check job purges it later. No-op if already removed."""
+        check_location(location)
+        op_id = new_op_id()
+
+        def plan(rec: LocationStatus, now: datetime) -> Plan:
+            if rec.deleted:
+                return None
+            entry = self._record_entry(rec.location, "remove", op_id, now, actor)
+            return rec.model_copy(update={"deleted_at": now}), [entry]
+
+        return self._write(location, plan, op_id=op_id)
+
+    def purge_location(self, location: str, expected_version: int) -> None:
+        """Delete a tombstoned record for good (check job). Raises :class:`VersionConflict`
+        if it changed since it was read, :class:`InvalidTransition` if it is not a tombstone."""
+        rec = self.status(location)
+        if not rec.deleted:
+            raise InvalidTransition(f"location {location!r} is not removed; refusing to purge")
+        self.backend.delete(location, expected_version)
+
+    # -- the agent -------------------------------------------------------------------------
+
+    def agent(
+        self,
+        worker_id: str,
+        services: Iterable[str] | None = None,
+        locations: Iterable[str] | None = None,
+        **kwargs: object,
+    ) -> Agent:
+        """A worker-side :class:`~locstatus.agent.Agent` bound to this manager."""
+        from locstatus.agent import Agent
+
+        return Agent(self, worker_id, services=services, locations=locations, **kwargs)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Close the backend."""
+        self.backend.close()
+
+    def __enter__(self) -> Manager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _resume_time(self, at: datetime | timedelta) -> datetime:
+        if isinstance(at, timedelta):
+            if at <= timedelta(0):
+                raise InvalidInput(f"resume delay must be positive, got {at}")
+            return self.clock() + at
+        if not isinstance(at, datetime):
+            raise InvalidInput(f"resume time must be a datetime or timedelta, got {at!r}")
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise InvalidInput(
+                f"resume time {at.isoformat()} has no timezone: give an aware UTC datetime"
+            )
+        return at.astimezone(self.clock().tzinfo)
+
+    def _services_arg(self, service: ServiceArg) -> list[str] | None:
+        if service is None:
+            return None
+        names = [service] if isinstance(service, str) else list(service)
+        if not names:
+            raise InvalidInput("no service given")
+        return list(dict.fromkeys(canonical_service(n, self.services) for n in names))
+
+    def _targets(self, rec: LocationStatus, service: ServiceArg) -> list[str]:
+        names = self._services_arg(service)
+        if names is None:
+            return sorted(rec.services)
+        missing = [n for n in names if n not in rec.services]
+        if missing:
+            raise NotFound(
+                f"location {rec.location!r} has no service {', '.join(missing)} "
+                f"(it has: {', '.join(sorted(rec.services)) or 'none'})"
+            )
+        return names
+
+    def _operator_event(
+        self,
+        location: str,
+        service: ServiceArg,
+        make_event: Callable[[str], Event],
+        *,
+        wait: float | None,
+        if_version: int | None,
+        skip_refused: bool = False,
+    ) -> LocationStatus:
+        check_location(location)
+        self._services_arg(service)  # validate before any I/O
+        if wait is not None and wait < 0:
+            raise InvalidInput(f"wait must be >= 0 seconds, got {wait}")
+        op_id = new_op_id()
+
+        def plan(rec: LocationStatus, now: datetime) -> Plan:
+            if rec.deleted:
+                raise NotFound(
+                    f"location {location!r} was removed at {rec.deleted_at:%Y-%m-%dT%H:%M:%SZ}"
+                )
+            return self._plan(
+                rec, now, op_id, self._targets(rec, service), make_event,
+                skip_refused=skip_refused,
+            )
+
+        rec = self._write(location, plan, op_id=op_id, if_version=if_version)
+        if wait is not None:
+            rec = self.wait_settled(location, service, timeout=wait)
+        return rec
+
+    def _plan(
+        self,
+        rec: LocationStatus,
+        now: datetime,
+        op_id: str,
+        targets: Sequence[str],
+        make_event: Callable[[str], Event],
+        *,
+        skip_refused: bool = False,
+        auto_settle: bool = True,
+    ) -> Plan:
+        services = dict(rec.services)
+        entries: list[HistoryEntry] = []
+        refused: InvalidTransition | None = None
+        for svc in targets:
+            try:
+                change = transition(
+                    rec.location, svc, services[svc], make_event(svc), now=now, op_id=op_id
+                )
+            except InvalidTransition as exc:
+                if not skip_refused:
+                    raise
+                refused = exc
+                continue
+            if change is not None:
+                services[svc] = change.status
+                entries.append(change.entry)
+        if refused is not None and len(entries) == 0 and all(
+            not rec.services[s].paused for s in targets
+        ):
+            raise refused
+        if not entries:
+            return None
+        if auto_settle:
+            self._settle_unwatched(rec.location, services, entries, now, op_id)
+        return rec.model_copy(update={"services": services}), entries
+
+    def _settle_unwatched(
+        self,
+        location: str,
+        services: dict[str, ServiceStatus],
+        entries: list[HistoryEntry],
+        now: datetime,
+        op_id: str,
+    ) -> None:
+        """A new generation no live worker applies settles at once, in the same write."""
+        changed = {e.service for e in entries if services[e.service].state.transitional}
+        if not changed:
+            return
+        live = [w for w in self.backend.workers() if w.alive(now)]
+        for svc in sorted(changed):
+            status = services[svc]
+            if any(w.applies(location, svc) for w in live):
+                continue
+            event = Event("settle", generation=status.generation, acked=True)
+            change = transition(location, svc, status, event, now=now, op_id=op_id)
+            if change is not None:
+                services[svc] = change.status
+                entries.append(change.entry)
+
+    def _write(
+        self,
+        location: str,
+        plan: Callable[[LocationStatus, datetime], Plan],
+        *,
+        op_id: str,
+        if_version: int | None = None,
+    ) -> LocationStatus:
+        """Read, plan, compare-and-set; retry conflicts; resolve ambiguity by op_id."""
+        ambiguous = False
+        policy = self.retry
+        retrying = Retrying(
+            retry=retry_if_exception_type(VersionConflict),
+            stop=stop_after_attempt(policy.max_attempts) | stop_after_delay(policy.max_seconds),
+            wait=wait_random_exponential(multiplier=policy.base, max=policy.cap),
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    rec = self.backend.read(location)
+                    if ambiguous and self._applied(rec, op_id):
+                        return rec
+                    if if_version is not None and rec.version != if_version:
+                        raise PreconditionFailed(
+                            f"location {location!r} is at version {rec.version}, "
+                            f"not {if_version}"
+                        )
+                    planned = plan(rec, self.clock())
+                    if planned is None:
+                        return rec
+                    new, entries = planned
+                    try:
+                        stored = self.backend.compare_and_set(new, rec.version, entries)
+                    except VersionConflict:
+                        self.stats["conflicts"] += 1
+                        raise
+                    except AmbiguousCommit as exc:
+                        self.stats["ambiguous"] += 1
+                        ambiguous = True
+                        raise VersionConflict(f"ambiguous commit, resolving by op_id: {exc}") from exc
+                    self.stats["writes"] += 1
+                    return stored
+        except RetryError as exc:
+            raise ConflictError(
+                f"location {location!r}: compare-and-set kept conflicting "
+                f"({exc.last_attempt.attempt_number} attempts); try again"
+            ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _applied(self, rec: LocationStatus, op_id: str) -> bool:
+        if any(s.op_id == op_id for s in rec.services.values()):
+            return True
+        return any(e.op_id == op_id for e in self.backend.history(rec.location, limit=200))
+
+    def _record_entry(
+        self, location: str, event: str, op_id: str, now: datetime, actor: str | None,
+        service: str = "*",
+    ) -> HistoryEntry:
+        return HistoryEntry(
+            op_id=op_id, at=now, location=location, service=service, event=event, actor=actor
+        )
+
+    def _normalise_locations(
+        self, locations: Iterable[str] | Mapping[str, Iterable[str]]
+    ) -> dict[str, tuple[str, ...]]:
+        if isinstance(locations, str):
+            raise InvalidInput("locations must be a list of names or a mapping, not a string")
+        items = (
+            locations.items()
+            if isinstance(locations, Mapping)
+            else ((name, self.services) for name in locations)
+        )
+        out: dict[str, tuple[str, ...]] = {}
+        for name, svcs in items:
+            check_location(name)
+            canon = sorted({canonical_service(s, self.services) for s in svcs})
+            out[name] = tuple(sorted(set(out.get(name, ())) | set(canon)))
+        return out
+
+    def _create(self, location: str, services: Sequence[str], *, actor: str | None) -> bool:
+        now = self.clock()
+        op_id = new_op_id()
+        rec = LocationStatus(
+            location=location,
+            services={s: ServiceStatus(op_id=op_id, updated_at=now, actor=actor) for s in services},
+        )
+        try:
+            self.backend.create(rec, [self._record_entry(location, "create", op_id, now, actor)])
+        except AlreadyExists:
+            return False
+        return True
+
+    def _ensure(
+        self, location: str, services: Sequence[str], actor: str | None, report: SyncReport
+    ) -> None:
+        op_id = new_op_id()
+        outcome: dict[str, object] = {}
+
+        def plan(rec: LocationStatus, now: datetime) -> Plan:
+            outcome.clear()
+            entries: list[HistoryEntry] = []
+            update: dict[str, object] = {}
+            if rec.deleted:
+                update["deleted_at"] = None
+                entries.append(self._record_entry(location, "restore", op_id, now, actor))
+                outcome["restored"] = True
+            missing = [s for s in services if s not in rec.services]
+            if missing:
+                svcs = dict(rec.services)
+                for s in missing:
+                    svcs[s] = ServiceStatus(op_id=op_id, updated_at=now, actor=actor)
+                    entries.append(self._record_entry(location, "add_service", op_id, now, actor, s))
+                update["services"] = svcs
+                outcome["services"] = missing
+            if not entries:
+                return None
+            return rec.model_copy(update=update), entries
+
+        self._write(location, plan, op_id=op_id)
+        if outcome.get("restored"):
+            report.restored.append(location)
+        if "services" in outcome:
+            report.services_added[location] = list(outcome["services"])  # type: ignore[call-overload]
+        if not outcome:
+            report.unchanged.append(location)
+
+    def wait_settled(
+        self, location: str, service: ServiceArg = None, *, timeout: float
+    ) -> LocationStatus:
+        """Block until the targeted services are no longer pausing/resuming, settling them
+        when every live worker has acknowledged. Raises :class:`SettleTimeout` after
+        ``timeout`` seconds, naming the lagging workers."""
+        deadline = time.monotonic() + timeout
+        woken = threading.Event()
+        unsubscribe = self.backend.subscribe(lambda _hint: woken.set())
+        try:
+            while True:
+                woken.clear()
+                rec = self.settle(location, service)
+                targets = self._targets(rec, service)
+                pending = [s for s in targets if rec.services[s].state.transitional]
+                if not pending:
+                    return rec
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    now = self.clock()
+                    workers = self.backend.workers()
+                    acks = self.backend.acks(location)
+                    lagging = sorted(
+                        {
+                            w
+                            for s in pending
+                            for w in lagging_workers(
+                                location, s, rec.services[s].generation, workers, acks, now
+                            )
+                        }
+                    )
+                    raise SettleTimeout(
+                        f"{location}: {', '.join(pending)} still "
+                        f"{'/'.join(sorted({rec.services[s].state.value for s in pending}))} "
+                        f"after {timeout:g}s; lagging workers: {', '.join(lagging) or 'none'}",
+                        lagging,
+                    )
+                woken.wait(min(remaining, 0.25))
+        finally:
+            unsubscribe()

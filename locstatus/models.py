@@ -1,0 +1,191 @@
+"""Typed records of SPEC §2: what is stored, returned by the library and served over HTTP.
+
+Every field is documented once, here. All datetimes are timezone-aware and normalised to UTC;
+a naive datetime is refused rather than guessed. Location and service names are validated by
+:mod:`locstatus.names` so a bad name never reaches a backend. Models are frozen: a state change
+is a new value computed by :mod:`locstatus.fsm`, never an in-place edit of a cached object
+(the "stale cache written back whole" failure mode of SPEC §1).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+)
+
+from locstatus.names import SERVICE_ALIASES, SERVICE_RE, check_location
+
+
+def utcnow() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def new_op_id() -> str:
+    """A fresh operation id (32 hex characters), recorded with every write (SPEC §3.2)."""
+    return uuid.uuid4().hex
+
+
+def _to_utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+def _service_key(value: Any) -> Any:
+    if isinstance(value, str):
+        value = SERVICE_ALIASES.get(value, value)
+        if not SERVICE_RE.fullmatch(value):
+            raise ValueError(f"invalid service name {value!r}")
+    return value
+
+
+UTCDateTime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
+"""An aware datetime, converted to UTC. Naive datetimes are refused."""
+
+LocationName = Annotated[str, AfterValidator(check_location)]
+"""A location name (SPEC §2): ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$``, not ``.``/``..``."""
+
+ServiceName = Annotated[str, BeforeValidator(_service_key)]
+"""A service name; ``crr`` is read as ``replication``."""
+
+WorkerId = Annotated[str, AfterValidator(check_location)]
+"""Worker ids follow the location-name rules (they become znode names and keys too)."""
+
+
+class State(StrEnum):
+    """The four states of a service at a location (SPEC §3)."""
+
+    RUNNING = "running"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    RESUMING = "resuming"
+
+    @property
+    def transitional(self) -> bool:
+        """``pausing`` and ``resuming`` wait for worker acknowledgements before settling."""
+        return self in (State.PAUSING, State.RESUMING)
+
+    @property
+    def desired_paused(self) -> bool:
+        """True when the operator asked for the service to be paused."""
+        return self in (State.PAUSING, State.PAUSED)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+
+class ServiceStatus(_Frozen):
+    """Status of one service at one location."""
+
+    state: State = State.RUNNING
+    """Current state: running | pausing | paused | resuming."""
+    generation: int = Field(default=0, ge=0)
+    """+1 each time the desired state flips (pause <-> resume). Workers acknowledge it."""
+    resume_at: UTCDateTime | None = None
+    """When a scheduled resume is due (UTC), or None. Only set while pausing/paused."""
+    reason: str | None = Field(default=None, max_length=1024)
+    """Free text given by the operator with the last change."""
+    actor: str | None = Field(default=None, max_length=256)
+    """Who made the last change."""
+    op_id: str | None = Field(default=None, max_length=64)
+    """Id of the operation that last changed this status (SPEC §3.2)."""
+    updated_at: UTCDateTime | None = None
+    """When this status last changed (UTC)."""
+
+    @property
+    def paused(self) -> bool:
+        """True when the desired state is paused (``pausing`` or ``paused``)."""
+        return self.state.desired_paused
+
+
+class LocationStatus(_Frozen):
+    """All services of one location, stored as one record with one version."""
+
+    location: LocationName
+    """The location name."""
+    services: dict[ServiceName, ServiceStatus]
+    """Status per service; only the services this location has (SPEC §5.2)."""
+    version: int = Field(default=0, ge=0)
+    """The backend's version of the record, for compare-and-set; the HTTP ETag. 0 = unsaved."""
+    deleted_at: UTCDateTime | None = None
+    """Tombstone (SPEC §3.5): when the location was removed, or None."""
+
+    @property
+    def deleted(self) -> bool:
+        """True when the record is a tombstone."""
+        return self.deleted_at is not None
+
+
+class HistoryEntry(_Frozen):
+    """One state change, written in the same atomic write as the change itself (SPEC §2)."""
+
+    op_id: str
+    """Id of the operation that wrote this entry."""
+    at: UTCDateTime
+    """When the change was made (UTC)."""
+    location: LocationName
+    service: str
+    """Service name, or ``*`` for a record-level event (create, remove, restore)."""
+    event: str
+    """The state-machine event (pause, resume, settle, ...) or create/remove/restore."""
+    from_state: State | None = None
+    to_state: State | None = None
+    generation: int = 0
+    """The service's generation after the change."""
+    actor: str | None = None
+    reason: str | None = None
+    resume_at: UTCDateTime | None = None
+    """The scheduled resume after the change."""
+    version: int = 0
+    """The record version this write produced (set by the backend at commit)."""
+
+
+TOMBSTONE_ACK = "_tombstone"
+"""Pseudo-service name a worker acknowledges a tombstone with (SPEC §3.5)."""
+
+
+class WorkerInfo(_Frozen):
+    """A registered worker process (SPEC §2) and its lease."""
+
+    worker_id: WorkerId
+    services: tuple[ServiceName, ...]
+    """Services this worker applies."""
+    locations: tuple[LocationName, ...] | None = None
+    """Location filter; None means every location."""
+    host: str = ""
+    pid: int = 0
+    started_at: UTCDateTime | None = None
+    lease_expires_at: UTCDateTime | None = None
+    """Heartbeat backends: the lease deadline (UTC). None: the lease is a session (ZooKeeper
+    ephemeral node) and the worker is alive while it is listed."""
+    errors: dict[str, str] = Field(default_factory=dict)
+    """Last handler error per ``location/service`` (cleared on success)."""
+
+    def alive(self, now: datetime) -> bool:
+        """True while the lease holds at ``now`` (an aware datetime)."""
+        return self.lease_expires_at is None or self.lease_expires_at > now
+
+    def applies(self, location: str, service: str) -> bool:
+        """True if this worker must acknowledge ``service`` at ``location``."""
+        return service in self.services and (
+            self.locations is None or location in self.locations
+        )
+
+
+class Hint(_Frozen):
+    """A change hint from a backend. Hints may be coalesced or dropped; a ``resync`` hint
+    (reconnect, lost session, overflow) means: re-read everything (SPEC §3.4)."""
+
+    kind: str
+    """``location`` | ``acks`` | ``workers`` | ``resync``."""
+    location: str | None = None
