@@ -24,8 +24,8 @@ from locstatus.errors import (
 )
 from locstatus.manager import Manager, RetryPolicy, SyncReport
 from locstatus.models import (
-    HistoryEntry,
     Hint,
+    HistoryEntry,
     LocationStatus,
     ServiceStatus,
     State,
@@ -43,8 +43,8 @@ __all__ = [
     "BackendUnavailable",
     "ConflictError",
     "CorruptRecord",
-    "HistoryEntry",
     "Hint",
+    "HistoryEntry",
     "InvalidInput",
     "InvalidTransition",
     "LocationStatus",

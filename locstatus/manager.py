@@ -124,7 +124,10 @@ class Manager:
         mgr.status("us-east-1").services["replication"].state   # State.PAUSED
 
     ``service`` arguments take a name (``crr`` means ``replication``), a list of names, or None
-    for every service of the location. Mutations return the stored :class:`LocationStatus`.
+    for every service of the location. Mutations return the stored :class:`LocationStatus`;
+    ``op_id=`` (1-64 printable characters) names the operation in the record and its history
+    (default: a fresh uuid), so a caller can tell whether its call changed anything
+    (``status.services[s].op_id == op_id``).
     """
 
     def __init__(
@@ -198,6 +201,7 @@ class Manager:
         actor: str | None = None,
         wait: float | None = None,
         if_version: int | None = None,
+        op_id: str | None = None,
     ) -> LocationStatus:
         """Pause services (SPEC §3 ``pause``): running/resuming -> pausing; a pause of a paused
         service cancels its scheduled resume, else it is a no-op. ``wait`` seconds: block until
@@ -205,7 +209,7 @@ class Manager:
         :class:`PreconditionFailed` unless the record is at that version."""
         return self._operator_event(
             location, service, lambda _s: Event("pause", reason=reason, actor=actor),
-            wait=wait, if_version=if_version,
+            wait=wait, if_version=if_version, op_id=op_id,
         )
 
     def resume(
@@ -218,6 +222,7 @@ class Manager:
         actor: str | None = None,
         wait: float | None = None,
         if_version: int | None = None,
+        op_id: str | None = None,
     ) -> LocationStatus:
         """Resume now, or schedule a resume when ``at`` is given (an aware datetime, or a
         positive timedelta from now). Scheduling a running service raises
@@ -226,7 +231,7 @@ class Manager:
         if at is None:
             return self._operator_event(
                 location, service, lambda _s: Event("resume", reason=reason, actor=actor),
-                wait=wait, if_version=if_version,
+                wait=wait, if_version=if_version, op_id=op_id,
             )
         when = self._resume_time(at)
         return self._operator_event(
@@ -236,6 +241,7 @@ class Manager:
             wait=None,
             if_version=if_version,
             skip_refused=service is None,
+            op_id=op_id,
         )
 
     def cancel_scheduled_resume(
@@ -246,6 +252,7 @@ class Manager:
         actor: str | None = None,
         reason: str | None = None,
         if_version: int | None = None,
+        op_id: str | None = None,
     ) -> LocationStatus:
         """Clear a scheduled resume (no write if none is scheduled)."""
         return self._operator_event(
@@ -254,6 +261,7 @@ class Manager:
             lambda _s: Event("cancel_scheduled_resume", reason=reason, actor=actor),
             wait=None,
             if_version=if_version,
+            op_id=op_id,
         )
 
     # -- reconcile primitives (agents, sidecar, check job) -----------------------------------
@@ -323,16 +331,12 @@ class Manager:
         """
         wanted = self._normalise_locations(locations)
         report = SyncReport()
-        existing = {
-            (r.location if isinstance(r, LocationStatus) else r.location): r
-            for r in self.backend.read_all()
-        }
+        existing = {r.location: r for r in self.backend.read_all()}
         for loc in sorted(wanted):
             svcs = wanted[loc]
-            if loc not in existing:
-                if self._create(loc, svcs, actor=actor):
-                    report.added.append(loc)
-                    continue
+            if loc not in existing and self._create(loc, svcs, actor=actor):
+                report.added.append(loc)
+                continue
             self._ensure(loc, svcs, actor, report)
         if remove_missing:
             for loc, rec in sorted(existing.items()):
@@ -385,7 +389,7 @@ class Manager:
         """A worker-side :class:`~locstatus.agent.Agent` bound to this manager."""
         from locstatus.agent import Agent
 
-        return Agent(self, worker_id, services=services, locations=locations, **kwargs)  # type: ignore[arg-type]
+        return Agent(self, worker_id, services=services, locations=locations, **kwargs)
 
     def close(self) -> None:
         """Close the backend."""
@@ -441,12 +445,16 @@ class Manager:
         wait: float | None,
         if_version: int | None,
         skip_refused: bool = False,
+        op_id: str | None = None,
     ) -> LocationStatus:
         check_location(location)
         self._services_arg(service)  # validate before any I/O
-        if wait is not None and wait < 0:
-            raise InvalidInput(f"wait must be >= 0 seconds, got {wait}")
-        op_id = new_op_id()
+        if wait is not None and not 0 <= wait <= 86_400:
+            raise InvalidInput(f"wait must be 0..86400 seconds, got {wait}")
+        if op_id is None:
+            op_id = new_op_id()
+        elif not (isinstance(op_id, str) and 1 <= len(op_id) <= 64 and op_id.isprintable()):
+            raise InvalidInput(f"op_id must be 1-64 printable characters, got {op_id!r}")
 
         def plan(rec: LocationStatus, now: datetime) -> Plan:
             if rec.deleted:
@@ -562,7 +570,7 @@ class Manager:
                     except AmbiguousCommit as exc:
                         self.stats["ambiguous"] += 1
                         ambiguous = True
-                        raise VersionConflict(f"ambiguous commit, resolving by op_id: {exc}") from exc
+                        raise VersionConflict(f"ambiguous commit, resolving: {exc}") from exc
                     self.stats["writes"] += 1
                     return stored
         except RetryError as exc:
@@ -634,7 +642,9 @@ class Manager:
                 svcs = dict(rec.services)
                 for s in missing:
                     svcs[s] = ServiceStatus(op_id=op_id, updated_at=now, actor=actor)
-                    entries.append(self._record_entry(location, "add_service", op_id, now, actor, s))
+                    entries.append(
+                        self._record_entry(location, "add_service", op_id, now, actor, s)
+                    )
                 update["services"] = svcs
                 outcome["services"] = missing
             if not entries:

@@ -36,7 +36,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 from locstatus.errors import CorruptRecord
-from locstatus.models import HistoryEntry, Hint, LocationStatus, WorkerInfo
+from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 HintCallback = Callable[[Hint], None]
 Unsubscribe = Callable[[], None]

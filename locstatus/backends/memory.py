@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
-from locstatus.errors import AlreadyExists, BackendUnavailable, CorruptRecord, NotFound, VersionConflict
-from locstatus.models import HistoryEntry, Hint, LocationStatus, WorkerInfo
+from locstatus.errors import (
+    AlreadyExists,
+    BackendUnavailable,
+    CorruptRecord,
+    NotFound,
+    VersionConflict,
+)
+from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 
 @dataclass
@@ -76,7 +82,8 @@ class MemoryBackend(Backend):
             self._store.incarnation += 1
             version = (self._store.incarnation - 1) << 20 | 1
             self._store.records[loc] = (version, codec.encode_record(record))
-            self._store.history[loc] = [(version, codec.encode_history(codec.stamp(history, version)))]
+            stamped = codec.encode_history(codec.stamp(history, version))
+            self._store.history[loc] = [(version, stamped)]
         self._notify(Hint(kind="location", location=loc))
         return record.model_copy(update={"version": version})
 
@@ -174,7 +181,8 @@ class MemoryBackend(Backend):
     def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
         self._check_open()
         with self._store.lock:
-            self._store.acks.setdefault(location, {}).setdefault(worker_id, {})[service] = generation
+            per_worker = self._store.acks.setdefault(location, {}).setdefault(worker_id, {})
+            per_worker[service] = generation
         self._notify(Hint(kind="acks", location=location))
 
     def acks(self, location: str) -> AckMap:

@@ -20,6 +20,7 @@ parameters ``timeout`` (seconds, busy timeout), ``synchronous`` (full|normal), `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -37,7 +38,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.models import HistoryEntry, Hint, LocationStatus, WorkerInfo
+from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS locations (
@@ -375,10 +376,8 @@ class SQLiteBackend(Backend):
         with self._conns_lock:
             conns, self._conns = self._conns, []
         for db in conns:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 db.close()
-            except sqlite3.Error:
-                pass
 
     # -- test hooks ----------------------------------------------------------------------
 

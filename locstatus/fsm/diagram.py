@@ -1,9 +1,10 @@
 """Drawings of the state machine, generated from the one table (SPEC §3.6).
 
 :func:`mermaid` renders the machine with ``transitions``' own Mermaid engine, so the diagram in
-the README, in ``docs/fsm.md`` and at ``GET /v1/fsm`` is the machine that runs. :func:`markdown_table`
-renders the transition table the README shows. ``python -m locstatus.fsm.diagram`` prints the
-generated docs section; a test compares it with ``docs/fsm.md``.
+the README, in ``docs/fsm.md`` and at ``GET /v1/fsm`` is the machine that runs.
+:func:`markdown_table` renders the transition table the README shows.
+``python -m locstatus.fsm.diagram`` prints the generated docs section; a test compares it with
+``docs/fsm.md``.
 """
 
 from __future__ import annotations

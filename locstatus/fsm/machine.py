@@ -148,15 +148,17 @@ def _compile() -> dict[tuple[str, State], tuple[_Row, ...]]:
     for name, event in MACHINE.events.items():
         for source, transitions in event.transitions.items():
             for t in transitions:
-                missing = [c.func for c in t.conditions if c.func not in CONDITIONS]
-                missing += [a for a in t.after if a not in EFFECTS]
+                conds = [str(c.func) for c in t.conditions]
+                effects = [str(a) for a in t.after]
+                missing = [c for c in conds if c not in CONDITIONS]
+                missing += [a for a in effects if a not in EFFECTS]
                 if missing or any(not c.target for c in t.conditions):
                     raise RuntimeError(f"state table names unknown functions {missing}")
                 rules.setdefault((name, State(source)), []).append(
                     _Row(
                         dest=State(t.dest) if t.dest else None,
-                        conditions=tuple(CONDITIONS[c.func] for c in t.conditions),
-                        effects=tuple(EFFECTS[a] for a in t.after),
+                        conditions=tuple(CONDITIONS[c] for c in conds),
+                        effects=tuple(EFFECTS[a] for a in effects),
                     )
                 )
     return {k: tuple(v) for k, v in rules.items()}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up a development environment: system packages the tests need (Debian's zookeeper, and
+# chromium for the status-page test), a virtualenv in .venv and the package with its dev extra.
+# Idempotent; safe to run on a fresh machine (as root, or with sudo available).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+[ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING' || true
+.venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v '^WARNING' || true
+.venv/bin/python -c "import locstatus, kazoo, pymongo, fastapi" # fail loudly if the install did not take

@@ -1,0 +1,66 @@
+"""Backend kits: how the shared test suites reach each backend.
+
+A kit knows how to open any number of clients on one fresh store (one SQLite file, one ZooKeeper
+chroot, one Mongo database) and how to damage a record with the backend's own client (for the
+corruption tests). Suites take the ``kit`` fixture from ``conftest.py`` and never look at which
+backend they run on; a backend joins the suites by adding a kit here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from locstatus.backends import Backend, open_backend
+from locstatus.backends.memory import MemoryBackend
+from locstatus.backends.sqlite import SQLiteBackend
+
+
+@dataclass
+class Kit:
+    """One fresh store of one backend kind.
+
+    ``url`` opens it from any process; ``open()`` gives a new client (closed at teardown);
+    ``write_raw(location, text)`` stores text verbatim as a record's payload, bypassing
+    validation, with the backend's own client.
+    """
+
+    name: str
+    url: str
+    write_raw: Callable[[str, str], None]
+    _opened: list[Backend] = field(default_factory=list)
+
+    def open(self) -> Backend:
+        backend = open_backend(self.url)
+        self._opened.append(backend)
+        return backend
+
+    def close(self) -> None:
+        for b in self._opened:
+            with contextlib.suppress(Exception):  # teardown must not mask the test's failure
+                b.close()
+
+
+def memory_kit(tmp_path: Path) -> Kit:
+    url = f"memory://{uuid.uuid4().hex}"
+
+    def write_raw(location: str, text: str) -> None:
+        MemoryBackend(url).write_raw(location, text)
+
+    return Kit("memory", url, write_raw)
+
+
+def sqlite_kit(tmp_path: Path) -> Kit:
+    url = f"sqlite:///{tmp_path}/locstatus.db"
+
+    def write_raw(location: str, text: str) -> None:
+        b = SQLiteBackend(url)
+        try:
+            b.write_raw(location, text)
+        finally:
+            b.close()
+
+    return Kit("sqlite", url, write_raw)

@@ -1,0 +1,367 @@
+"""The backend contract (``locstatus/backends/base.py``), one suite for every backend.
+
+Each test states one invariant of the contract in an operator's terms. The suite runs once per
+kit (memory, SQLite, ZooKeeper, MongoDB); a backend joins by adding a kit, never by skipping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from locstatus.backends import Backend
+from locstatus.errors import (
+    AlreadyExists,
+    CorruptRecord,
+    NotFound,
+    VersionConflict,
+)
+from locstatus.models import (
+    Hint,
+    HistoryEntry,
+    LocationStatus,
+    ServiceStatus,
+    State,
+    WorkerInfo,
+)
+
+from kits import Kit
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def record(location: str, state: State = State.RUNNING, generation: int = 0) -> LocationStatus:
+    return LocationStatus(
+        location=location,
+        services={
+            "replication": ServiceStatus(state=state, generation=generation, updated_at=T0),
+            "lifecycle": ServiceStatus(updated_at=T0),
+        },
+    )
+
+
+def entry(location: str, op_id: str, event: str = "pause", service: str = "replication") -> HistoryEntry:
+    return HistoryEntry(
+        op_id=op_id, at=T0, location=location, service=service, event=event,
+        from_state=State.RUNNING, to_state=State.PAUSING, generation=1,
+    )
+
+
+def worker(worker_id: str, lease: datetime | None, services: tuple[str, ...] = ("replication",)) -> WorkerInfo:
+    return WorkerInfo(worker_id=worker_id, services=services, lease_expires_at=lease, host="h", pid=1)
+
+
+@pytest.fixture
+def b(kit: Kit) -> Backend:
+    return kit.open()
+
+
+# -- records ---------------------------------------------------------------------------------
+
+
+def test_create_then_read_returns_the_same_record(b: Backend) -> None:
+    stored = b.create(record("us-east-1"), [entry("us-east-1", "op-create", "create", "*")])
+    assert stored.version >= 1
+    got = b.read("us-east-1")
+    assert got == stored
+    assert got.services["replication"].state is State.RUNNING
+
+
+def test_create_twice_is_refused_and_keeps_the_first(b: Backend) -> None:
+    first = b.create(record("loc-a"), [])
+    with pytest.raises(AlreadyExists):
+        b.create(record("loc-a", State.PAUSED, 3), [])
+    assert b.read("loc-a") == first
+
+
+def test_read_of_unknown_location_is_not_found(b: Backend) -> None:
+    with pytest.raises(NotFound, match="nowhere"):
+        b.read("nowhere")
+
+
+def test_read_all_is_sorted_and_complete(b: Backend) -> None:
+    for name in ["zeta", "alpha", "mid-1"]:
+        b.create(record(name), [])
+    names = [r.location for r in b.read_all() if isinstance(r, LocationStatus)]
+    assert names == ["alpha", "mid-1", "zeta"]
+
+
+def test_compare_and_set_bumps_the_version_by_exactly_one(b: Backend) -> None:
+    v1 = b.create(record("loc"), []).version
+    stored = b.compare_and_set(record("loc", State.PAUSING, 1), v1, [entry("loc", "op-1")])
+    assert stored.version == v1 + 1
+    again = b.compare_and_set(record("loc", State.PAUSED, 1), v1 + 1, [entry("loc", "op-2", "settle")])
+    assert again.version == v1 + 2
+    assert b.read("loc").services["replication"].state is State.PAUSED
+
+
+def test_stale_compare_and_set_conflicts_and_writes_nothing(b: Backend) -> None:
+    v1 = b.create(record("loc"), []).version
+    b.compare_and_set(record("loc", State.PAUSING, 1), v1, [entry("loc", "op-1")])
+    before = (b.read("loc"), b.history("loc", limit=100))
+    with pytest.raises(VersionConflict):
+        b.compare_and_set(record("loc", State.RESUMING, 2), v1, [entry("loc", "op-stale", "resume")])
+    assert (b.read("loc"), b.history("loc", limit=100)) == before
+
+
+def test_compare_and_set_of_a_missing_record_is_not_found(b: Backend) -> None:
+    with pytest.raises(NotFound):
+        b.compare_and_set(record("ghost"), 1, [entry("ghost", "op")])
+    with pytest.raises(NotFound):
+        b.read("ghost")
+
+
+def test_only_one_of_many_racing_writers_wins(kit: Kit) -> None:
+    clients = [kit.open() for _ in range(6)]
+    v1 = clients[0].create(record("hot"), []).version
+    wins: list[int] = []
+    conflicts: list[int] = []
+    barrier = threading.Barrier(len(clients))
+
+    def race(i: int, client: Backend) -> None:
+        barrier.wait()
+        try:
+            client.compare_and_set(record("hot", State.PAUSING, i + 1), v1, [entry("hot", f"op-{i}")])
+            wins.append(i)
+        except VersionConflict:
+            conflicts.append(i)
+
+    threads = [threading.Thread(target=race, args=(i, c)) for i, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(wins) == 1 and len(conflicts) == len(clients) - 1
+    final = clients[0].read("hot")
+    assert final.version == v1 + 1
+    assert final.services["replication"].generation == wins[0] + 1
+    ops = [e.op_id for e in clients[0].history("hot", limit=100)]
+    assert ops == [f"op-{wins[0]}"]
+
+
+# -- history ---------------------------------------------------------------------------------
+
+
+def test_history_is_written_with_the_state_and_stamped_with_its_version(b: Backend) -> None:
+    v1 = b.create(record("loc"), [entry("loc", "op-c", "create", "*")]).version
+    v2 = b.compare_and_set(record("loc", State.PAUSING, 1), v1, [entry("loc", "op-p")]).version
+    v3 = b.compare_and_set(
+        record("loc", State.PAUSED, 1), v2,
+        [entry("loc", "op-s", "settle"), entry("loc", "op-s", "settle", "lifecycle")],
+    ).version
+    hist = b.history("loc", limit=100)
+    assert [(e.op_id, e.version) for e in hist] == [
+        ("op-s", v3), ("op-s", v3), ("op-p", v2), ("op-c", v1),
+    ]
+    # newest first, and within one write the later entry first
+    assert [e.service for e in hist[:2]] == ["lifecycle", "replication"]
+
+
+def test_history_pages_never_split_a_write(b: Backend) -> None:
+    v = b.create(record("loc"), []).version
+    versions = []
+    for i in range(12):
+        v = b.compare_and_set(
+            record("loc", State.PAUSING, i), v,
+            [entry("loc", f"op-{i}"), entry("loc", f"op-{i}", service="lifecycle")],
+        ).version
+        versions.append(v)
+    page1 = b.history("loc", limit=5)
+    assert len(page1) >= 5 and len(page1) % 2 == 0
+    assert page1[0].version == versions[-1]
+    page2 = b.history("loc", limit=5, before_version=page1[-1].version)
+    assert page2[0].version == page1[-1].version - 1
+    seen: list[int] = []
+    cursor: int | None = None
+    while True:
+        page = b.history("loc", limit=3, before_version=cursor)
+        if not page:
+            break
+        seen.extend(e.version for e in page)
+        cursor = page[-1].version
+    writes = [x for x in dict.fromkeys(seen)]
+    assert writes[:12] == list(reversed(versions))
+    assert all(seen.count(ver) == 2 for ver in versions)
+
+
+def test_history_of_unknown_location_is_empty(b: Backend) -> None:
+    assert b.history("never-created", limit=10) == []
+
+
+# -- delete, tombstone purge and recreation -----------------------------------------------------
+
+
+def test_delete_needs_the_current_version_and_removes_history(b: Backend) -> None:
+    v1 = b.create(record("gone"), [entry("gone", "op-c", "create", "*")]).version
+    v2 = b.compare_and_set(record("gone", State.PAUSING, 1), v1, [entry("gone", "op-p")]).version
+    with pytest.raises(VersionConflict):
+        b.delete("gone", v1)
+    b.delete("gone", v2)
+    with pytest.raises(NotFound):
+        b.read("gone")
+    assert b.history("gone", limit=10) == []
+    with pytest.raises(NotFound):
+        b.delete("gone", v2)
+
+
+def test_a_recreated_record_never_matches_a_version_of_its_earlier_life(b: Backend) -> None:
+    v = b.create(record("phoenix"), []).version
+    old_versions = [v]
+    for i in range(3):
+        v = b.compare_and_set(record("phoenix", State.PAUSING, i + 1), v, []).version
+        old_versions.append(v)
+    b.delete("phoenix", v)
+    reborn = b.create(record("phoenix"), [])
+    assert reborn.version > max(old_versions)
+    for stale in old_versions:
+        with pytest.raises(VersionConflict):
+            b.compare_and_set(record("phoenix", State.PAUSED, 9), stale, [])
+    assert b.read("phoenix") == reborn
+
+
+# -- corruption --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "{not json",
+        '{"deleted_at": null}',
+        '{"services": {"replication": {"state": "exploded"}}, "deleted_at": null}',
+        '["a", "list"]',
+        '{"services": {"replication": {"generation": -4}}, "deleted_at": null}',
+    ],
+    ids=["invalid-json", "missing-field", "bad-state", "not-an-object", "negative-generation"],
+)
+def test_a_corrupt_record_is_named_and_does_not_hide_the_others(kit: Kit, payload: str) -> None:
+    b = kit.open()
+    b.create(record("good-1"), [])
+    b.create(record("good-2"), [])
+    kit.write_raw("bad-loc", payload)
+    with pytest.raises(CorruptRecord, match="bad-loc"):
+        b.read("bad-loc")
+    everything = b.read_all()
+    good = [r.location for r in everything if isinstance(r, LocationStatus)]
+    bad = [r.location for r in everything if isinstance(r, CorruptRecord)]
+    assert good == ["good-1", "good-2"] and bad == ["bad-loc"]
+    assert b.read("good-1").location == "good-1"
+
+
+# -- workers, leases, acknowledgements ----------------------------------------------------------
+
+
+def test_workers_register_renew_and_unregister(b: Backend) -> None:
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    b.put_worker(worker("w-2", lease))
+    b.put_worker(worker("w-1", lease))
+    assert [w.worker_id for w in b.workers()] == ["w-1", "w-2"]
+    renewed = worker("w-1", lease + timedelta(seconds=30), ("replication", "lifecycle"))
+    b.put_worker(renewed)
+    w1 = next(w for w in b.workers() if w.worker_id == "w-1")
+    assert w1.services == ("replication", "lifecycle")
+    assert w1.alive(datetime.now(UTC))
+    b.remove_worker("w-2")
+    b.remove_worker("never-registered")
+    assert [w.worker_id for w in b.workers()] == ["w-1"]
+
+
+def test_an_expired_lease_does_not_count_as_alive(b: Backend) -> None:
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    b.put_worker(worker("w-old", past))
+    now = datetime.now(UTC)
+    listed = [w for w in b.workers() if w.worker_id == "w-old"]
+    assert all(not w.alive(now) for w in listed) or listed == [] or listed[0].lease_expires_at is None
+
+
+def test_acks_are_per_worker_location_and_service(b: Backend) -> None:
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    b.create(record("loc-a"), [])
+    b.create(record("loc-b"), [])
+    b.put_worker(worker("w-1", lease))
+    b.put_worker(worker("w-2", lease))
+    b.ack("w-1", "loc-a", "replication", 3)
+    b.ack("w-1", "loc-a", "replication", 4)
+    b.ack("w-2", "loc-a", "lifecycle", 1)
+    b.ack("w-1", "loc-b", "replication", 7)
+    assert b.acks("loc-a") == {"w-1": {"replication": 4}, "w-2": {"lifecycle": 1}}
+    assert b.acks("loc-b") == {"w-1": {"replication": 7}}
+    assert b.acks("loc-c") == {}
+    all_acks = b.all_acks()
+    assert all_acks["loc-a"]["w-1"] == {"replication": 4}
+    assert all_acks["loc-b"] == {"w-1": {"replication": 7}}
+
+
+def test_unregistering_a_worker_drops_its_acks(b: Backend) -> None:
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    b.create(record("loc-a"), [])
+    b.put_worker(worker("w-1", lease))
+    b.put_worker(worker("w-2", lease))
+    b.ack("w-1", "loc-a", "replication", 2)
+    b.ack("w-2", "loc-a", "replication", 2)
+    b.remove_worker("w-1")
+    assert b.acks("loc-a") == {"w-2": {"replication": 2}}
+
+
+def test_purging_a_location_drops_its_acks(b: Backend) -> None:
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    v = b.create(record("loc-a"), []).version
+    b.put_worker(worker("w-1", lease))
+    b.ack("w-1", "loc-a", "replication", 2)
+    b.delete("loc-a", v)
+    assert b.acks("loc-a") == {}
+
+
+# -- change hints ------------------------------------------------------------------------------
+
+
+def _collect(b: Backend) -> tuple[list[Hint], threading.Event, object]:
+    got: list[Hint] = []
+    flag = threading.Event()
+
+    def cb(h: Hint) -> None:
+        got.append(h)
+        flag.set()
+
+    return got, flag, b.subscribe(cb)
+
+
+def _wait_for(got: list[Hint], pred: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(pred(h) for h in list(got)):  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_write_by_one_client_hints_another(kit: Kit) -> None:
+    writer, watcher = kit.open(), kit.open()
+    v = writer.create(record("hinted"), []).version
+    got, _, unsubscribe = _collect(watcher)
+    time.sleep(0.3)  # let the watcher's subscription settle (watches armed, poller started)
+    writer.compare_and_set(record("hinted", State.PAUSING, 1), v, [entry("hinted", "op")])
+    assert _wait_for(
+        got, lambda h: (h.kind == "location" and h.location == "hinted") or h.kind == "resync"
+    )
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    writer.put_worker(worker("w-hint", lease))
+    writer.ack("w-hint", "hinted", "replication", 1)
+    assert _wait_for(got, lambda h: h.kind in ("acks", "workers", "resync"))
+    unsubscribe()  # type: ignore[operator]
+
+
+def test_after_unsubscribe_no_more_hints_arrive(kit: Kit) -> None:
+    writer, watcher = kit.open(), kit.open()
+    v = writer.create(record("quiet"), []).version
+    got, _, unsubscribe = _collect(watcher)
+    unsubscribe()  # type: ignore[operator]
+    writer.compare_and_set(record("quiet", State.PAUSING, 1), v, [])
+    time.sleep(0.5)
+    assert [h for h in got if h.location == "quiet" and h.kind == "location"] == []
+
+
+def test_ping_answers_on_a_live_backend(b: Backend) -> None:
+    b.ping()

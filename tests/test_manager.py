@@ -1,0 +1,383 @@
+"""The manager on every backend: the operator's scenarios of SPEC §3 and §5.1."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+import pytest
+
+from locstatus import (
+    ConflictError,
+    InvalidInput,
+    InvalidTransition,
+    Manager,
+    NotFound,
+    PreconditionFailed,
+    SettleTimeout,
+    State,
+    WorkerInfo,
+)
+from locstatus.backends import Backend
+from locstatus.errors import AmbiguousCommit, VersionConflict
+from locstatus.manager import RetryPolicy
+from locstatus.models import HistoryEntry, LocationStatus
+
+from kits import Kit
+
+
+class Clock:
+    """A controllable clock (aware UTC)."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kw: float) -> None:
+        self.now += timedelta(**kw)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def mgr(kit: Kit, clock: Clock) -> Iterator[Manager]:
+    m = Manager(kit.open(), clock=clock)
+    m.sync_locations({"us-east-1": ["replication", "lifecycle"], "eu-west-1": ["replication"]})
+    yield m
+
+
+def state(m: Manager, loc: str, svc: str) -> State:
+    return m.status(loc).services[svc].state
+
+
+def test_pause_without_workers_settles_at_once_in_one_write(mgr: Manager) -> None:
+    before = mgr.status("us-east-1").version
+    rec = mgr.pause("us-east-1", "replication", reason="maintenance", actor="ops")
+    svc = rec.services["replication"]
+    assert (svc.state, svc.generation, svc.reason, svc.actor) == (State.PAUSED, 1, "maintenance", "ops")
+    assert rec.version == before + 1
+    events = [(e.event, e.to_state) for e in mgr.history("us-east-1", limit=2)]
+    assert events == [("settle", State.PAUSED), ("pause", State.PAUSING)]
+    assert rec.services["lifecycle"].state is State.RUNNING
+
+
+def test_crr_is_replication(mgr: Manager) -> None:
+    mgr.pause("us-east-1", "crr")
+    assert state(mgr, "us-east-1", "replication") is State.PAUSED
+
+
+def test_pause_all_services_of_a_location_is_one_write(mgr: Manager) -> None:
+    before = mgr.status("us-east-1").version
+    rec = mgr.pause("us-east-1")
+    assert rec.version == before + 1
+    assert {s: st.state for s, st in rec.services.items()} == {
+        "replication": State.PAUSED, "lifecycle": State.PAUSED,
+    }
+
+
+def test_pausing_twice_writes_nothing_the_second_time(mgr: Manager) -> None:
+    first = mgr.pause("us-east-1", "replication")
+    again = mgr.pause("us-east-1", "replication")
+    assert again == first
+
+
+def test_resume_now_and_idempotent(mgr: Manager) -> None:
+    mgr.pause("us-east-1", "replication")
+    rec = mgr.resume("us-east-1", "replication")
+    assert rec.services["replication"].state is State.RUNNING
+    assert rec.services["replication"].generation == 2
+    assert mgr.resume("us-east-1", "replication") == rec
+
+
+def test_scheduled_resume_is_data_and_fires_once_when_due(mgr: Manager, clock: Clock) -> None:
+    mgr.pause("us-east-1", "replication")
+    rec = mgr.resume("us-east-1", "replication", at=timedelta(hours=2))
+    due = rec.services["replication"].resume_at
+    assert due == clock.now + timedelta(hours=2) and rec.services["replication"].state is State.PAUSED
+    assert mgr.fire_due_resumes("us-east-1") == rec  # not due yet: no write
+    clock.advance(hours=2)
+    fired = mgr.fire_due_resumes("us-east-1")
+    assert fired.services["replication"].state is State.RUNNING
+    assert fired.services["replication"].resume_at is None
+    assert mgr.fire_due_resumes("us-east-1") == fired
+    assert [e.event for e in mgr.history("us-east-1", limit=2)] == ["settle", "resume_due"]
+
+
+def test_many_schedulers_fire_a_due_resume_exactly_once(kit: Kit, clock: Clock) -> None:
+    managers = [Manager(kit.open(), clock=clock) for _ in range(6)]
+    managers[0].sync_locations({"hot": ["replication"]})
+    managers[0].pause("hot", "replication")
+    managers[0].resume("hot", "replication", at=timedelta(minutes=5))
+    clock.advance(minutes=6)
+    barrier = threading.Barrier(len(managers))
+
+    def fire(m: Manager) -> None:
+        barrier.wait()
+        m.fire_due_resumes("hot")
+
+    threads = [threading.Thread(target=fire, args=(m,)) for m in managers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    fired = [e for e in managers[0].history("hot", limit=100) if e.event == "resume_due"]
+    assert len(fired) == 1
+
+
+def test_a_manual_pause_or_resume_cancels_the_schedule(mgr: Manager, clock: Clock) -> None:
+    mgr.pause("us-east-1", "replication")
+    mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
+    rec = mgr.pause("us-east-1", "replication")
+    assert rec.services["replication"].resume_at is None
+    mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
+    rec = mgr.resume("us-east-1", "replication")
+    assert rec.services["replication"].resume_at is None
+    clock.advance(hours=2)
+    assert mgr.fire_due_resumes("us-east-1") == rec
+
+
+def test_a_rescheduled_resume_does_not_fire_at_the_old_time(mgr: Manager, clock: Clock) -> None:
+    mgr.pause("us-east-1", "replication")
+    mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
+    mgr.resume("us-east-1", "replication", at=timedelta(hours=3))
+    clock.advance(hours=2)
+    assert state(mgr, "us-east-1", "replication") is State.PAUSED
+    mgr.fire_due_resumes("us-east-1")
+    assert state(mgr, "us-east-1", "replication") is State.PAUSED
+
+
+def test_scheduling_a_running_service_is_refused_and_writes_nothing(mgr: Manager) -> None:
+    before = mgr.status("us-east-1")
+    with pytest.raises(InvalidTransition, match="running"):
+        mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
+    with pytest.raises(InvalidTransition):
+        mgr.resume("us-east-1", None, at=timedelta(hours=1))
+    assert mgr.status("us-east-1") == before
+
+
+def test_scheduling_every_service_applies_to_the_paused_ones(mgr: Manager) -> None:
+    mgr.pause("us-east-1", "replication")
+    rec = mgr.resume("us-east-1", at=timedelta(hours=1))
+    assert rec.services["replication"].resume_at is not None
+    assert rec.services["lifecycle"].state is State.RUNNING
+
+
+def test_cancel_schedule(mgr: Manager) -> None:
+    mgr.pause("us-east-1", "replication")
+    mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
+    rec = mgr.cancel_scheduled_resume("us-east-1", "replication")
+    assert rec.services["replication"].resume_at is None
+    assert mgr.cancel_scheduled_resume("us-east-1", "replication") == rec
+
+
+@pytest.mark.parametrize(
+    "at",
+    [datetime(2026, 3, 1, 12, 0), timedelta(seconds=-5), timedelta(0), "tomorrow"],
+    ids=["naive", "negative", "zero", "string"],
+)
+def test_bad_resume_times_are_refused_before_any_write(mgr: Manager, at: object) -> None:
+    mgr.pause("us-east-1", "replication")
+    before = mgr.status("us-east-1")
+    with pytest.raises(InvalidInput):
+        mgr.resume("us-east-1", "replication", at=at)  # type: ignore[arg-type]
+    assert mgr.status("us-east-1") == before
+
+
+def test_past_resume_time_is_refused(mgr: Manager, clock: Clock) -> None:
+    mgr.pause("us-east-1", "replication")
+    with pytest.raises(InvalidInput, match="not in the future"):
+        mgr.resume("us-east-1", "replication", at=clock.now - timedelta(minutes=1))
+
+
+def test_unknown_location_and_service(mgr: Manager) -> None:
+    with pytest.raises(NotFound, match="nowhere"):
+        mgr.pause("nowhere", "replication")
+    with pytest.raises(NotFound, match="lifecycle"):
+        mgr.pause("eu-west-1", "lifecycle")
+    with pytest.raises(InvalidInput, match="teleport"):
+        mgr.pause("eu-west-1", "teleport")
+    with pytest.raises(InvalidInput, match=r"\.\./x"):
+        mgr.pause("../x", "replication")
+
+
+def test_if_version_refuses_a_stale_caller(mgr: Manager) -> None:
+    v = mgr.status("us-east-1").version
+    mgr.pause("us-east-1", "replication", if_version=v)
+    with pytest.raises(PreconditionFailed):
+        mgr.resume("us-east-1", "replication", if_version=v)
+    assert state(mgr, "us-east-1", "replication") is State.PAUSED
+
+
+def test_two_operators_at_once_both_apply_without_losing_either(kit: Kit, clock: Clock) -> None:
+    a, b = Manager(kit.open(), clock=clock), Manager(kit.open(), clock=clock)
+    a.sync_locations({"shared": ["replication", "lifecycle"]})
+    barrier = threading.Barrier(2)
+
+    def run(m: Manager, svc: str) -> None:
+        barrier.wait()
+        for _ in range(10):
+            m.pause("shared", svc)
+            m.resume("shared", svc)
+
+    t1 = threading.Thread(target=run, args=(a, "replication"))
+    t2 = threading.Thread(target=run, args=(b, "lifecycle"))
+    t1.start(), t2.start()
+    t1.join(60), t2.join(60)
+    rec = a.status("shared")
+    assert rec.services["replication"].generation == 20
+    assert rec.services["lifecycle"].generation == 20
+
+
+def test_sync_adds_restores_and_tombstones(mgr: Manager) -> None:
+    report = mgr.sync_locations({"us-east-1": ["replication", "lifecycle", "ingestion"], "new-1": ["lifecycle"]})
+    assert report.added == ["new-1"] and report.removed == ["eu-west-1"]
+    assert report.services_added == {"us-east-1": ["ingestion"]}
+    gone = mgr.status("eu-west-1")
+    assert gone.deleted and [s.location for s in mgr.statuses()] == ["new-1", "us-east-1"]
+    with pytest.raises(NotFound, match="removed"):
+        mgr.pause("eu-west-1", "replication")
+    report = mgr.sync_locations(["eu-west-1", "us-east-1", "new-1"], remove_missing=False)
+    assert report.restored == ["eu-west-1"]
+    assert not mgr.status("eu-west-1").deleted
+    last = mgr.history("eu-west-1", limit=1)
+    last_write = [e for e in mgr.history("eu-west-1", limit=10) if e.version == last[0].version]
+    assert sorted((e.event, e.service) for e in last_write) == [
+        ("add_service", "ingestion"), ("add_service", "lifecycle"), ("restore", "*"),
+    ]
+
+
+def test_sync_validates_every_name_before_writing(mgr: Manager) -> None:
+    before = [mgr.status(x) for x in ("us-east-1", "eu-west-1")]
+    with pytest.raises(InvalidInput, match="bad/name"):
+        mgr.sync_locations(["fine-1", "bad/name"])
+    with pytest.raises(InvalidInput, match="warp"):
+        mgr.sync_locations({"fine-2": ["warp"]})
+    assert [mgr.status(x) for x in ("us-east-1", "eu-west-1")] == before
+    assert [s.location for s in mgr.statuses()] == ["eu-west-1", "us-east-1"]
+
+
+def test_purge_needs_a_tombstone(mgr: Manager) -> None:
+    with pytest.raises(InvalidTransition):
+        mgr.purge_location("us-east-1", mgr.status("us-east-1").version)
+    rec = mgr.remove_location("eu-west-1")
+    mgr.purge_location("eu-west-1", rec.version)
+    with pytest.raises(NotFound):
+        mgr.status("eu-west-1")
+
+
+def test_live_worker_keeps_pausing_until_it_acks(mgr: Manager, clock: Clock) -> None:
+    mgr.backend.put_worker(
+        WorkerInfo(worker_id="w-1", services=("replication",), lease_expires_at=clock.now + timedelta(seconds=30))
+    )
+    rec = mgr.pause("us-east-1", "replication")
+    assert rec.services["replication"].state is State.PAUSING
+    assert mgr.lagging("us-east-1", "replication") == ["w-1"]
+    with pytest.raises(SettleTimeout, match="w-1") as info:
+        mgr.pause("us-east-1", "replication", wait=0.2)
+    assert info.value.lagging == ["w-1"]
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSING
+    mgr.backend.ack("w-1", "us-east-1", "replication", rec.services["replication"].generation)
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
+
+
+def test_a_worker_whose_lease_expired_stops_blocking(mgr: Manager, clock: Clock) -> None:
+    mgr.backend.put_worker(
+        WorkerInfo(worker_id="w-1", services=("replication",), lease_expires_at=clock.now + timedelta(seconds=10))
+    )
+    assert mgr.pause("us-east-1", "replication").services["replication"].state is State.PAUSING
+    clock.advance(seconds=11)
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
+
+
+def test_a_worker_for_other_locations_does_not_block(mgr: Manager, clock: Clock) -> None:
+    mgr.backend.put_worker(
+        WorkerInfo(
+            worker_id="w-eu", services=("replication",), locations=("eu-west-1",),
+            lease_expires_at=clock.now + timedelta(seconds=30),
+        )
+    )
+    assert state(mgr, "us-east-1", "replication") is State.RUNNING
+    assert mgr.pause("us-east-1", "replication").services["replication"].state is State.PAUSED
+    assert mgr.pause("eu-west-1", "replication").services["replication"].state is State.PAUSING
+
+
+# -- retries and ambiguous commits, with a backend that misbehaves on purpose ---------------------
+
+
+class Flaky:
+    """Wraps a backend: the first ``conflicts`` writes lose a race (another writer bumps the
+    record first); ``ambiguous_after_commit`` writes commit and then report an ambiguous outcome,
+    as a connection lost after send would; ``ambiguous_before_commit`` writes report it without
+    committing."""
+
+    def __init__(self, inner: Backend, conflicts: int = 0, ambiguous_after_commit: int = 0,
+                 ambiguous_before_commit: int = 0) -> None:
+        self.inner = inner
+        self.conflicts = conflicts
+        self.after = ambiguous_after_commit
+        self.before = ambiguous_before_commit
+
+    def compare_and_set(
+        self, record: LocationStatus, expected_version: int, history: list[HistoryEntry]
+    ) -> LocationStatus:
+        if self.conflicts:
+            self.conflicts -= 1
+            cur = self.inner.read(record.location)
+            self.inner.compare_and_set(cur, cur.version, [])  # a competing writer
+            raise VersionConflict("lost a race")
+        if self.before:
+            self.before -= 1
+            raise AmbiguousCommit("connection lost before the write reached the server")
+        stored = self.inner.compare_and_set(record, expected_version, history)
+        if self.after:
+            self.after -= 1
+            raise AmbiguousCommit("connection lost after send")
+        return stored
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def flaky_manager(kit: Kit, **kw: int) -> Manager:
+    retry = RetryPolicy(max_attempts=4, base=0.0001, cap=0.001) if kw.get("conflicts", 0) > 100 else None
+    m = Manager(cast(Backend, Flaky(kit.open(), **kw)), retry=retry)
+    m.sync_locations(["loc"])
+    return m
+
+
+def _ops(hist: list[HistoryEntry], op_id: str) -> list[str]:
+    return [e.event for e in hist if e.op_id == op_id]
+
+
+def test_conflicts_are_retried_and_the_event_reapplied(kit: Kit) -> None:
+    m = flaky_manager(kit, conflicts=5)
+    rec = m.pause("loc", "replication", op_id="op-retry")
+    assert rec.services["replication"].state is State.PAUSED
+    assert _ops(m.history("loc", limit=50), "op-retry") == ["settle", "pause"]
+
+
+def test_conflicts_beyond_the_budget_are_a_clear_conflict_error(kit: Kit) -> None:
+    m = flaky_manager(kit, conflicts=1000)
+    with pytest.raises(ConflictError, match="4 attempts"):
+        m.pause("loc", "replication", op_id="op-give-up")
+    assert _ops(m.history("loc", limit=50), "op-give-up") == []
+
+
+def test_an_ambiguous_commit_that_landed_is_not_applied_twice(kit: Kit) -> None:
+    m = flaky_manager(kit, ambiguous_after_commit=1)
+    rec = m.pause("loc", "replication", op_id="op-amb")
+    assert rec.services["replication"].op_id == "op-amb"
+    assert _ops(m.history("loc", limit=50), "op-amb") == ["settle", "pause"]
+
+
+def test_an_ambiguous_commit_that_did_not_land_is_applied_once(kit: Kit) -> None:
+    m = flaky_manager(kit, ambiguous_before_commit=1)
+    m.pause("loc", "replication", op_id="op-lost")
+    assert _ops(m.history("loc", limit=50), "op-lost") == ["settle", "pause"]
