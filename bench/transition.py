@@ -1,0 +1,181 @@
+"""Transition cost: a locstatus pause/resume vs the raw compare-and-set it performs.
+
+For each round (interleaved, same process, same store and durability settings) it times N
+alternating pause/resume calls through the manager, and N raw operations doing the same I/O
+with the backend's client alone (read the record, versioned write of the new payload plus one
+history row), then prints per-round rates, the median ratio (target: SQLite >= 0.5x,
+ZooKeeper and MongoDB >= 0.8x), median/p99 latency, and where locstatus spends its time
+(cProfile of one extra locstatus round, top functions by own time).
+
+Run: ``python bench/transition.py --backend sqlite [--rounds 7] [--ops 300]``. ZooKeeper and
+MongoDB baselines register themselves in ``RAW`` (see bench/raw_zk.py and bench/raw_mongo.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from locstatus import connect  # noqa: E402
+from locstatus.backends import codec  # noqa: E402
+from locstatus.models import HistoryEntry, LocationStatus, State, new_op_id, utcnow  # noqa: E402
+
+RawOp = Callable[[int], None]
+RAW: dict[str, Callable[[str, str], tuple[RawOp, Callable[[], None]]]] = {}
+"""backend name -> factory(url, location) -> (one raw transition, close)."""
+
+
+def raw_payloads(location: str) -> tuple[list[str], list[str]]:
+    """The two record payloads and history payloads a pause/resume pair writes."""
+    from locstatus.models import ServiceStatus
+
+    now = utcnow()
+    recs, hists = [], []
+    for i, st in enumerate((State.PAUSED, State.RUNNING)):
+        rec = LocationStatus(
+            location=location,
+            services={"replication": ServiceStatus(state=st, generation=i + 1, updated_at=now)},
+        )
+        entry = HistoryEntry(
+            op_id=new_op_id(), at=now, location=location, service="replication", event="pause",
+        )
+        recs.append(codec.encode_record(rec))
+        hists.append(codec.encode_history([entry, entry]))
+    return recs, hists
+
+
+def raw_sqlite(url: str, location: str) -> tuple[RawOp, Callable[[], None]]:
+    from locstatus.backends.sqlite import parse_sqlite_url
+
+    path, params = parse_sqlite_url(url)
+    db = sqlite3.connect(path, isolation_level=None, timeout=30)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={params.get('synchronous', 'full').upper()}")
+    recs, hists = raw_payloads(location)
+
+    def op(i: int) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        version, data = db.execute(
+            "SELECT version, data FROM locations WHERE location = ?", (location,)
+        ).fetchone()
+        json.loads(data)
+        cur = db.execute(
+            "UPDATE locations SET version = ?, data = ? WHERE location = ? AND version = ?",
+            (version + 1, recs[i % 2], location, version),
+        )
+        assert cur.rowcount == 1
+        db.execute(
+            "INSERT INTO history (location, version, data) VALUES (?, ?, ?)",
+            (location, version + 1, hists[i % 2]),
+        )
+        db.execute("COMMIT")
+
+    return op, db.close
+
+
+RAW["sqlite"] = raw_sqlite
+
+
+def timed(fn: Callable[[int], Any], n: int) -> list[float]:
+    lat = []
+    for i in range(n):
+        t = time.perf_counter()
+        fn(i)
+        lat.append(time.perf_counter() - t)
+    return lat
+
+
+def p99(xs: list[float]) -> float:
+    return sorted(xs)[max(0, int(len(xs) * 0.99) - 1)]
+
+
+def run(backend: str, url: str, rounds: int, ops: int) -> dict[str, Any]:
+    mgr = connect(url)
+    mgr.sync_locations(["bench-ls", "bench-raw"])
+    raw_op, raw_close = RAW[backend](url, "bench-raw")
+
+    def ls_op(i: int) -> None:
+        if i % 2 == 0:
+            mgr.pause("bench-ls", "replication")
+        else:
+            mgr.resume("bench-ls", "replication")
+
+    timed(ls_op, 20), timed(raw_op, 20)  # warm up
+    results = []
+    ls_lat: list[float] = []
+    raw_lat: list[float] = []
+    for r in range(rounds):
+        pair = [("raw", raw_op), ("ls", ls_op)]
+        if r % 2:
+            pair.reverse()
+        rates = {}
+        for name, fn in pair:
+            lat = timed(fn, ops)
+            (raw_lat if name == "raw" else ls_lat).extend(lat)
+            rates[name] = ops / sum(lat)
+        results.append({"round": r, **rates, "ratio": rates["ls"] / rates["raw"]})
+        print(
+            f"round {r}: raw {rates['raw']:8.0f} op/s  locstatus {rates['ls']:8.0f} op/s  "
+            f"ratio {rates['ls'] / rates['raw']:.2f}",
+            flush=True,
+        )
+    prof = cProfile.Profile()
+    prof.enable()
+    timed(ls_op, ops)
+    prof.disable()
+    out = StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+    raw_close()
+    mgr.close()
+    summary = {
+        "backend": backend,
+        "rounds": rounds,
+        "ops_per_round": ops,
+        "median_ratio": statistics.median(r["ratio"] for r in results),
+        "median_raw_ops_s": statistics.median(r["raw"] for r in results),
+        "median_ls_ops_s": statistics.median(r["ls"] for r in results),
+        "raw_latency_ms": {"p50": statistics.median(raw_lat) * 1e3, "p99": p99(raw_lat) * 1e3},
+        "ls_latency_ms": {"p50": statistics.median(ls_lat) * 1e3, "p99": p99(ls_lat) * 1e3},
+        "rounds_detail": results,
+    }
+    print(json.dumps({k: v for k, v in summary.items() if k != "rounds_detail"}, indent=2))
+    print("where locstatus spends its time (own time, one extra round):")
+    print("\n".join(out.getvalue().splitlines()[:30]))
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="sqlite", choices=["sqlite", "zk", "mongo"])
+    ap.add_argument("--url", help="backend URL (default: a temp SQLite file / test server)")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--ops", type=int, default=300)
+    ap.add_argument("--json", help="write the summary here")
+    args = ap.parse_args()
+    if args.backend != "sqlite":
+        import importlib
+
+        importlib.import_module(f"raw_{args.backend}")  # registers RAW[...]
+    with tempfile.TemporaryDirectory() as tmp:
+        url = args.url or f"sqlite:///{tmp}/bench.db"
+        summary = run(args.backend, url, args.rounds, args.ops)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
