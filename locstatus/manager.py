@@ -539,46 +539,64 @@ class Manager:
         op_id: str,
         if_version: int | None = None,
     ) -> LocationStatus:
-        """Read, plan, compare-and-set; retry conflicts; resolve ambiguity by op_id."""
-        ambiguous = False
+        """Read, plan, compare-and-set; retry conflicts; resolve ambiguity by op_id.
+
+        The first attempt runs outside the retry policy (no contention is the common case);
+        after a conflict, attempts continue under the bounded, jittered policy."""
+        ambiguity = [False]
+        try:
+            return self._attempt(location, plan, op_id, if_version, ambiguity)
+        except VersionConflict:
+            pass
         policy = self.retry
         retrying = Retrying(
             retry=retry_if_exception_type(VersionConflict),
-            stop=stop_after_attempt(policy.max_attempts) | stop_after_delay(policy.max_seconds),
+            stop=stop_after_attempt(policy.max_attempts - 1) | stop_after_delay(policy.max_seconds),
             wait=wait_random_exponential(multiplier=policy.base, max=policy.cap),
         )
         try:
             for attempt in retrying:
                 with attempt:
-                    rec = self.backend.read(location)
-                    if ambiguous and self._applied(rec, op_id):
-                        return rec
-                    if if_version is not None and rec.version != if_version:
-                        raise PreconditionFailed(
-                            f"location {location!r} is at version {rec.version}, "
-                            f"not {if_version}"
-                        )
-                    planned = plan(rec, self.clock())
-                    if planned is None:
-                        return rec
-                    new, entries = planned
-                    try:
-                        stored = self.backend.compare_and_set(new, rec.version, entries)
-                    except VersionConflict:
-                        self.stats["conflicts"] += 1
-                        raise
-                    except AmbiguousCommit as exc:
-                        self.stats["ambiguous"] += 1
-                        ambiguous = True
-                        raise VersionConflict(f"ambiguous commit, resolving: {exc}") from exc
-                    self.stats["writes"] += 1
-                    return stored
+                    return self._attempt(location, plan, op_id, if_version, ambiguity)
         except RetryError as exc:
             raise ConflictError(
                 f"location {location!r}: compare-and-set kept conflicting "
-                f"({exc.last_attempt.attempt_number} attempts); try again"
+                f"({exc.last_attempt.attempt_number + 1} attempts); try again"
             ) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt(
+        self,
+        location: str,
+        plan: Callable[[LocationStatus, datetime], Plan],
+        op_id: str,
+        if_version: int | None,
+        ambiguity: list[bool],
+    ) -> LocationStatus:
+        """One read-plan-write. Raises VersionConflict to be retried (also after an ambiguous
+        commit, which sets ``ambiguity[0]`` so the next read first looks for ``op_id``)."""
+        rec = self.backend.read(location)
+        if ambiguity[0] and self._applied(rec, op_id):
+            return rec
+        if if_version is not None and rec.version != if_version:
+            raise PreconditionFailed(
+                f"location {location!r} is at version {rec.version}, not {if_version}"
+            )
+        planned = plan(rec, self.clock())
+        if planned is None:
+            return rec
+        new, entries = planned
+        try:
+            stored = self.backend.compare_and_set(new, rec.version, entries)
+        except VersionConflict:
+            self.stats["conflicts"] += 1
+            raise
+        except AmbiguousCommit as exc:
+            self.stats["ambiguous"] += 1
+            ambiguity[0] = True
+            raise VersionConflict(f"ambiguous commit, resolving: {exc}") from exc
+        self.stats["writes"] += 1
+        return stored
 
     def _applied(self, rec: LocationStatus, op_id: str) -> bool:
         if any(s.op_id == op_id for s in rec.services.values()):
