@@ -28,11 +28,8 @@ def connect(
         mgr = connect("zk://127.0.0.1:2181/locstatus")
         mgr.pause("us-east-1", "replication", reason="maintenance")
     """
-    settings = Settings()
-    backend = open_backend(url or settings.backend)
-    return Manager(
-        backend,
-        services=services if services is not None else settings.service_list,
-        clock=clock,
-        retry=retry,
-    )
+    if url is None or services is None:
+        settings = Settings()  # only read the environment for what was not given
+        url = settings.backend if url is None else url
+        services = settings.service_list if services is None else services
+    return Manager(open_backend(url), services=services, clock=clock, retry=retry)

@@ -124,27 +124,18 @@ def load_locations(
                 lc_data = _parse_json(location_config, _read(location_config))
                 for name in _parse_location_config(location_config, lc_data):
                     found.setdefault(name, set()).add(LIFECYCLE)
-        elif isinstance(data, dict):
+        else:  # an object without "extensions": a locationConfig.json on its own
             if location_config is not None:
                 raise InvalidInput(
                     f"{path}: not a Backbeat config.json (no 'extensions' key), so it takes "
                     f"no location config (got {str(location_config)!r})"
                 )
             found = {name: {LIFECYCLE} for name in _parse_location_config(path, data)}
-        else:
-            raise InvalidInput(
-                f"{path}: expected a JSON object (Backbeat config.json or locationConfig.json) "
-                f"or a list of names, got {_json_type(data)}"
-            )
-    wanted = {
-        name: tuple(sorted(svcs & set(configured))) for name, svcs in sorted(found.items())
-    }
+    wanted = {name: tuple(sorted(svcs & set(configured))) for name, svcs in sorted(found.items())}
     result = {name: svcs for name, svcs in wanted.items() if svcs}
     if not result:
         sources = str(path) if location_config is None else f"{path} and {location_config}"
-        detail = (
-            f" with any of the configured services ({', '.join(configured)})" if wanted else ""
-        )
+        detail = f" with any of the configured services ({', '.join(configured)})" if wanted else ""
         raise InvalidInput(
             f"{sources}: no location found{detail}; refusing an empty list "
             "(syncing it would remove every location)"

@@ -86,6 +86,8 @@ class SyncReport:
     removed: list[str] = field(default_factory=list)
     services_added: dict[str, list[str]] = field(default_factory=dict)
     unchanged: list[str] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)
+    """Listed locations whose stored record is corrupt: left untouched."""
 
     @property
     def changed(self) -> bool:
@@ -171,7 +173,10 @@ class Manager:
         check_location(location)
         if not 1 <= limit <= 10_000:
             raise InvalidInput(f"history limit must be 1..10000, got {limit}")
-        return self.backend.history(location, limit=limit, before_version=before_version)[:limit]
+        entries = self.backend.history(location, limit=limit, before_version=before_version)
+        if not entries and before_version is None:
+            self.status(location)  # NotFound for an unknown location rather than []
+        return entries[:limit]
 
     def workers(self) -> list[WorkerInfo]:
         """Registered workers (expired ones included; see :meth:`WorkerInfo.alive`)."""
@@ -334,6 +339,9 @@ class Manager:
         existing = {r.location: r for r in self.backend.read_all()}
         for loc in sorted(wanted):
             svcs = wanted[loc]
+            if isinstance(existing.get(loc), CorruptRecord):
+                report.corrupt.append(loc)  # never rewritten; the check job reports it
+                continue
             if loc not in existing and self._create(loc, svcs, actor=actor):
                 report.added.append(loc)
                 continue
@@ -389,7 +397,7 @@ class Manager:
         """A worker-side :class:`~locstatus.agent.Agent` bound to this manager."""
         from locstatus.agent import Agent
 
-        return Agent(self, worker_id, services=services, locations=locations, **kwargs)
+        return Agent(self, worker_id, services=services, locations=locations, **kwargs)  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Close the backend."""
@@ -407,7 +415,10 @@ class Manager:
         if isinstance(at, timedelta):
             if at <= timedelta(0):
                 raise InvalidInput(f"resume delay must be positive, got {at}")
-            return self.clock() + at
+            try:
+                return self.clock() + at
+            except OverflowError:
+                raise InvalidInput(f"resume delay {at} is out of range") from None
         if not isinstance(at, datetime):
             raise InvalidInput(f"resume time must be a datetime or timedelta, got {at!r}")
         if at.tzinfo is None or at.utcoffset() is None:

@@ -15,6 +15,9 @@ from locstatus.errors import InvalidInput
 LOCATION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SERVICE_RE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
+BULK_LOCATION = "all"
+"""Reserved: ``all`` addresses every location in the CLI and HTTP API (SPEC §5.3)."""
+
 DEFAULT_SERVICES: tuple[str, ...] = ("replication", "lifecycle", "ingestion")
 SERVICE_ALIASES: dict[str, str] = {"crr": "replication"}
 
@@ -36,6 +39,8 @@ def check_location(name: object) -> str:
             f"invalid location name {_shown(name)}: expected 1-128 characters of "
             "A-Z a-z 0-9 . _ -, starting with a letter or digit"
         )
+    if name == BULK_LOCATION:
+        raise InvalidInput(f"{name!r} is reserved for bulk operations and cannot name a location")
     return name
 
 

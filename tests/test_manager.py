@@ -381,3 +381,36 @@ def test_an_ambiguous_commit_that_did_not_land_is_applied_once(kit: Kit) -> None
     m = flaky_manager(kit, ambiguous_before_commit=1)
     m.pause("loc", "replication", op_id="op-lost")
     assert _ops(m.history("loc", limit=50), "op-lost") == ["settle", "pause"]
+
+
+def test_scheduling_keeps_the_reason_of_the_pause(mgr: Manager) -> None:
+    mgr.pause("us-east-1", "replication", reason="fiber cut", actor="ops")
+    rec = mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
+    assert (rec.services["replication"].reason, rec.services["replication"].actor) == ("fiber cut", "ops")
+
+
+def test_over_long_notes_are_refused_before_any_write(mgr: Manager) -> None:
+    before = mgr.status("us-east-1")
+    with pytest.raises(InvalidInput, match="1024"):
+        mgr.pause("us-east-1", "replication", reason="r" * 1025)
+    with pytest.raises(InvalidInput, match="actor"):
+        mgr.pause("us-east-1", "replication", actor=42)  # type: ignore[arg-type]
+    assert mgr.status("us-east-1") == before
+
+
+def test_all_is_reserved_for_bulk_operations(mgr: Manager) -> None:
+    with pytest.raises(InvalidInput, match="reserved"):
+        mgr.sync_locations(["all"])
+
+
+def test_history_of_an_unknown_location_is_not_found(mgr: Manager) -> None:
+    with pytest.raises(NotFound, match="atlantis"):
+        mgr.history("atlantis")
+
+
+def test_sync_leaves_a_corrupt_record_alone_and_carries_on(kit: Kit, clock: Clock) -> None:
+    m = Manager(kit.open(), clock=clock)
+    kit.write_raw("broken-1", "{not json")
+    report = m.sync_locations(["broken-1", "fine-1"])
+    assert report.corrupt == ["broken-1"] and report.added == ["fine-1"]
+    assert [s.location for s in m.statuses()] == ["fine-1"]

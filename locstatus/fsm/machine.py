@@ -44,6 +44,19 @@ class Event:
     reason: str | None = None
     actor: str | None = None
 
+    def __post_init__(self) -> None:
+        # The new status is built with model_copy (no validation), so the free-text fields are
+        # checked here: an over-long reason must be refused, not stored as a corrupt record.
+        for field, value, limit in (("reason", self.reason, 1024), ("actor", self.actor, 256)):
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise InvalidInput(f"{field} must be a string, got {value!r:.80}")
+            if len(value) > limit:
+                raise InvalidInput(f"{field} is {len(value)} characters long, at most {limit}")
+        if self.at is not None and (not isinstance(self.at, datetime) or self.at.tzinfo is None):
+            raise InvalidInput(f"event time must be an aware UTC datetime, got {self.at!r:.80}")
+
 
 @dataclass(frozen=True, slots=True)
 class Change:
@@ -116,7 +129,7 @@ EFFECTS: dict[str, Callable[[_Ctx], None]] = {
     "set_resume_at": _set_resume_at,
 }
 
-_OPERATOR_EVENTS = frozenset({"pause", "resume", "schedule_resume", "cancel_scheduled_resume"})
+_DESIRED_STATE_EVENTS = frozenset({"pause", "resume"})
 
 
 def build_machine(model: Any = None, cls: type[Machine] = Machine, **kwargs: Any) -> Machine:
@@ -200,11 +213,16 @@ def transition(
                 fields["state"] = row.dest
             fields["op_id"] = op_id
             fields["updated_at"] = now
-            if event.name in _OPERATOR_EVENTS:
+            if event.name in _DESIRED_STATE_EVENTS:
+                # a new desired state: its reason and actor replace the old ones
                 fields["reason"] = event.reason
                 fields["actor"] = event.actor
-            elif event.actor is not None:
-                fields["actor"] = event.actor
+            else:
+                # schedule changes, settle, resume_due keep the pause's reason unless given one
+                if event.reason is not None:
+                    fields["reason"] = event.reason
+                if event.actor is not None:
+                    fields["actor"] = event.actor
             new = status.model_copy(update=fields)
             entry = HistoryEntry(
                 op_id=op_id,

@@ -1,0 +1,621 @@
+"""The ``locstatus`` command line (SPEC §5.2), driven the way an operator drives it: against a
+real SQLite file, through typer's runner for most scenarios and through ``python -m locstatus``
+in a real process to prove the console entry and its exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter
+from typer.testing import CliRunner, Result
+
+from locstatus import HistoryEntry, LocationStatus, State, WorkerInfo, connect
+from locstatus.cli import app
+from locstatus.locations import load_sample, sample_path
+
+ENV = {
+    "LOCSTATUS_BACKEND": None,
+    "LOCSTATUS_SERVICES": None,
+    "LOCSTATUS_API_TOKEN": None,
+    "COLUMNS": "200",
+    "USER": "tester",
+}
+STATUS_LIST = TypeAdapter(list[LocationStatus])
+HISTORY_LIST = TypeAdapter(list[HistoryEntry])
+
+
+class Cli:
+    """Runs ``locstatus --backend <url> ...`` in-process against one SQLite file."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "locstatus.db"
+        self.url = f"sqlite:///{self.path}"
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str, env: dict[str, str | None] | None = None) -> Result:
+        return self.runner.invoke(
+            app, ["--backend", self.url, *args], env={**ENV, **(env or {})}, catch_exceptions=False
+        )
+
+    def ok(self, *args: str) -> Result:
+        result = self(*args)
+        assert result.exit_code == 0, (args, result.stdout, result.stderr)
+        return result
+
+    def status(self, location: str) -> LocationStatus:
+        return LocationStatus.model_validate_json(self.ok("status", location, "--json").stdout)
+
+    def statuses(self) -> list[LocationStatus]:
+        return STATUS_LIST.validate_json(self.ok("status", "--json").stdout)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
+
+
+@pytest.fixture
+def synced(cli: Cli) -> Cli:
+    cli.ok(
+        "locations",
+        "sync",
+        str(sample_path("config.json")),
+        "--location-config",
+        str(sample_path("locationConfig.json")),
+    )
+    return cli
+
+
+def states(rec: LocationStatus) -> dict[str, State]:
+    return {s: st.state for s, st in rec.services.items()}
+
+
+# -- locations ---------------------------------------------------------------------------------
+
+
+def test_sync_from_the_sample_configs_creates_each_location_with_its_services(cli: Cli) -> None:
+    result = cli.ok(
+        "locations",
+        "sync",
+        str(sample_path("config.json")),
+        "--location-config",
+        str(sample_path("locationConfig.json")),
+        "--json",
+    )
+    report = json.loads(result.stdout)
+    assert report["added"] == sorted(load_sample())
+    listed = STATUS_LIST.validate_json(cli.ok("locations", "list", "--json").stdout)
+    assert {r.location: tuple(sorted(r.services)) for r in listed} == load_sample()
+    assert all(st.state is State.RUNNING for r in listed for st in r.services.values())
+    again = json.loads(cli.ok("locations", "sync", "--sample", "--json").stdout)
+    assert again["added"] == [] and again["unchanged"] == sorted(load_sample())
+
+
+def test_sync_removes_missing_locations_unless_kept_and_dry_run_writes_nothing(
+    synced: Cli, tmp_path: Path
+) -> None:
+    short = tmp_path / "short.txt"
+    short.write_text("us-east-1\nnew-site\n")
+    before = synced.ok("locations", "list", "--json").stdout
+    plan = json.loads(synced.ok("locations", "sync", str(short), "--dry-run", "--json").stdout)
+    assert plan["dry_run"] is True
+    assert plan["added"] == ["new-site"]
+    assert plan["removed"] == ["ap-south-tokyo", "cold-archive-1", "dr-site-a", "eu-west-par"]
+    assert plan["services_added"] == {"us-east-1": ["replication"]}
+    assert synced.ok("locations", "list", "--json").stdout == before
+
+    kept = json.loads(synced.ok("locations", "sync", str(short), "--keep-missing", "--json").stdout)
+    assert kept["removed"] == [] and kept["added"] == ["new-site"]
+    assert len(synced.statuses()) == 6
+
+    done = json.loads(synced.ok("locations", "sync", str(short), "--json").stdout)
+    assert done["removed"] == plan["removed"]
+    assert sorted(r.location for r in synced.statuses()) == ["new-site", "us-east-1"]
+    listed = STATUS_LIST.validate_json(synced.ok("locations", "list", "--json").stdout)
+    assert sum(r.deleted for r in listed) == 4
+    # a removed location refuses operator events: unknown location (exit 1)
+    result = synced("pause", "dr-site-a")
+    assert result.exit_code == 1 and "dr-site-a" in result.stderr
+
+
+# -- pause / resume / schedule / cancel --------------------------------------------------------
+
+
+def test_pause_is_recorded_and_a_second_pause_is_an_idempotent_no_op(synced: Cli) -> None:
+    result = synced.ok("pause", "us-east-1", "--reason", "maintenance", "--actor", "ops")
+    assert "paused ingestion, lifecycle" in result.stdout
+    rec = synced.status("us-east-1")
+    assert states(rec) == {"ingestion": State.PAUSED, "lifecycle": State.PAUSED}
+    assert {st.reason for st in rec.services.values()} == {"maintenance"}
+    assert {st.actor for st in rec.services.values()} == {"ops"}
+
+    again = synced.ok("pause", "us-east-1")
+    assert "no change" in again.stdout
+    assert synced.status("us-east-1").version == rec.version
+
+
+def test_default_actor_is_user_at_host(synced: Cli) -> None:
+    synced.ok("pause", "dr-site-a")
+    actor = synced.status("dr-site-a").services["replication"].actor
+    assert actor is not None and actor.startswith("tester@")
+
+
+def test_service_option_targets_only_that_service_and_accepts_crr(synced: Cli) -> None:
+    synced.ok("pause", "eu-west-par", "-s", "crr")
+    assert states(synced.status("eu-west-par")) == {
+        "lifecycle": State.RUNNING,
+        "replication": State.PAUSED,
+    }
+    synced.ok("pause", "eu-west-par", "--service", "lifecycle", "--service", "replication")
+    assert set(states(synced.status("eu-west-par")).values()) == {State.PAUSED}
+
+
+def test_resume_in_2h_schedules_about_two_hours_from_now(synced: Cli) -> None:
+    synced.ok("pause", "us-east-1")
+    before = datetime.now(UTC)
+    result = synced.ok("resume", "us-east-1", "--service", "lifecycle", "--in", "2h")
+    after = datetime.now(UTC)
+    assert "scheduled" in result.stdout
+    rec = synced.status("us-east-1")
+    due = rec.services["lifecycle"].resume_at
+    assert due is not None
+    assert before + timedelta(hours=2) <= due <= after + timedelta(hours=2)
+    assert rec.services["lifecycle"].state is State.PAUSED
+    assert rec.services["ingestion"].resume_at is None
+
+
+def test_resume_at_with_an_offset_is_stored_in_utc_and_cancel_clears_it(synced: Cli) -> None:
+    synced.ok("pause", "dr-site-a")
+    local = (datetime.now(UTC) + timedelta(days=3)).replace(microsecond=0)
+    at = local.astimezone(__import__("datetime").timezone(timedelta(hours=2))).isoformat()
+    synced.ok("resume", "dr-site-a", "--at", at)
+    due = synced.status("dr-site-a").services["replication"].resume_at
+    assert due == local and due.utcoffset() == timedelta(0)
+
+    synced.ok("cancel-schedule", "dr-site-a")
+    rec = synced.status("dr-site-a")
+    assert rec.services["replication"].resume_at is None
+    assert rec.services["replication"].state is State.PAUSED
+    again = synced.ok("cancel-schedule", "dr-site-a")  # nothing scheduled: no-op, exit 0
+    assert "no change" in again.stdout
+    assert synced.status("dr-site-a").version == rec.version
+
+
+def test_resume_now_and_history_json_round_trips(synced: Cli) -> None:
+    synced.ok("pause", "cold-archive-1", "--reason", "tape swap")
+    synced.ok("resume", "cold-archive-1", "--in", "1h30m")
+    synced.ok("cancel-schedule", "cold-archive-1")
+    synced.ok("resume", "cold-archive-1", "--reason", "done")
+    assert states(synced.status("cold-archive-1")) == {"lifecycle": State.RUNNING}
+
+    entries = HISTORY_LIST.validate_json(synced.ok("history", "cold-archive-1", "--json").stdout)
+    events = [e.event for e in entries]
+    assert events == [
+        "settle",
+        "resume",
+        "cancel_scheduled_resume",
+        "schedule_resume",
+        "settle",
+        "pause",
+        "create",
+    ]
+    assert [e.version for e in entries] == sorted((e.version for e in entries), reverse=True)
+    assert entries[5].reason == "tape swap" and entries[1].reason == "done"
+    limited = HISTORY_LIST.validate_json(
+        synced.ok("history", "cold-archive-1", "--limit", "2", "--json").stdout
+    )
+    assert [e.event for e in limited] == ["settle", "resume"]
+    human = synced.ok("history", "cold-archive-1").stdout
+    assert "cancel_scheduled_resume" in human and "tape swap" in human
+
+
+def test_status_human_output_shows_state_schedule_generation_and_reason(synced: Cli) -> None:
+    synced.ok("pause", "dr-site-a", "--reason", "disk swap [rack 4]")
+    synced.ok("pause", "us-east-1")
+    synced.ok("resume", "us-east-1", "--in", "2h")
+    out = synced.ok("status").stdout
+    for text in ("us-east-1", "paused", "running", "disk swap [rack 4]", "in 1h59m", "by tester@"):
+        assert text in out, text
+    one = synced.ok("status", "us-east-1").stdout
+    assert "version 3" in one and "in 1h59m" in one
+
+
+def test_status_json_lists_every_location_as_models(synced: Cli) -> None:
+    synced.ok("pause", "dr-site-a")
+    records = synced.statuses()
+    assert [r.location for r in records] == sorted(load_sample())
+    by_name = {r.location: r for r in records}
+    assert by_name["dr-site-a"].services["replication"].state is State.PAUSED
+    assert by_name["dr-site-a"].services["replication"].generation == 1
+
+
+# -- all ---------------------------------------------------------------------------------------
+
+
+def test_pause_all_resume_all_and_per_location_results(synced: Cli) -> None:
+    results = json.loads(synced.ok("pause", "all", "--reason", "freeze", "--json").stdout)
+    assert [r["location"] for r in results] == sorted(load_sample())
+    assert {r["result"] for r in results} == {"changed"}
+    assert all(
+        st.state is State.PAUSED and st.reason == "freeze"
+        for r in synced.statuses()
+        for st in r.services.values()
+    )
+    again = json.loads(synced.ok("pause", "all", "--json").stdout)
+    assert {r["result"] for r in again} == {"unchanged"}
+
+    synced.ok("resume", "all")
+    assert all(st.state is State.RUNNING for r in synced.statuses() for st in r.services.values())
+
+
+def test_all_with_a_service_skips_locations_without_it(synced: Cli) -> None:
+    results = json.loads(synced.ok("pause", "all", "-s", "ingestion", "--json").stdout)
+    outcome = {r["location"]: r["result"] for r in results}
+    assert outcome == {
+        "ap-south-tokyo": "changed",
+        "us-east-1": "changed",
+        "cold-archive-1": "skipped",
+        "dr-site-a": "skipped",
+        "eu-west-par": "skipped",
+    }
+    assert states(synced.status("us-east-1"))["lifecycle"] is State.RUNNING
+
+
+def test_schedule_all_schedules_paused_locations_and_skips_running_ones(synced: Cli) -> None:
+    synced.ok("pause", "dr-site-a")
+    results = json.loads(synced.ok("resume", "all", "--in", "1h", "--json").stdout)
+    outcome = {r["location"]: r["result"] for r in results}
+    assert outcome["dr-site-a"] == "changed"
+    assert {v for k, v in outcome.items() if k != "dr-site-a"} == {"skipped"}
+    assert synced.status("dr-site-a").services["replication"].resume_at is not None
+    synced.ok("cancel-schedule", "all")
+    assert synced.status("dr-site-a").services["replication"].resume_at is None
+    # nothing paused anywhere: refused
+    synced.ok("resume", "dr-site-a")
+    refused = synced("resume", "all", "--in", "1h")
+    assert refused.exit_code == 1 and "no location" in refused.stderr
+
+
+def test_all_with_no_locations_is_refused(cli: Cli) -> None:
+    result = cli("pause", "all")
+    assert result.exit_code == 1
+    assert "no locations" in result.stderr
+
+
+# -- exit codes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["status", "nowhere"], 1, "'nowhere'"),
+        (["pause", "nowhere"], 1, "'nowhere'"),
+        (["pause", "dr-site-a", "-s", "lifecycle"], 1, "no service lifecycle"),
+        (["resume", "dr-site-a", "--in", "2h"], 1, "dr-site-a"),  # running: invalid transition
+        (["history", "nowhere"], 1, "'nowhere'"),
+        (["pause", "../x"], 2, "'../x'"),
+        (["pause", "dr-site-a", "-s", "gc"], 2, "'gc'"),
+        (["resume", "dr-site-a", "--in", "soon"], 2, "'soon'"),
+        (["history", "dr-site-a", "--limit", "0"], 2, "--limit '0'"),
+    ],
+)
+def test_exit_codes(synced: Cli, args: list[str], code: int, needle: str) -> None:
+    result = synced(*args)
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    assert result.stderr.startswith("error: ")
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_usage_errors_exit_2(synced: Cli) -> None:
+    assert synced("pause").exit_code == 2
+    assert synced("frobnicate").exit_code == 2
+    assert synced("history", "dr-site-a", "--limit", "many").exit_code == 2
+    assert synced("pause", "dr-site-a", "--bogus").exit_code == 2
+
+
+def test_bad_backend_is_exit_2_naming_the_url(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for url in ("ftp://example.com/x", f"sqlite:///{tmp_path}/missing/dir/x.db"):
+        result = runner.invoke(app, ["--backend", url, "status"], env=ENV)
+        assert result.exit_code == 2, result.stderr
+        assert result.stderr.startswith("error: ")
+        assert ("ftp://example.com/x" in result.stderr) or ("missing/dir" in result.stderr)
+
+
+def test_backend_and_services_come_from_the_environment(cli: Cli) -> None:
+    runner = CliRunner()
+    env = {**ENV, "LOCSTATUS_BACKEND": cli.url, "LOCSTATUS_SERVICES": "replication,gc"}
+    result = runner.invoke(app, ["locations", "sync", str(sample_path("locations.txt"))], env=env)
+    assert result.exit_code == 0, result.stderr
+    rec = LocationStatus.model_validate_json(
+        runner.invoke(app, ["status", "us-east-1", "--json"], env=env).stdout
+    )
+    assert sorted(rec.services) == ["gc", "replication"]
+    assert runner.invoke(app, ["pause", "us-east-1", "-s", "gc"], env=env).exit_code == 0
+
+
+# -- --wait and workers ------------------------------------------------------------------------
+
+
+def register(url: str, worker_id: str, *, alive: bool = True, **extra: Any) -> None:
+    now = datetime.now(UTC)
+    with connect(url) as mgr:
+        mgr.backend.put_worker(
+            WorkerInfo(
+                worker_id=worker_id,
+                services=("replication",),
+                host="host-1",
+                pid=4242,
+                started_at=now,
+                lease_expires_at=now + (timedelta(hours=1) if alive else -timedelta(hours=1)),
+                **extra,
+            )
+        )
+
+
+def test_wait_times_out_naming_the_lagging_worker_then_settles_when_acked(synced: Cli) -> None:
+    register(synced.url, "worker-7")
+    result = synced("pause", "dr-site-a", "--wait", "0.3")
+    assert result.exit_code == 1
+    assert "worker-7" in result.stderr
+    assert synced.status("dr-site-a").services["replication"].state is State.PAUSING
+
+    def ack_later() -> None:
+        time.sleep(0.3)
+        with connect(synced.url) as mgr:
+            mgr.backend.ack("worker-7", "dr-site-a", "replication", 1)
+
+    acker = threading.Thread(target=ack_later)
+    acker.start()
+    try:
+        done = synced.ok("pause", "dr-site-a", "--wait", "60", "--json")
+    finally:
+        acker.join()
+    rec = LocationStatus.model_validate_json(done.stdout)
+    assert rec.services["replication"].state is State.PAUSED
+
+
+def test_workers_shows_lease_state_lag_and_handler_errors(synced: Cli) -> None:
+    register(synced.url, "worker-a", errors={"dr-site-a/replication": "boom: disk full"})
+    register(synced.url, "worker-b", alive=False, locations=("eu-west-par",))
+    synced("pause", "dr-site-a", "--wait", "0")  # worker-a is live and has not acked
+    rows = {w["worker_id"]: w for w in json.loads(synced.ok("workers", "--json").stdout)}
+    assert rows["worker-a"]["alive"] is True and rows["worker-b"]["alive"] is False
+    assert rows["worker-a"]["lagging"] == [
+        {"location": "dr-site-a", "service": "replication", "acked": 0, "generation": 1}
+    ]
+    assert rows["worker-b"]["lagging"] == []  # filtered to eu-west-par, which did not change
+    assert rows["worker-b"]["locations"] == ["eu-west-par"]
+    WorkerInfo.model_validate(
+        {k: v for k, v in rows["worker-a"].items() if k not in ("alive", "lagging")}
+    )
+    human = synced.ok("workers").stdout
+    for text in ("worker-a", "alive", "expired", "dr-site-a/replication (0<1)", "disk full"):
+        assert text in human, text
+
+
+# -- corrupt records ---------------------------------------------------------------------------
+
+
+def corrupt(path: Path, location: str, payload: str) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE locations SET data = ? WHERE location = ?", (payload, location))
+
+
+def test_corrupt_records_are_named_and_do_not_hide_the_others(synced: Cli) -> None:
+    corrupt(synced.path, "dr-site-a", "{not json")
+    corrupt(synced.path, "eu-west-par", json.dumps({"deleted_at": None}))  # no "services"
+
+    one = synced("status", "dr-site-a")
+    assert one.exit_code == 2
+    assert one.stderr.startswith("error: corrupt record for location 'dr-site-a'")
+    assert synced("status", "eu-west-par").exit_code == 2
+
+    listing = synced("status")
+    assert listing.exit_code == 2
+    for name in ("us-east-1", "ap-south-tokyo", "cold-archive-1"):
+        assert name in listing.stdout
+    assert "CORRUPT" in listing.stdout
+    assert "'dr-site-a'" in listing.stderr and "'eu-west-par'" in listing.stderr
+
+    as_json = synced("status", "--json")
+    assert as_json.exit_code == 2
+    assert [r.location for r in STATUS_LIST.validate_json(as_json.stdout)] == [
+        "ap-south-tokyo",
+        "cold-archive-1",
+        "us-east-1",
+    ]
+    # the history of a corrupt location is still readable
+    hist = synced("history", "dr-site-a", "--json")
+    assert hist.exit_code == 0 and "warning: corrupt record" in hist.stderr
+    # bulk operations act on the readable ones and report the corrupt ones
+    bulk = synced("pause", "all", "--json")
+    assert bulk.exit_code == 2
+    results = {r["location"]: r["result"] for r in json.loads(bulk.stdout)}
+    assert results["dr-site-a"] == "error" and results["us-east-1"] == "changed"
+    # syncing a list that names a corrupt location is refused before anything is written
+    sync = synced("locations", "sync", str(sample_path("locations.txt")))
+    assert sync.exit_code == 2 and "dr-site-a" in sync.stderr
+
+
+# -- commands implemented elsewhere: wiring ----------------------------------------------------
+
+
+@pytest.fixture
+def fake_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    calls: dict[str, Any] = {}
+
+    class Report:
+        exit_code = 1
+
+        def as_dict(self) -> dict[str, Any]:
+            return {"findings": [{"kind": "overdue_resume"}]}
+
+    def run_check(mgr: Any, **kwargs: Any) -> Report:
+        calls["check"] = {"locations": [r.location for r in mgr.statuses()], **kwargs}
+        return Report()
+
+    def render_report(report: Report, console: Any) -> None:
+        console.print("rendered report")
+
+    def write_metrics(report: Report, path: str) -> None:
+        Path(path).write_text("locstatus_findings 1\n")
+
+    def serve(url: str, **kwargs: Any) -> None:
+        calls["serve"] = {"url": url, **kwargs}
+
+    def run_demo(**kwargs: Any) -> int:
+        calls["demo"] = kwargs
+        return 3
+
+    check_mod = types.ModuleType("locstatus.check")
+    check_mod.__dict__.update(
+        run_check=run_check, render_report=render_report, write_metrics=write_metrics
+    )
+    server_mod = types.ModuleType("locstatus.api.server")
+    server_mod.__dict__.update(serve=serve)
+    demo_mod = types.ModuleType("locstatus.demo")
+    demo_mod.__dict__.update(run_demo=run_demo)
+    monkeypatch.setitem(sys.modules, "locstatus.check", check_mod)
+    monkeypatch.setitem(sys.modules, "locstatus.api.server", server_mod)
+    monkeypatch.setitem(sys.modules, "locstatus.demo", demo_mod)
+    yield calls
+
+
+def test_check_passes_parsed_options_and_exits_with_the_report_code(
+    synced: Cli, fake_modules: dict[str, Any], tmp_path: Path
+) -> None:
+    metrics = tmp_path / "m.prom"
+    result = synced(
+        "check",
+        "--repair",
+        "--json",
+        "--stuck-after",
+        "90s",
+        "--tombstone-ttl",
+        "1d",
+        "--locations",
+        str(sample_path("config.json")),
+        "--location-config",
+        str(sample_path("locationConfig.json")),
+        "--metrics-file",
+        str(metrics),
+    )
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == {"findings": [{"kind": "overdue_resume"}]}
+    call = fake_modules["check"]
+    assert call["repair"] is True and call["dry_run"] is False
+    assert call["stuck_after"] == 90.0 and call["tombstone_ttl"] == 86_400.0
+    assert call["expected"] == load_sample()
+    assert call["progress"] is False  # never a progress bar mixed into JSON
+    assert call["locations"] == sorted(load_sample())
+    assert metrics.read_text() == "locstatus_findings 1\n"
+
+    human = synced("check", "--no-progress")
+    assert human.exit_code == 1 and "rendered report" in human.stdout
+    assert fake_modules["check"]["expected"] is None and fake_modules["check"]["progress"] is False
+
+
+def test_serve_and_demo_wiring(
+    synced: Cli, fake_modules: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = synced(
+        "serve",
+        "--port",
+        "9999",
+        "--check-interval",
+        "30",
+        env={"LOCSTATUS_API_TOKEN": "s3cret"},
+    )
+    assert result.exit_code == 0, result.stderr
+    assert fake_modules["serve"] == {
+        "url": synced.url,
+        "host": "127.0.0.1",
+        "port": 9999,
+        "token": "s3cret",
+        "insecure": False,
+        "reconcile_interval": 1.0,
+        "check_interval": 30.0,
+    }
+    assert synced("serve", "--port", "0").exit_code == 2
+
+    demo = synced("demo", "--workers", "2", "--duration", "5", "--keep")
+    assert demo.exit_code == 3
+    assert fake_modules["demo"] == {
+        "backend_url": synced.url,
+        "keep": True,
+        "workers": 2,
+        "duration": 5.0,
+        "port": 8080,
+    }
+    # the backend only reaches the demo when given on the command line, never from the env
+    env_only = CliRunner().invoke(app, ["demo"], env={**ENV, "LOCSTATUS_BACKEND": synced.url})
+    assert env_only.exit_code == 3 and fake_modules["demo"]["backend_url"] is None
+
+
+def test_missing_feature_module_is_a_clear_exit_2(
+    synced: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "locstatus.demo", None)  # import fails
+    result = synced("demo")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: 'locstatus demo' is not available")
+
+
+# -- a real process ----------------------------------------------------------------------------
+
+
+def run(
+    tmp_path: Path, *args: str, exe: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+    env["COLUMNS"] = "200"
+    return subprocess.run(
+        [*(exe or [sys.executable, "-m", "locstatus"]), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_python_dash_m_uses_the_default_backend_and_exit_codes(tmp_path: Path) -> None:
+    assert run(tmp_path, "locations", "sync", "--sample").returncode == 0
+    assert (tmp_path / "locstatus.db").is_file()  # sqlite:///./locstatus.db in the cwd
+    paused = run(tmp_path, "pause", "us-east-1", "--reason", "maintenance")
+    assert paused.returncode == 0, paused.stderr
+    noop = run(tmp_path, "pause", "us-east-1")
+    assert noop.returncode == 0 and "no change" in noop.stdout
+    status = run(tmp_path, "status", "us-east-1", "--json")
+    assert LocationStatus.model_validate_json(status.stdout).services["lifecycle"].paused
+    refused = run(tmp_path, "resume", "dr-site-a", "--at", "2099-01-01T00:00:00Z")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: ") and "Traceback" not in refused.stderr
+    bad = run(tmp_path, "pause", "../etc/passwd")
+    assert bad.returncode == 2 and "'../etc/passwd'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    usage = run(tmp_path, "resume")
+    assert usage.returncode == 2
+
+
+def test_console_script_is_installed(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "locstatus"
+    assert script.is_file(), "package not installed (pip install -e .)"
+    result = run(tmp_path, "--backend", f"sqlite:///{tmp_path}/c.db", "status", exe=[str(script)])
+    assert result.returncode == 0
+    assert "no locations" in result.stdout
+    assert run(tmp_path, "--version", exe=[str(script)]).stdout.startswith("locstatus ")
