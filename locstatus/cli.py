@@ -279,7 +279,8 @@ def _interval(option: str, value: str | None) -> float | None:
 
 
 def _port(value: str) -> int:
-    return int(parse_number("--port", value, low=1, high=65_535, integer=True))
+    """A TCP port; 0 asks the OS for a free one (the server logs the port it got)."""
+    return int(parse_number("--port", value, low=0, high=65_535, integer=True))
 
 
 # -- per-invocation state --------------------------------------------------------------------

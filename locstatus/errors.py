@@ -123,6 +123,13 @@ class Unauthorized(LocstatusError):
     title = "unauthorized"
 
 
+class Forbidden(Unauthorized):
+    """A bearer token was given but is not the right one (HTTP 403)."""
+
+    http_status = 403
+    title = "forbidden"
+
+
 class SettleTimeout(LocstatusError, TimeoutError):
     """``wait=`` ran out before every live worker acknowledged the new generation."""
 

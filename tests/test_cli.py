@@ -550,7 +550,8 @@ def test_serve_and_demo_wiring(
         "reconcile_interval": 1.0,
         "check_interval": 30.0,
     }
-    assert synced("serve", "--port", "0").exit_code == 2
+    assert synced("serve", "--port", "65536").exit_code == 2
+    assert synced("serve", "--port", "-1").exit_code == 2
 
     demo = synced("demo", "--workers", "2", "--duration", "5", "--keep")
     assert demo.exit_code == 3

@@ -317,8 +317,14 @@ class SQLiteBackend(Backend):
         with self._sub_lock:
             self._subscribers.append(callback)
             if self._poller is None:
+                # Start from the log's current end now, so a write right after subscribe()
+                # is hinted (not swallowed by the poller's first tick).
+                start = int(self._query("SELECT COALESCE(MAX(seq), 0) FROM changes")[0][0])  # type: ignore[call-overload]
                 self._poller = threading.Thread(
-                    target=self._poll_changes, name="locstatus-sqlite-hints", daemon=True
+                    target=self._poll_changes,
+                    args=(start,),
+                    name="locstatus-sqlite-hints",
+                    daemon=True,
                 )
                 self._poller.start()
 
@@ -335,8 +341,8 @@ class SQLiteBackend(Backend):
         for cb in subscribers:
             cb(hint)
 
-    def _poll_changes(self) -> None:
-        last: int | None = None
+    def _poll_changes(self, start: int | None = None) -> None:
+        last: int | None = start
         while not self._stop.wait(self._poll):
             try:
                 if last is None:

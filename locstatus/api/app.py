@@ -1,0 +1,937 @@
+"""The sidecar's HTTP application (SPEC §5.3): :func:`create_app` builds a FastAPI app over a
+:class:`~locstatus.manager.Manager`.
+
+Why it is shaped so:
+
+- The app is a thin shell over the manager: every mutation is the manager's compare-and-set path,
+  every error is a :mod:`locstatus.errors` class whose ``http_status`` decides the response
+  (:mod:`.problems`), so the CLI and the sidecar never disagree about what an error is.
+- Routes are plain (synchronous) functions run in the server's thread pool: a backend call may
+  block (ZooKeeper, MongoDB) and must not stall the event loop. The exception is the location
+  read, the hot path: on local backends (SQLite, where a WAL reader never waits for a writer;
+  memory) it runs on the event loop, served by a plain Starlette route in front of its documented
+  FastAPI route. Location documents are serialised once by pydantic straight to bytes; the
+  ``response_model`` of a route is documentation only.
+- The record version is the ETag (``"<version>"``). ``If-Match`` (strong, weak or unquoted;
+  several values; ``*``) becomes the manager's ``if_version``, so a stale write is refused by the
+  same compare-and-set that applies it (412), never by a check-then-write race.
+- ``all`` as the location is a bulk operation. It answers 200 only when every location
+  succeeded; otherwise it answers a problem document whose status is the highest error status
+  and whose ``results`` member holds the per-location outcome (``{"status": ...}`` or
+  ``{"error": <problem>}``). An error is never hidden in a 200.
+- One pure ASGI middleware counts requests and latencies per route template and refuses request
+  bodies over 64 KiB (413) before any parsing.
+
+Usage::
+
+    mgr = Manager(open_backend("sqlite:///./locstatus.db"))
+    app = create_app(mgr, token=os.environ.get("LOCSTATUS_API_TOKEN"))
+    uvicorn.run(app, host="127.0.0.1", port=8080)
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request, Security
+from fastapi.encoders import jsonable_encoder
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    model_validator,
+)
+from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route as StarletteRoute
+
+from locstatus import __version__
+from locstatus.errors import (
+    InvalidInput,
+    LocstatusError,
+    NotFound,
+    PreconditionFailed,
+    Unauthorized,
+)
+from locstatus.manager import Clock, Manager
+from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
+from locstatus.names import BULK_LOCATION, LOCATION_RE, SERVICE_ALIASES, check_location
+
+from . import page, problems
+from .metrics import Metrics
+from .problems import PROBLEM_MEDIA_TYPE, Problem, ProblemError, error_body, responses
+
+if TYPE_CHECKING:
+    from locstatus.reconciler import Reconciler
+
+MAX_BODY = 64 * 1024
+"""Largest accepted request body, in bytes (413 above)."""
+
+MAX_DELAY_SECONDS = 10 * 366 * 24 * 3600
+"""Longest accepted scheduled-resume delay (about ten years), in seconds."""
+
+ALL = BULK_LOCATION
+"""The location (and service) name that means "every one" in mutating routes."""
+
+_LOCAL = frozenset({"sqlite", "memory"})
+T = TypeVar("T")
+
+Op = Callable[[str, int | None], LocationStatus]
+"""``op(location, if_version) -> stored record``: one manager mutation."""
+
+
+# -- request and response bodies -------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PauseBody(_Body):
+    """Body of ``POST .../pause`` (optional)."""
+
+    reason: str | None = Field(default=None, max_length=1024, description="Why (free text)")
+    actor: str | None = Field(default=None, max_length=256, description="Who")
+    wait: float | None = Field(
+        default=None, ge=0, le=300,
+        description="Seconds to wait until every live worker acknowledged (504 on timeout)",
+    )
+
+
+class ResumeBody(PauseBody):
+    """Body of ``POST .../resume`` (optional): resume now, or schedule with ``at`` (an aware
+    ISO datetime in the future) or ``in_seconds`` (positive), not both."""
+
+    at: AwareDatetime | None = Field(default=None, description="Scheduled resume time")
+    in_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_DELAY_SECONDS, description="Schedule a resume this far ahead"
+    )
+
+    @model_validator(mode="after")
+    def _one_time(self) -> ResumeBody:
+        if self.at is not None and self.in_seconds is not None:
+            raise ValueError("give at or in_seconds, not both")
+        if self.wait is not None and (self.at is not None or self.in_seconds is not None):
+            raise ValueError("wait applies to an immediate resume, not to a scheduled one")
+        return self
+
+
+class CancelBody(_Body):
+    """Body of ``DELETE .../schedule`` (optional)."""
+
+    reason: str | None = Field(default=None, max_length=1024)
+    actor: str | None = Field(default=None, max_length=256)
+
+
+class BulkItem(BaseModel):
+    """Outcome for one location of a bulk (``all``) operation: ``status`` or ``error``."""
+
+    status: Any | None = None
+    error: Problem | None = None
+
+
+class BulkResult(BaseModel):
+    """Per-location results of a bulk operation that fully succeeded."""
+
+    results: dict[str, BulkItem]
+
+
+class WorkerView(WorkerInfo):
+    """A registered worker and whether its lease holds now (``is_alive``)."""
+
+    is_alive: bool
+
+
+class Health(BaseModel):
+    """``/healthz`` and ``/readyz`` answer."""
+
+    status: str
+    reconciler: str | None = None
+
+
+class CheckView(BaseModel):
+    """The last periodic consistency check (``GET /v1/check``)."""
+
+    at: datetime
+    duration_seconds: float
+    result: Any
+
+
+@dataclass
+class CheckState:
+    """Where the server's periodic check stores its last outcome (read by ``/v1/check``)."""
+
+    result: Any = None
+    at: datetime | None = None
+    duration: float = 0.0
+    error: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_LOCATIONS = TypeAdapter(list[LocationStatus])
+_HISTORY = TypeAdapter(list[HistoryEntry])
+_WORKERS = TypeAdapter(list[WorkerView])
+
+
+# -- the per-app context ----------------------------------------------------------------------
+
+
+class Context:
+    """What the routes share: the manager, the token, the clock, metrics and helpers."""
+
+    def __init__(
+        self,
+        mgr: Manager,
+        *,
+        token: str | None,
+        clock: Clock,
+        metrics: Metrics,
+        reconciler: Reconciler | None,
+        check: CheckState | None,
+        inline_reads: bool | None = None,
+    ) -> None:
+        self.mgr = mgr
+        self.token = token
+        self.clock = clock
+        self.metrics = metrics
+        self.reconciler = reconciler
+        self.check = check
+        scheme = mgr.backend.url.split(":", 1)[0]
+        self.inline_reads = inline_reads if inline_reads is not None else scheme in _LOCAL
+        """Run single reads on the event loop: true for local backends (SQLite in WAL mode
+        never makes a reader wait for a writer; memory), false for network backends."""
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call a quick backend read: inline for local backends, else in the thread pool."""
+        if self.inline_reads:
+            return fn(*args, **kwargs)
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+    # -- names ----------------------------------------------------------------------------
+
+    def service_arg(self, name: str) -> str | None:
+        """``all`` -> None (every service); else the canonical configured name.
+        Raises :class:`NotFound` for a service that is not configured."""
+        if name == ALL:
+            return None
+        canon = SERVICE_ALIASES.get(name, name)
+        if canon not in self.mgr.services:
+            shown = name if len(name) <= 64 else name[:61] + "..."
+            raise NotFound(
+                f"unknown service {shown!r}: expected one of {', '.join(self.mgr.services)}, "
+                "crr or all"
+            )
+        return canon
+
+    # -- mutations ------------------------------------------------------------------------
+
+    def single(
+        self,
+        event: str,
+        location: str,
+        service: str | None,
+        op: Op,
+        *,
+        if_match: str | None = None,
+        wait: float | None = None,
+    ) -> LocationStatus:
+        """Apply ``op`` to one location; ``if_match`` is the raw header. Raises the
+        manager's errors (:class:`PreconditionFailed` on a stale If-Match)."""
+        check_location(location)
+        versions = parse_if_match(if_match) if if_match is not None else None
+        before = self.mgr.status(location)
+        if_version: int | None = None
+        if versions:
+            if len(versions) == 1:
+                if_version = versions[0]
+            elif before.version in versions:
+                if_version = before.version  # still checked by the compare-and-set
+            else:
+                raise PreconditionFailed(
+                    f"location {location!r} is at version {before.version}, "
+                    f"not one of {', '.join(map(str, versions))}"
+                )
+        try:
+            after = op(location, if_version)
+        except LocstatusError as exc:
+            self.metrics.transition(event, type(exc).__name__)
+            raise
+        self.metrics.transition(event, "applied" if after.version != before.version else "noop")
+        if wait is not None:
+            after = self.mgr.wait_settled(location, service, timeout=wait)
+        return after
+
+    def bulk(
+        self,
+        event: str,
+        service: str | None,
+        op: Op,
+        *,
+        wait: float | None = None,
+        select: Callable[[LocationStatus], bool] | None = None,
+    ) -> dict[str, LocationStatus | LocstatusError]:
+        """Apply ``op`` to every (non-removed) location that has ``service`` (every location
+        if None) and passes ``select``. Returns location -> stored record or error. With
+        ``wait``, every write is done first, then each location is waited for until one
+        shared deadline."""
+        records = [
+            r
+            for r in self.mgr.statuses()
+            if (service is None or service in r.services) and (select is None or select(r))
+        ]
+        out: dict[str, LocationStatus | LocstatusError] = {}
+        for rec in records:
+            try:
+                after = op(rec.location, None)
+            except LocstatusError as exc:
+                self.metrics.transition(event, type(exc).__name__)
+                out[rec.location] = exc
+                continue
+            self.metrics.transition(event, "applied" if after.version != rec.version else "noop")
+            out[rec.location] = after
+        if wait is not None:
+            deadline = time.monotonic() + wait
+            for loc, value in out.items():
+                if isinstance(value, LocationStatus):
+                    try:
+                        out[loc] = self.mgr.wait_settled(
+                            loc, service, timeout=max(0.0, deadline - time.monotonic())
+                        )
+                    except LocstatusError as exc:
+                        out[loc] = exc
+        return out
+
+    def respond(
+        self,
+        request: Request,
+        event: str,
+        location: str,
+        service: str | None,
+        op: Op,
+        *,
+        if_match: str | None,
+        wait: float | None = None,
+        select: Callable[[LocationStatus], bool] | None = None,
+        render: Callable[[LocationStatus], Any] | None = None,
+        empty: str | None = None,
+    ) -> Response:
+        """Run a native mutation for one location (ETag'd record) or ``all`` (bulk)."""
+        if location != ALL:
+            rec = self.single(event, location, service, op, if_match=if_match, wait=wait)
+            return location_response(rec)
+        if if_match is not None:
+            raise InvalidInput("If-Match cannot be used with location 'all' (one version each)")
+        results = self.bulk(event, service, op, wait=wait, select=select)
+        if not results and empty is not None:
+            return problems.problem(409, "invalid transition", empty, instance=request.url.path,
+                                    type_="urn:locstatus:invalid-transition")
+        return bulk_response(request, results, render or _dump)
+
+
+def _dump(rec: LocationStatus) -> Any:
+    return rec.model_dump(mode="json")
+
+
+def bulk_response(
+    request: Request,
+    results: dict[str, LocationStatus | LocstatusError],
+    render: Callable[[LocationStatus], Any],
+    *,
+    flat: bool = False,
+) -> Response:
+    """200 with every location's rendered record when all succeeded; else a problem with the
+    highest error status and per-location ``results``. ``flat``: the 200 body is
+    ``{location: render(record)}`` (Backbeat style) instead of ``{"results": ...}``."""
+    errors = {loc: v for loc, v in results.items() if isinstance(v, LocstatusError)}
+    if not errors:
+        ok = {loc: render(v) for loc, v in results.items() if isinstance(v, LocationStatus)}
+        return JSONResponse(ok if flat else {"results": {k: {"status": v} for k, v in ok.items()}})
+    status = max(e.http_status for e in errors.values())
+    first_loc, first = next(iter(errors.items()))
+    body: dict[str, Any] = {
+        "type": "urn:locstatus:bulk-failed",
+        "title": "bulk operation failed for some locations",
+        "status": status,
+        "detail": problems.redact(
+            f"{len(errors)} of {len(results)} locations failed; {first_loc}: {first.message}"
+        ),
+        "instance": request.url.path,
+        "results": {
+            loc: (
+                {"error": error_body(v)}
+                if isinstance(v, LocstatusError)
+                else {"status": render(v)}
+            )
+            for loc, v in results.items()
+        },
+    }
+    return problems.problem_response(body)
+
+
+def location_response(rec: LocationStatus, status_code: int = 200) -> Response:
+    """A location document with its ETag."""
+    return Response(
+        content=rec.model_dump_json(),
+        status_code=status_code,
+        media_type="application/json",
+        headers={"ETag": etag(rec.version)},
+    )
+
+
+def etag(version: int) -> str:
+    """The (strong) ETag of a record version: ``"<version>"``."""
+    return f'"{version}"'
+
+
+def parse_if_match(value: str) -> list[int] | None:
+    """Versions named by an ``If-Match``/``If-None-Match`` header: ``"12"``, ``W/"12"``, ``12``,
+    comma-separated lists. Returns None for ``*`` (any version). Raises :class:`InvalidInput`."""
+    versions: list[int] = []
+    for raw in value.split(","):
+        tag = raw.strip()
+        if not tag:
+            continue
+        if tag == "*":
+            return None
+        if tag[:2] in ("W/", "w/"):
+            tag = tag[2:]
+        if len(tag) >= 2 and tag[0] == tag[-1] == '"':
+            tag = tag[1:-1]
+        if not tag.isascii() or not tag.isdigit() or len(tag) > 19:
+            raise InvalidInput(
+                f"invalid entity tag {raw.strip()[:40]!r}: expected a record version such as "
+                '"12" (as sent in the ETag header)'
+            )
+        versions.append(int(tag))
+    if not versions:
+        raise InvalidInput("empty If-Match header")
+    return versions
+
+
+# -- dependencies -----------------------------------------------------------------------------
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="LOCSTATUS_API_TOKEN; required on mutating routes when the sidecar has one",
+)
+
+
+async def context(request: Request) -> Context:
+    """The app's :class:`Context` (an ``async`` dependency: no thread-pool hop)."""
+    ctx: Context = request.app.state.locstatus
+    return ctx
+
+
+async def authorize(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+) -> None:
+    """Require ``Authorization: Bearer <token>`` when the app has a token: missing or not a
+    bearer token -> 401, wrong token -> 403. The token never appears in an answer."""
+    token = request.app.state.locstatus.token
+    if token is None:
+        return
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized(
+            "this route needs an Authorization header with the sidecar's bearer token "
+            "(LOCSTATUS_API_TOKEN)"
+        )
+    if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
+        raise ProblemError(403, "forbidden", "the bearer token is not the sidecar's token")
+
+
+Ctx = Annotated[Context, Depends(context)]
+LocationPath = Annotated[
+    str,
+    Path(
+        description="Location name, or 'all' for every location (mutations only)",
+        json_schema_extra={"pattern": f"^{LOCATION_RE.pattern}$"},
+        examples=["us-east-1", "all"],
+    ),
+]
+ServicePath = Annotated[
+    str,
+    Path(
+        description="Service name ('crr' = replication), or 'all' for every service",
+        examples=["replication", "crr", "all"],
+    ),
+]
+IfMatch = Annotated[
+    str | None,
+    Header(description='Record version the change is based on, e.g. "12" (412 if stale)'),
+]
+
+_MUTATION_ERRORS = responses(400, 401, 403, 404, 409, 412, 413, 422, 503, 504)
+_READ_ERRORS = responses(400, 404, 422, 503)
+
+router = APIRouter()
+
+
+# -- native routes ----------------------------------------------------------------------------
+
+
+@router.get(
+    "/v1/locations",
+    response_model=list[LocationStatus],
+    tags=["locations"],
+    summary="Every location",
+    responses=responses(422, 503),
+)
+async def list_locations(
+    ctx: Ctx,
+    include_removed: Annotated[bool, Query(description="Include tombstones")] = False,
+) -> Response:
+    records = await ctx.read(ctx.mgr.statuses, include_removed=include_removed)
+    return Response(_LOCATIONS.dump_json(records), media_type="application/json")
+
+
+@router.get(
+    "/v1/locations/{location}",
+    response_model=LocationStatus,
+    tags=["locations"],
+    summary="One location (ETag = version)",
+    responses={304: {"description": "Not modified (If-None-Match)"}, **_READ_ERRORS},
+    openapi_extra={
+        "parameters": [
+            {
+                "name": "location",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": f"^{LOCATION_RE.pattern}$"},
+                "description": "Location name",
+                "examples": {"example": {"value": "us-east-1"}},
+            },
+            {
+                "name": "If-None-Match",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": 'ETag(s) already held, e.g. "12": 304 if still current',
+            }
+        ]
+    },
+)
+async def get_location(request: Request) -> Response:
+    # The hot read path. At run time this function is served by a plain Starlette route placed
+    # first (see create_app): no dependency or parameter for FastAPI to solve, which costs more
+    # than the backend read. The FastAPI route behind it documents it; its two parameters are
+    # declared through openapi_extra.
+    ctx: Context = request.app.state.locstatus
+    location: str = request.path_params["location"]
+    if_none_match = request.headers.get("if-none-match")
+    rec = await ctx.read(ctx.mgr.status, location)
+    if if_none_match is not None:
+        versions = parse_if_match(if_none_match)
+        if versions is None or rec.version in versions:
+            return Response(status_code=304, headers={"ETag": etag(rec.version)})
+    return location_response(rec)
+
+
+@router.post(
+    "/v1/locations/{location}/{service}/pause",
+    response_model=LocationStatus | BulkResult,
+    tags=["mutations"],
+    summary="Pause a service (location 'all': every location)",
+    responses=_MUTATION_ERRORS,
+    dependencies=[Depends(authorize)],
+)
+def pause(
+    request: Request,
+    ctx: Ctx,
+    location: LocationPath,
+    service: ServicePath,
+    body: Annotated[PauseBody | None, Body()] = None,
+    if_match: IfMatch = None,
+) -> Response:
+    b = body or PauseBody()
+    svc = ctx.service_arg(service)
+
+    def op(loc: str, if_version: int | None) -> LocationStatus:
+        return ctx.mgr.pause(loc, svc, reason=b.reason, actor=b.actor, if_version=if_version)
+
+    return ctx.respond(request, "pause", location, svc, op, if_match=if_match, wait=b.wait)
+
+
+@router.post(
+    "/v1/locations/{location}/{service}/resume",
+    response_model=LocationStatus | BulkResult,
+    tags=["mutations"],
+    summary="Resume now, or schedule a resume (at / in_seconds)",
+    responses=_MUTATION_ERRORS,
+    dependencies=[Depends(authorize)],
+)
+def resume(
+    request: Request,
+    ctx: Ctx,
+    location: LocationPath,
+    service: ServicePath,
+    body: Annotated[ResumeBody | None, Body()] = None,
+    if_match: IfMatch = None,
+) -> Response:
+    b = body or ResumeBody()
+    svc = ctx.service_arg(service)
+    when: datetime | timedelta | None = b.at
+    if b.in_seconds is not None:
+        when = timedelta(seconds=b.in_seconds)
+    event = "resume" if when is None else "schedule_resume"
+
+    def op(loc: str, if_version: int | None) -> LocationStatus:
+        return ctx.mgr.resume(
+            loc, svc, at=when, reason=b.reason, actor=b.actor, if_version=if_version
+        )
+
+    return ctx.respond(
+        request, event, location, svc, op, if_match=if_match, wait=b.wait,
+        select=None if when is None else _has_paused(svc),
+        empty=None if when is None else "no location has a paused service to schedule",
+    )
+
+
+def _has_paused(service: str | None) -> Callable[[LocationStatus], bool]:
+    """Bulk scheduling targets locations where the service is paused (or pausing)."""
+
+    def select(rec: LocationStatus) -> bool:
+        names = [service] if service is not None else list(rec.services)
+        return any(rec.services[s].paused for s in names if s in rec.services)
+
+    return select
+
+
+@router.delete(
+    "/v1/locations/{location}/{service}/schedule",
+    response_model=LocationStatus | BulkResult,
+    tags=["mutations"],
+    summary="Cancel a scheduled resume",
+    responses=_MUTATION_ERRORS,
+    dependencies=[Depends(authorize)],
+)
+def cancel_schedule(
+    request: Request,
+    ctx: Ctx,
+    location: LocationPath,
+    service: ServicePath,
+    body: Annotated[CancelBody | None, Body()] = None,
+    if_match: IfMatch = None,
+) -> Response:
+    b = body or CancelBody()
+    svc = ctx.service_arg(service)
+
+    def op(loc: str, if_version: int | None) -> LocationStatus:
+        return ctx.mgr.cancel_scheduled_resume(
+            loc, svc, reason=b.reason, actor=b.actor, if_version=if_version
+        )
+
+    return ctx.respond(request, "cancel_scheduled_resume", location, svc, op, if_match=if_match)
+
+
+@router.get(
+    "/v1/locations/{location}/history",
+    response_model=list[HistoryEntry],
+    tags=["locations"],
+    summary="History of a location, newest first",
+    responses=_READ_ERRORS,
+)
+def history(
+    ctx: Ctx,
+    location: LocationPath,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 50,
+    before_version: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+) -> Response:
+    ctx.mgr.status(location)  # 404 for an unknown location, not an empty list
+    entries = ctx.mgr.history(location, limit=limit, before_version=before_version)
+    return Response(_HISTORY.dump_json(entries), media_type="application/json")
+
+
+@router.get(
+    "/v1/workers",
+    response_model=list[WorkerView],
+    tags=["workers"],
+    summary="Registered workers and their leases",
+    responses=responses(503),
+)
+def workers(ctx: Ctx) -> Response:
+    now = ctx.clock()
+    views = [WorkerView(**w.model_dump(), is_alive=w.alive(now)) for w in ctx.mgr.workers()]
+    return Response(_WORKERS.dump_json(views), media_type="application/json")
+
+
+@router.get(
+    "/v1/fsm",
+    response_class=PlainTextResponse,
+    tags=["meta"],
+    summary="The state machine as Mermaid source",
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+def fsm() -> PlainTextResponse:
+    return PlainTextResponse(page._mermaid())
+
+
+@router.get(
+    "/v1/check",
+    response_model=CheckView,
+    tags=["meta"],
+    summary="Last periodic consistency check",
+    responses=responses(404, 503),
+)
+def last_check(ctx: Ctx) -> Response:
+    state = ctx.check
+    if state is None or state.at is None:
+        raise ProblemError(404, "not found", "no consistency check has run yet")
+    with state.lock:
+        if state.error is not None:
+            raise ProblemError(503, "check failed", problems.redact(state.error))
+        result = state.result
+        as_dict = getattr(result, "as_dict", None)  # locstatus.check.CheckReport
+        view = CheckView(
+            at=state.at,
+            duration_seconds=state.duration,
+            result=as_dict() if callable(as_dict) else jsonable_encoder(result),
+        )
+    return Response(view.model_dump_json(), media_type="application/json")
+
+
+# -- operations ------------------------------------------------------------------------------
+
+
+@router.get(
+    "/healthz", response_model=Health, response_model_exclude_none=True, tags=["meta"],
+    summary="The process is up",
+)
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=Health,
+    response_model_exclude_none=True,
+    tags=["meta"],
+    summary="The backend answers (and the reconciler runs)",
+    responses=responses(503),
+)
+def readyz(ctx: Ctx) -> Health:
+    ctx.mgr.backend.ping()
+    rec = ctx.reconciler
+    if rec is None:
+        return Health(status="ok")
+    if not rec.alive:
+        raise ProblemError(503, "not ready", "the reconciler thread is not running")
+    return Health(status="ok", reconciler="running")
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    tags=["meta"],
+    summary="Prometheus metrics",
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+def metrics(ctx: Ctx) -> Response:
+    body, content_type = ctx.metrics.render()
+    return Response(body, media_type=content_type)
+
+
+@router.get(
+    "/",
+    response_class=HTMLResponse,
+    tags=["meta"],
+    summary="Status page (HTML)",
+    responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}},
+               503: {"content": {"text/html": {"schema": {"type": "string"}}},
+                     "description": "Backend unavailable (page with a banner)"},
+               **responses(422)},
+)
+def status_page(
+    ctx: Ctx,
+    refresh: Annotated[int, Query(ge=0, le=3600, description="Auto-refresh seconds")] = 5,
+) -> HTMLResponse:
+    text, status = page.render(ctx.mgr, ctx.clock, refresh=refresh)
+    return HTMLResponse(text, status_code=status)
+
+
+# -- middleware -------------------------------------------------------------------------------
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class _Middleware:
+    """Request metrics per route template, and the 64 KiB body limit (413)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, max_body: int) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        method = scope["method"]
+        status = [500]
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            if method in ("POST", "PUT", "PATCH", "DELETE"):
+                replay = await self._read_body(scope, receive)
+                if replay is None:
+                    status[0] = 413
+                    await self._too_large(scope, send)
+                    return
+                receive = replay
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            label = getattr(route, "path", None) or "unmatched"
+            self.metrics.request(method, label, status[0], time.perf_counter() - start)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> Receive | None:
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and (
+                not value.isdigit() or int(value) > self.max_body
+            ):
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # client went away: let the app see it
+                first: Message = message
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                first = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                break
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return first
+            return await receive()
+
+        return replay
+
+    async def _too_large(self, scope: Scope, send: Send) -> None:
+        body = Problem(
+            title="request too large", status=413,
+            detail=f"request body larger than {self.max_body} bytes",
+            instance=scope.get("path"),
+        ).model_dump_json(exclude_none=True).encode()
+        await send({
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        })
+        await send({"type": "http.response.body", "body": body})
+
+
+# -- the factory ------------------------------------------------------------------------------
+
+
+def _fast_get_location() -> StarletteRoute:
+    """``GET /v1/locations/{location}`` as a plain Starlette route (the documented FastAPI
+    route of the same path and function stays behind it, for the OpenAPI document)."""
+    route = StarletteRoute("/v1/locations/{location}", get_location, methods=["GET"])
+    route.methods = {"GET"}  # no implicit HEAD: the document (and Allow on 405) list GET only
+    inner = route.app
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = route  # FastAPI sets it for its own routes only; metrics label by it
+        await inner(scope, receive, send)
+
+    route.app = app
+    return route
+
+
+def create_app(
+    mgr: Manager,
+    *,
+    token: str | None = None,
+    clock: Clock | None = None,
+    reconciler: Reconciler | None = None,
+    check: CheckState | None = None,
+    max_body: int = MAX_BODY,
+    inline_reads: bool | None = None,
+) -> FastAPI:
+    """Build the sidecar app over ``mgr``.
+
+    - ``token``: when set, mutating routes need ``Authorization: Bearer <token>`` (401/403).
+    - ``clock``: aware-UTC ``datetime`` factory for lease liveness and overdue resumes on the
+      page and in metrics; default ``mgr.clock``.
+    - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
+      ``/readyz`` and ``/metrics`` (the app does not start or stop it).
+    - ``check``: where the periodic consistency check stores its result (``/v1/check``).
+    - ``max_body``: largest request body in bytes (413 above).
+    - ``inline_reads``: serve ``GET /v1/locations[/{location}]`` on the event loop instead of
+      the thread pool; default: yes for ``sqlite://`` and ``memory://``, no for network backends.
+    """
+    from .backbeat import router as backbeat_router
+
+    metrics = Metrics(mgr, clock=clock, reconciler=lambda: reconciler)
+    app = FastAPI(
+        title="locstatus sidecar",
+        version=__version__,
+        description=(
+            "Pause/resume status per location and service (SPEC §5.3). Errors are "
+            "application/problem+json; the record version is the ETag."
+        ),
+        openapi_url="/openapi.json",
+        # The routes go straight into the app's router: FastAPI keeps an included router as a
+        # nested level that every request walks through (about 15 us per request).
+        routes=[_fast_get_location(), *router.routes, *backbeat_router.routes],
+    )
+    app.state.locstatus = Context(
+        mgr,
+        token=token or None,
+        clock=clock or mgr.clock,
+        metrics=metrics,
+        reconciler=reconciler,
+        check=check,
+        inline_reads=inline_reads,
+    )
+    problems.install(app)
+    app.add_middleware(_Middleware, metrics=metrics, max_body=max_body)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description,
+                routes=app.routes,
+            )
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components["Problem"] = Problem.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,337 @@
+"""Backbeat-compatible routes under ``/_/backbeat/api/{crr|ingestion|lifecycle}/`` (SPEC §5.3).
+
+Why it is shaped so: existing tooling (Backbeat's API clients, operator scripts) drives pause and
+resume through these paths, so they are kept as Backbeat documents them (``docs/pause-resume.md``
+of scality/backbeat), with the location defaulting to ``all``:
+
+- ``GET status[/{loc}]`` -> ``{"<loc>": "enabled" | "disabled"}`` (pausing/paused = disabled)
+- ``POST pause[/{loc}]``, ``POST resume[/{loc}]``
+- ``POST resume[/{loc}]/schedule`` with optional ``{"hours": N}`` (default 6; a positive
+  integer up to 87600, else 400)
+- ``DELETE resume[/{loc}][/schedule]`` cancels a scheduled resume
+- ``GET resume[/{loc}][/schedule]`` -> ``{"<loc>": "<ISO date>" | "none"}``
+
+``crr`` is the ``replication`` service. ``schedule`` right after ``resume`` is always the suffix,
+never a location name (a location named ``schedule`` is ``resume/schedule/schedule``).
+
+Two deliberate differences from the original: a refused transition (scheduling a resume of a
+running service) is a 409 and every error is an ``application/problem+json`` document with its
+real status, never a 200. Mutations answer with the resulting value per location, in the same
+shape as the matching GET (the original answered ``{}``; clients that ignored the body still
+do). With ``all``, locations that do not have the service are simply absent; scheduling ``all``
+targets the locations where the service is paused (409 if there is none). An unknown location,
+or one without that service, is a 404.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from locstatus.errors import InvalidInput, InvalidTransition, NotFound
+from locstatus.models import LocationStatus
+from locstatus.names import check_location
+
+from .app import ALL, Context, Op, authorize, bulk_response, context
+from .problems import responses
+
+SERVICES: dict[str, str] = {
+    "crr": "replication",
+    "ingestion": "ingestion",
+    "lifecycle": "lifecycle",
+}
+"""Backbeat service name -> locstatus service."""
+
+DEFAULT_HOURS = 6
+MAX_HOURS = 87_600
+"""Longest accepted scheduled-resume delay: ten years, in hours."""
+
+ServiceParam = Annotated[
+    str,
+    Path(description="Backbeat service", json_schema_extra={"enum": sorted(SERVICES)}),
+]
+LocParam = Annotated[
+    str, Path(description="Location name, or 'all'", examples=["us-east-1", "all"])
+]
+Ctx = Annotated[Context, Depends(context)]
+StatusMap = dict[str, str]
+
+_HOURS_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": False,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "hours": {
+                            "type": "integer", "minimum": 1, "maximum": MAX_HOURS, "default": 6,
+                            "description": "Resume this many hours from now (default 6)",
+                        }
+                    },
+                    "additionalProperties": False,
+                }
+            }
+        },
+    }
+}
+_READ = responses(400, 404, 503)
+_WRITE = responses(400, 401, 403, 404, 409, 413, 503)
+
+router = APIRouter(prefix="/_/backbeat/api/{service}", tags=["backbeat"])
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _service(ctx: Context, name: str) -> str:
+    svc = SERVICES.get(name)
+    if svc is None or svc not in ctx.mgr.services:
+        shown = name if len(name) <= 64 else name[:61] + "..."
+        raise NotFound(
+            f"unknown Backbeat service {shown!r}: expected one of "
+            f"{', '.join(s for s in sorted(SERVICES) if SERVICES[s] in ctx.mgr.services)}"
+        )
+    return svc
+
+
+def _records(ctx: Context, loc: str, svc: str) -> list[LocationStatus]:
+    if loc == ALL:
+        return [r for r in ctx.mgr.statuses() if svc in r.services]
+    rec = ctx.mgr.status(check_location(loc))
+    if rec.deleted or svc not in rec.services:
+        raise NotFound(f"location {loc!r} has no service {svc}")
+    return [rec]
+
+
+def iso_date(when: datetime) -> str:
+    """A date as Backbeat writes it (JavaScript ``toISOString``): ``2018-06-28T05:40:20.600Z``."""
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _enabled(svc: str) -> Callable[[LocationStatus], str]:
+    return lambda rec: "disabled" if rec.services[svc].paused else "enabled"
+
+
+def _schedule(svc: str) -> Callable[[LocationStatus], str]:
+    def render(rec: LocationStatus) -> str:
+        at = rec.services[svc].resume_at
+        return "none" if at is None else iso_date(at)
+
+    return render
+
+
+def _mutate(
+    request: Request,
+    ctx: Context,
+    event: str,
+    loc: str,
+    svc: str,
+    op: Op,
+    render: Callable[[LocationStatus], str],
+    *,
+    select: Callable[[LocationStatus], bool] | None = None,
+) -> Response:
+    if loc != ALL:
+        rec = ctx.single(event, loc, svc, op)
+        if svc not in rec.services:  # pragma: no cover - the manager raised NotFound already
+            raise NotFound(f"location {loc!r} has no service {svc}")
+        return JSONResponse({rec.location: render(rec)})
+    results = ctx.bulk(event, svc, op, select=select)
+    if select is not None and not results:
+        raise InvalidTransition(f"no location has {svc} paused: nothing to schedule a resume for")
+    return bulk_response(request, results, render, flat=True)
+
+
+def parse_hours(raw: bytes) -> int:
+    """The ``hours`` of a schedule body: empty body or no ``hours`` -> 6. Raises
+    :class:`InvalidInput` (400) unless it is a JSON object whose ``hours`` is an integer in
+    1..87600 and that has no other member."""
+    if not raw.strip():
+        return DEFAULT_HOURS
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise InvalidInput('schedule body must be JSON such as {"hours": 6}') from None
+    if data is None:
+        return DEFAULT_HOURS
+    if not isinstance(data, dict):
+        raise InvalidInput('schedule body must be a JSON object such as {"hours": 6}')
+    extra = sorted(str(k)[:40] for k in data if k != "hours")
+    if extra:
+        raise InvalidInput(f"unknown field(s) in schedule body: {', '.join(extra)}")
+    hours = data.get("hours", DEFAULT_HOURS)
+    if isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= MAX_HOURS:
+        shown = repr(hours) if len(repr(hours)) <= 40 else repr(hours)[:37] + "..."
+        raise InvalidInput(f"hours must be a positive integer (1..{MAX_HOURS}), got {shown}")
+    return hours
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+def _status(ctx: Context, service: str, loc: str) -> StatusMap:
+    svc = _service(ctx, service)
+    render = _enabled(svc)
+    return {r.location: render(r) for r in _records(ctx, loc, svc)}
+
+
+@router.get("/status", response_model=StatusMap, responses=_READ,
+            summary="enabled/disabled for every location")
+def status_all(ctx: Ctx, service: ServiceParam) -> StatusMap:
+    return _status(ctx, service, ALL)
+
+
+@router.get("/status/{loc}", response_model=StatusMap, responses=_READ,
+            summary="enabled/disabled for one location (or all)")
+def status_one(ctx: Ctx, service: ServiceParam, loc: LocParam) -> StatusMap:
+    return _status(ctx, service, loc)
+
+
+# -- pause / resume now -----------------------------------------------------------------------
+
+
+def _pause(request: Request, ctx: Context, service: str, loc: str) -> Response:
+    svc = _service(ctx, service)
+
+    def op(location: str, if_version: int | None) -> LocationStatus:
+        return ctx.mgr.pause(location, svc, if_version=if_version)
+
+    return _mutate(request, ctx, "pause", loc, svc, op, _enabled(svc))
+
+
+def _resume(request: Request, ctx: Context, service: str, loc: str) -> Response:
+    svc = _service(ctx, service)
+
+    def op(location: str, if_version: int | None) -> LocationStatus:
+        return ctx.mgr.resume(location, svc, if_version=if_version)
+
+    return _mutate(request, ctx, "resume", loc, svc, op, _enabled(svc))
+
+
+@router.post("/pause", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize)], summary="Pause every location")
+def pause_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
+    return _pause(request, ctx, service, ALL)
+
+
+@router.post("/pause/{loc}", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize)], summary="Pause one location (or all)")
+def pause_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
+    return _pause(request, ctx, service, loc)
+
+
+@router.post("/resume", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize)], summary="Resume every location now")
+def resume_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
+    return _resume(request, ctx, service, ALL)
+
+
+# -- scheduled resume (registered before resume/{loc} so "schedule" is never a location) ------
+
+
+def _get_schedule(ctx: Context, service: str, loc: str) -> StatusMap:
+    svc = _service(ctx, service)
+    render = _schedule(svc)
+    return {r.location: render(r) for r in _records(ctx, loc, svc)}
+
+
+async def _post_schedule(request: Request, ctx: Context, service: str, loc: str) -> Response:
+    svc = _service(ctx, service)
+    hours = parse_hours(await request.body())
+    delay = timedelta(hours=hours)
+
+    def op(location: str, if_version: int | None) -> LocationStatus:
+        return ctx.mgr.resume(location, svc, at=delay, if_version=if_version)
+
+    def select(rec: LocationStatus) -> bool:
+        return rec.services[svc].paused
+
+    return await run_in_threadpool(
+        _mutate, request, ctx, "schedule_resume", loc, svc, op, _schedule(svc), select=select
+    )
+
+
+def _cancel(request: Request, ctx: Context, service: str, loc: str) -> Response:
+    svc = _service(ctx, service)
+
+    def op(location: str, if_version: int | None) -> LocationStatus:
+        return ctx.mgr.cancel_scheduled_resume(location, svc, if_version=if_version)
+
+    return _mutate(request, ctx, "cancel_scheduled_resume", loc, svc, op, _schedule(svc))
+
+
+@router.get("/resume", response_model=StatusMap, responses=_READ,
+            summary="Scheduled resume of every location")
+def get_schedule_all(ctx: Ctx, service: ServiceParam) -> StatusMap:
+    return _get_schedule(ctx, service, ALL)
+
+
+@router.get("/resume/schedule", response_model=StatusMap, responses=_READ,
+            summary="Scheduled resume of every location")
+def get_schedule_all2(ctx: Ctx, service: ServiceParam) -> StatusMap:
+    return _get_schedule(ctx, service, ALL)
+
+
+@router.post("/resume/schedule", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize)], openapi_extra=_HOURS_BODY,
+             summary="Schedule a resume of every paused location in N hours")
+async def post_schedule_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
+    return await _post_schedule(request, ctx, service, ALL)
+
+
+@router.delete("/resume", response_model=StatusMap, responses=_WRITE,
+               dependencies=[Depends(authorize)], summary="Cancel every scheduled resume")
+def cancel_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
+    return _cancel(request, ctx, service, ALL)
+
+
+@router.delete("/resume/schedule", response_model=StatusMap, responses=_WRITE,
+               dependencies=[Depends(authorize)], summary="Cancel every scheduled resume")
+def cancel_all2(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
+    return _cancel(request, ctx, service, ALL)
+
+
+@router.post("/resume/{loc}", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize)], summary="Resume one location (or all) now")
+def resume_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
+    return _resume(request, ctx, service, loc)
+
+
+@router.get("/resume/{loc}", response_model=StatusMap, responses=_READ,
+            summary="Scheduled resume of one location (or all)")
+def get_schedule_one(ctx: Ctx, service: ServiceParam, loc: LocParam) -> StatusMap:
+    return _get_schedule(ctx, service, loc)
+
+
+@router.delete("/resume/{loc}", response_model=StatusMap, responses=_WRITE,
+               dependencies=[Depends(authorize)], summary="Cancel a scheduled resume")
+def cancel_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
+    return _cancel(request, ctx, service, loc)
+
+
+@router.get("/resume/{loc}/schedule", response_model=StatusMap, responses=_READ,
+            summary="Scheduled resume of one location (or all)")
+def get_schedule_one2(ctx: Ctx, service: ServiceParam, loc: LocParam) -> StatusMap:
+    return _get_schedule(ctx, service, loc)
+
+
+@router.post("/resume/{loc}/schedule", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize)], openapi_extra=_HOURS_BODY,
+             summary="Schedule a resume in N hours (default 6)")
+async def post_schedule_one(
+    request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam
+) -> Response:
+    return await _post_schedule(request, ctx, service, loc)
+
+
+@router.delete("/resume/{loc}/schedule", response_model=StatusMap, responses=_WRITE,
+               dependencies=[Depends(authorize)], summary="Cancel a scheduled resume")
+def cancel_one2(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
+    return _cancel(request, ctx, service, loc)

@@ -1,0 +1,223 @@
+"""Prometheus metrics of the sidecar (``GET /metrics``, SPEC §5.3).
+
+Why it is shaped so: each app gets its own :class:`~prometheus_client.CollectorRegistry` (several
+apps in one test process never collide). Request counts and latencies and transition outcomes are
+counted as they happen; everything that describes the *stored* state (services per state,
+scheduled resumes pending and overdue, lagging workers, live workers) is read from the backend at
+scrape time by a collector, so it is true for the whole fleet, not just for this process. If the
+backend is down the scrape still answers, with ``locstatus_backend_up 0``.
+
+Series (``route`` is the route template, never the raw path, so cardinality stays bounded):
+
+- ``locstatus_http_requests_total{method,route,status}``,
+  ``locstatus_http_request_duration_seconds{method,route}``
+- ``locstatus_transitions_total{event,result}``: result ``applied | noop | <ErrorClass>``
+- ``locstatus_cas_writes_total``, ``locstatus_cas_conflicts_total`` (each one retried),
+  ``locstatus_cas_ambiguous_total``, ``locstatus_conflicts_exhausted_total``: this process
+- ``locstatus_services{service,state}``, ``locstatus_scheduled_resumes_pending{service}``,
+  ``locstatus_scheduled_resumes_overdue{service}``, ``locstatus_lagging_workers{service}``,
+  ``locstatus_workers{alive}``, ``locstatus_locations{removed}``, ``locstatus_backend_up``
+- ``locstatus_reconciler_{runs,fired,settled,errors}_total``, ``..._last_run_timestamp_seconds``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from locstatus.errors import LocstatusError
+from locstatus.manager import Clock, Manager, lagging_workers
+from locstatus.models import LocationStatus, State, WorkerInfo
+
+if TYPE_CHECKING:
+    from locstatus.reconciler import Reconciler
+
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class _StateCollector(Collector):
+    """Reads the stored state at scrape time."""
+
+    def __init__(
+        self, mgr: Manager, clock: Clock, reconciler: Callable[[], Reconciler | None]
+    ) -> None:
+        self.mgr = mgr
+        self.clock = clock
+        self.reconciler = reconciler
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.mgr.stats
+        for name, key, doc in (
+            ("locstatus_cas_writes", "writes", "Compare-and-set writes committed by this process"),
+            ("locstatus_cas_conflicts", "conflicts",
+             "Compare-and-set version conflicts (each one re-read and retried), this process"),
+            ("locstatus_cas_ambiguous", "ambiguous",
+             "Writes with an unknown outcome, resolved by op_id, this process"),
+        ):
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], float(stats.get(key, 0)))
+            yield c
+        yield from self._reconciler()
+        up = GaugeMetricFamily("locstatus_backend_up", "1 if the last scrape read the backend")
+        try:
+            records = self.mgr.statuses(include_removed=True)
+            workers = self.mgr.workers()
+            acks = self.mgr.backend.all_acks()
+        except LocstatusError:
+            up.add_metric([], 0.0)
+            yield up
+            return
+        up.add_metric([], 1.0)
+        yield up
+        yield from self._state(records, workers, acks)
+
+    def _reconciler(self) -> Iterator[Metric]:
+        rec = self.reconciler()
+        if rec is None:
+            return
+        for key, doc in (
+            ("runs", "Full reconcile passes"),
+            ("fired", "Scheduled resumes fired by this sidecar"),
+            ("settled", "Transitions settled by this sidecar"),
+            ("errors", "Reconcile errors"),
+        ):
+            c = CounterMetricFamily(f"locstatus_reconciler_{key}", doc)
+            c.add_metric([], float(rec.stats.get(key, 0)))
+            yield c
+        g = GaugeMetricFamily(
+            "locstatus_reconciler_last_run_timestamp_seconds",
+            "When the last full reconcile pass finished (unix time)",
+        )
+        g.add_metric([], rec.last_run.timestamp() if rec.last_run else 0.0)
+        yield g
+
+    def _state(
+        self,
+        records: list[LocationStatus],
+        workers: list[WorkerInfo],
+        acks: dict[str, dict[str, dict[str, int]]],
+    ) -> Iterator[Metric]:
+        now = self.clock()
+        services = sorted(set(self.mgr.services) | {s for r in records for s in r.services})
+        states = {(s, st.value): 0 for s in services for st in State}
+        pending = dict.fromkeys(services, 0)
+        overdue = dict.fromkeys(services, 0)
+        lagging: dict[str, set[str]] = {s: set() for s in services}
+        removed = 0
+        for rec in records:
+            if rec.deleted:
+                removed += 1
+                continue
+            for svc, st in rec.services.items():
+                states[(svc, st.state.value)] += 1
+                if st.resume_at is not None:
+                    pending[svc] += 1
+                    if st.resume_at <= now:
+                        overdue[svc] += 1
+                if st.state.transitional:
+                    lagging[svc].update(
+                        lagging_workers(
+                            rec.location, svc, st.generation, workers,
+                            acks.get(rec.location, {}), now,
+                        )
+                    )
+        g = GaugeMetricFamily(
+            "locstatus_services", "Services per state, over every location",
+            labels=["service", "state"],
+        )
+        for (svc, state), n in sorted(states.items()):
+            g.add_metric([svc, state], float(n))
+        yield g
+        for name, values, doc in (
+            ("locstatus_scheduled_resumes_pending", pending, "Scheduled resumes not fired yet"),
+            ("locstatus_scheduled_resumes_overdue", overdue,
+             "Scheduled resumes whose time has passed but that have not fired"),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["service"])
+            for svc, n in sorted(values.items()):
+                g.add_metric([svc], float(n))
+            yield g
+        g = GaugeMetricFamily(
+            "locstatus_lagging_workers",
+            "Live workers that have not acknowledged a pending transition",
+            labels=["service"],
+        )
+        for svc, ids in sorted(lagging.items()):
+            g.add_metric([svc], float(len(ids)))
+        yield g
+        g = GaugeMetricFamily("locstatus_workers", "Registered workers", labels=["alive"])
+        alive = sum(1 for w in workers if w.alive(now))
+        g.add_metric(["true"], float(alive))
+        g.add_metric(["false"], float(len(workers) - alive))
+        yield g
+        g = GaugeMetricFamily("locstatus_locations", "Location records", labels=["removed"])
+        g.add_metric(["false"], float(len(records) - removed))
+        g.add_metric(["true"], float(removed))
+        yield g
+
+
+class Metrics:
+    """The sidecar's metrics; one per app.
+
+    Usage::
+
+        metrics = Metrics(mgr)
+        metrics.request("GET", "/v1/locations", 200, 0.002)
+        body, content_type = metrics.render()
+    """
+
+    def __init__(
+        self,
+        mgr: Manager,
+        *,
+        clock: Clock | None = None,
+        reconciler: Callable[[], Reconciler | None] = lambda: None,
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(
+            "locstatus_http_requests", "HTTP requests",
+            ["method", "route", "status"], registry=self.registry,
+        )
+        self._latency = Histogram(
+            "locstatus_http_request_duration_seconds", "HTTP request latency (seconds)",
+            ["method", "route"], buckets=_BUCKETS, registry=self.registry,
+        )
+        self._transitions = Counter(
+            "locstatus_transitions", "State-machine events by event and result",
+            ["event", "result"], registry=self.registry,
+        )
+        self._exhausted = Counter(
+            "locstatus_conflicts_exhausted",
+            "Operations refused because compare-and-set kept conflicting (409)",
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(mgr, clock or mgr.clock, reconciler))
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+    def request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one request and its latency (seconds)."""
+        key = (method, route, status)
+        child = self._children.get(key)
+        if child is None:
+            child = (
+                self._requests.labels(method, route, str(status)),
+                self._latency.labels(method, route),
+            )
+            self._children[key] = child
+        child[0].inc()
+        child[1].observe(seconds)
+
+    def transition(self, event: str, result: str) -> None:
+        """Count one state-machine event outcome (``applied``, ``noop`` or an error class)."""
+        self._transitions.labels(event, result).inc()
+        if result == "ConflictError":
+            self._exhausted.inc()
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,693 @@
+"""The sidecar's native ``/v1`` routes over real HTTP (uvicorn on 127.0.0.1, httpx) against a real
+backend (SPEC §5.3), plus the ``serve`` rules: auth, bind refusal, no secret in logs or errors.
+
+Scenarios read like an operator's: pause one / all, pause what is already paused (no write),
+resume, schedule with ``at`` / ``in_seconds``, overwrite a schedule, a manual pause or resume
+cancels a schedule, scheduling a running service is refused, and the scheduled resume fires when
+a controllable clock reaches it (no sleeping).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from locstatus import InvalidInput, Manager, State, open_backend
+from locstatus.api import create_app
+from locstatus.api.server import BackgroundServer, bind_socket, is_loopback, serve
+from locstatus.fsm.diagram import mermaid
+from locstatus.models import WorkerInfo
+from locstatus.reconciler import Reconciler
+
+from kits import Kit
+
+TOKEN = "tok-9f1c2e-never-print-me"
+LOCATIONS = ["eu-west-1", "us-east-1", "us-east-2"]
+START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+PROBLEM = "application/problem+json"
+
+
+class FakeClock:
+    """A controllable aware-UTC clock shared by the manager, the app and the reconciler."""
+
+    def __init__(self, start: datetime = START) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> datetime:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            return self._now
+
+
+@pytest.fixture
+def backend_url(durable_kit: Kit) -> str:
+    """A fresh store of each backend other processes can reach (conftest's kits: SQLite now,
+    ZooKeeper and MongoDB as their kits join)."""
+    return durable_kit.url
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def mgr(backend_url: str, clock: FakeClock) -> Iterator[Manager]:
+    m = Manager(open_backend(backend_url), clock=clock)
+    m.sync_locations(LOCATIONS)
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def server(mgr: Manager, clock: FakeClock) -> Iterator[BackgroundServer]:
+    with BackgroundServer(create_app(mgr, token=TOKEN, clock=clock)) as srv:
+        yield srv
+
+
+@pytest.fixture
+def http(server: BackgroundServer) -> Iterator[httpx.Client]:
+    """An authorised client."""
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def anon(server: BackgroundServer) -> Iterator[httpx.Client]:
+    """A client without credentials."""
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def svc(body: dict[str, Any], service: str = "replication") -> dict[str, Any]:
+    result: dict[str, Any] = body["services"][service]
+    return result
+
+
+def history_events(mgr: Manager, location: str, service: str = "replication") -> list[str]:
+    return [e.event for e in reversed(mgr.history(location, limit=1000)) if e.service == service]
+
+
+def assert_problem(r: httpx.Response, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith(PROBLEM)
+    body: dict[str, Any] = r.json()
+    assert body["status"] == status and body["title"]
+    assert TOKEN not in r.text
+    return body
+
+
+# -- reads --------------------------------------------------------------------------------------
+
+
+def test_list_and_get_locations_with_etag(http: httpx.Client, mgr: Manager) -> None:
+    r = http.get("/v1/locations")
+    assert r.status_code == 200
+    assert [loc["location"] for loc in r.json()] == LOCATIONS
+    r = http.get("/v1/locations/us-east-1")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["location"] == "us-east-1"
+    assert set(body["services"]) == {"replication", "lifecycle", "ingestion"}
+    assert r.headers["etag"] == f'"{mgr.status("us-east-1").version}"' == f'"{body["version"]}"'
+    # If-None-Match with the current version: 304; with an older one: the document.
+    r2 = http.get("/v1/locations/us-east-1", headers={"If-None-Match": r.headers["etag"]})
+    assert r2.status_code == 304 and r2.headers["etag"] == r.headers["etag"]
+    r3 = http.get("/v1/locations/us-east-1", headers={"If-None-Match": '"1234567"'})
+    assert r3.status_code == 200
+
+
+def test_reads_need_no_token(anon: httpx.Client) -> None:
+    for path in ("/v1/locations", "/v1/locations/us-east-1", "/v1/workers", "/v1/fsm",
+                 "/v1/locations/us-east-1/history", "/healthz", "/readyz", "/metrics", "/"):
+        assert anon.get(path).status_code == 200, path
+
+
+def test_unknown_and_invalid_names(http: httpx.Client) -> None:
+    assert "nowhere" in assert_problem(http.get("/v1/locations/nowhere"), 404)["detail"]
+    assert_problem(http.get("/v1/locations/nowhere/history"), 404)
+    assert_problem(http.post("/v1/locations/nowhere/replication/pause"), 404)
+    body = assert_problem(http.post("/v1/locations/us-east-1/teleport/pause"), 404)
+    assert "teleport" in body["detail"]
+    for bad in ("-dash-first", "a" * 129, "sp%20ace", "...", ".hidden", "%C3%A9t%C3%A9"):
+        assert_problem(http.get(f"/v1/locations/{bad}"), 400)
+        assert_problem(http.post(f"/v1/locations/{bad}/replication/pause"), 400)
+
+
+# -- pause --------------------------------------------------------------------------------------
+
+
+def test_pause_one_location(http: httpx.Client, mgr: Manager) -> None:
+    before = mgr.status("us-east-1").version
+    r = http.post("/v1/locations/us-east-1/replication/pause",
+                  json={"reason": "maintenance", "actor": "ops"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert svc(body)["state"] == "paused"  # no live worker: settles in the same write
+    assert svc(body)["reason"] == "maintenance" and svc(body)["actor"] == "ops"
+    assert svc(body, "lifecycle")["state"] == "running"
+    assert body["version"] == before + 1 and r.headers["etag"] == f'"{before + 1}"'
+    assert history_events(mgr, "us-east-1")[-2:] == ["pause", "settle"]
+    for other in ("us-east-2", "eu-west-1"):
+        assert mgr.status(other).services["replication"].state is State.RUNNING
+
+
+def test_crr_alias_and_every_service(http: httpx.Client, mgr: Manager) -> None:
+    assert http.post("/v1/locations/us-east-2/crr/pause").status_code == 200
+    assert mgr.status("us-east-2").services["replication"].state is State.PAUSED
+    r = http.post("/v1/locations/eu-west-1/all/pause")
+    assert r.status_code == 200
+    assert {s["state"] for s in r.json()["services"].values()} == {"paused"}
+
+
+def test_pause_all_locations(http: httpx.Client, mgr: Manager) -> None:
+    r = http.post("/v1/locations/all/replication/pause", json={"reason": "outage"})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert sorted(results) == LOCATIONS
+    for loc in LOCATIONS:
+        assert svc(results[loc]["status"])["state"] == "paused"
+        assert mgr.status(loc).services["replication"].state is State.PAUSED
+        assert mgr.status(loc).services["lifecycle"].state is State.RUNNING
+
+
+def test_pause_already_paused_is_a_noop(http: httpx.Client, mgr: Manager) -> None:
+    first = http.post("/v1/locations/us-east-1/replication/pause", json={"reason": "first"})
+    entries = len(mgr.history("us-east-1", limit=1000))
+    again = http.post("/v1/locations/us-east-1/replication/pause", json={"reason": "second"})
+    assert again.status_code == 200
+    assert again.json() == first.json()  # same version, same reason: nothing written
+    assert again.headers["etag"] == first.headers["etag"]
+    assert len(mgr.history("us-east-1", limit=1000)) == entries
+    # Bulk pause of already-paused locations writes nothing either.
+    version = mgr.status("us-east-1").version
+    assert http.post("/v1/locations/all/replication/pause").status_code == 200
+    assert mgr.status("us-east-1").version == version
+
+
+# -- resume and schedule --------------------------------------------------------------------------
+
+
+def test_resume(http: httpx.Client, mgr: Manager) -> None:
+    http.post("/v1/locations/us-east-1/replication/pause")
+    r = http.post("/v1/locations/us-east-1/replication/resume", json={"actor": "ops"})
+    assert r.status_code == 200, r.text
+    assert svc(r.json())["state"] == "running"
+    assert svc(r.json())["generation"] == 2
+    assert history_events(mgr, "us-east-1")[-2:] == ["resume", "settle"]
+    # Resuming a running service: success, nothing written.
+    version = mgr.status("us-east-1").version
+    again = http.post("/v1/locations/us-east-1/replication/resume")
+    assert again.status_code == 200 and again.json()["version"] == version
+
+
+def test_schedule_with_at_and_in_seconds(
+    http: httpx.Client, mgr: Manager, clock: FakeClock
+) -> None:
+    http.post("/v1/locations/all/replication/pause")
+    at = clock() + timedelta(hours=2)
+    r = http.post("/v1/locations/us-east-1/replication/resume",
+                  json={"at": at.isoformat(), "reason": "window ends"})
+    assert r.status_code == 200, r.text
+    assert svc(r.json())["state"] == "paused"
+    assert datetime.fromisoformat(svc(r.json())["resume_at"]) == at
+    # An offset is accepted and stored in UTC.
+    local = (clock() + timedelta(hours=3)).astimezone(
+        __import__("datetime").timezone(timedelta(hours=5, minutes=30))
+    )
+    r = http.post("/v1/locations/eu-west-1/replication/resume", json={"at": local.isoformat()})
+    assert mgr.status("eu-west-1").services["replication"].resume_at == clock() + timedelta(hours=3)
+    assert svc(r.json())["resume_at"].endswith("Z")
+    r = http.post("/v1/locations/us-east-2/replication/resume", json={"in_seconds": 5400})
+    assert r.status_code == 200
+    assert mgr.status("us-east-2").services["replication"].resume_at == clock() + timedelta(
+        seconds=5400
+    )
+    assert history_events(mgr, "us-east-2")[-1] == "schedule_resume"
+
+
+def test_overwrite_a_schedule(http: httpx.Client, mgr: Manager, clock: FakeClock) -> None:
+    http.post("/v1/locations/us-east-1/replication/pause")
+    http.post("/v1/locations/us-east-1/replication/resume", json={"in_seconds": 3600})
+    r = http.post("/v1/locations/us-east-1/replication/resume", json={"in_seconds": 600})
+    assert r.status_code == 200
+    assert mgr.status("us-east-1").services["replication"].resume_at == clock() + timedelta(
+        seconds=600
+    )
+    assert history_events(mgr, "us-east-1")[-2:] == ["schedule_resume", "schedule_resume"]
+
+
+def test_manual_pause_or_resume_cancels_a_schedule(http: httpx.Client, mgr: Manager) -> None:
+    http.post("/v1/locations/all/replication/pause")
+    for loc in ("us-east-1", "us-east-2"):
+        http.post(f"/v1/locations/{loc}/replication/resume", json={"in_seconds": 3600})
+    r = http.post("/v1/locations/us-east-1/replication/pause", json={"reason": "extend"})
+    assert svc(r.json())["state"] == "paused" and svc(r.json())["resume_at"] is None
+    assert history_events(mgr, "us-east-1")[-1] == "pause"
+    r = http.post("/v1/locations/us-east-2/replication/resume")
+    assert svc(r.json())["state"] == "running" and svc(r.json())["resume_at"] is None
+
+
+def test_cancel_schedule(http: httpx.Client, mgr: Manager) -> None:
+    http.post("/v1/locations/us-east-1/replication/pause")
+    http.post("/v1/locations/us-east-1/replication/resume", json={"in_seconds": 60})
+    r = http.request("DELETE", "/v1/locations/us-east-1/replication/schedule",
+                     json={"actor": "ops"})
+    assert r.status_code == 200 and svc(r.json())["resume_at"] is None
+    assert svc(r.json())["state"] == "paused"
+    version = mgr.status("us-east-1").version
+    r = http.delete("/v1/locations/us-east-1/replication/schedule")  # nothing scheduled: no-op
+    assert r.status_code == 200 and r.json()["version"] == version
+
+
+def test_schedule_on_an_active_location_is_refused(http: httpx.Client, mgr: Manager) -> None:
+    version = mgr.status("us-east-1").version
+    r = http.post("/v1/locations/us-east-1/replication/resume", json={"in_seconds": 60})
+    body = assert_problem(r, 409)
+    assert body["type"] == "urn:locstatus:invalid-transition"
+    assert "running" in body["detail"]
+    assert mgr.status("us-east-1").version == version
+    # Bulk: scheduling targets paused locations; with none paused it is refused too.
+    assert_problem(http.post("/v1/locations/all/replication/resume", json={"in_seconds": 60}), 409)
+    http.post("/v1/locations/us-east-2/replication/pause")
+    r = http.post("/v1/locations/all/replication/resume", json={"in_seconds": 60})
+    assert r.status_code == 200 and list(r.json()["results"]) == ["us-east-2"]
+
+
+def test_schedule_in_the_past_is_bad_input(
+    http: httpx.Client, mgr: Manager, clock: FakeClock
+) -> None:
+    http.post("/v1/locations/us-east-1/replication/pause")
+    past = (clock() - timedelta(seconds=1)).isoformat()
+    assert_problem(http.post("/v1/locations/us-east-1/replication/resume", json={"at": past}), 400)
+
+
+def test_scheduled_resume_fires_on_time(
+    http: httpx.Client, mgr: Manager, clock: FakeClock
+) -> None:
+    http.post("/v1/locations/us-east-1/replication/pause")
+    http.post("/v1/locations/us-east-1/replication/resume", json={"in_seconds": 3600})
+    reconciler = Reconciler(mgr, interval=60, clock=clock)
+    clock.advance(3599)
+    assert reconciler.run_once().fired == []
+    assert http.get("/v1/locations/us-east-1").json()["services"]["replication"]["state"] == (
+        "paused"
+    )
+    clock.advance(1)
+    assert reconciler.run_once().fired == [("us-east-1", "replication")]
+    body = http.get("/v1/locations/us-east-1").json()
+    assert svc(body)["state"] == "running" and svc(body)["resume_at"] is None
+    assert history_events(mgr, "us-east-1").count("resume_due") == 1
+    assert reconciler.run_once().fired == []  # fires once
+
+
+def test_wait_reports_lagging_workers(http: httpx.Client, mgr: Manager, clock: FakeClock) -> None:
+    mgr.backend.put_worker(WorkerInfo(
+        worker_id="w-slow", services=("replication",), locations=("us-east-2",),
+        lease_expires_at=clock() + timedelta(hours=1),
+    ))
+    r = http.post("/v1/locations/us-east-2/replication/pause", json={"wait": 0.2})
+    body = assert_problem(r, 504)
+    assert body["lagging"] == ["w-slow"]
+    assert mgr.status("us-east-2").services["replication"].state is State.PAUSING
+    # Bulk: the other locations succeed, the lagging one is reported; never a 200.
+    r = http.post("/v1/locations/all/replication/resume", json={"wait": 0.2})
+    body = assert_problem(r, 504)
+    results = body["results"]
+    assert results["us-east-2"]["error"]["lagging"] == ["w-slow"]
+    assert "status" in results["us-east-1"] and "status" in results["eu-west-1"]
+    # Once the worker acknowledges, the wait succeeds.
+    gen = mgr.status("us-east-2").services["replication"].generation
+    mgr.backend.ack("w-slow", "us-east-2", "replication", gen)
+    r = http.post("/v1/locations/us-east-2/replication/resume", json={"wait": 10})
+    assert r.status_code == 200 and svc(r.json())["state"] == "running"
+
+
+# -- If-Match ---------------------------------------------------------------------------------
+
+
+def test_if_match(http: httpx.Client, mgr: Manager) -> None:
+    etag = http.get("/v1/locations/us-east-1").headers["etag"]
+    version = int(etag.strip('"'))
+    stale = f'"{version - 1}"'
+    body = assert_problem(
+        http.post("/v1/locations/us-east-1/replication/pause", headers={"If-Match": stale}), 412
+    )
+    assert str(version) in body["detail"]
+    assert mgr.status("us-east-1").version == version
+    r = http.post("/v1/locations/us-east-1/replication/pause", headers={"If-Match": etag})
+    assert r.status_code == 200 and r.headers["etag"] == f'"{version + 1}"'
+    # Weak and unquoted forms, lists and * are accepted.
+    for form in ('W/"{v}"', "{v}", '"1", "{v}"', "*"):
+        current = mgr.status("us-east-1").version
+        header = form.format(v=current)
+        r = http.post("/v1/locations/us-east-1/replication/resume", headers={"If-Match": header})
+        assert r.status_code == 200, (header, r.text)
+        assert r.json()["version"] == current + 1
+        r = http.post("/v1/locations/us-east-1/replication/pause")
+    assert_problem(http.post("/v1/locations/us-east-1/replication/pause",
+                             headers={"If-Match": '"1", "2"'}), 412)
+    assert_problem(http.post("/v1/locations/us-east-1/replication/pause",
+                             headers={"If-Match": "banana"}), 400)
+    assert_problem(http.post("/v1/locations/all/replication/pause",
+                             headers={"If-Match": etag}), 400)
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"reason": "x", "surprise": 1},
+        {"at": "2031-01-01T00:00:00"},  # naive
+        {"at": "2031-01-01T00:00:00Z", "in_seconds": 5},
+        {"in_seconds": 0},
+        {"in_seconds": -3},
+        {"in_seconds": 10**12},
+        {"in_seconds": "soon"},
+        {"in_seconds": 5, "wait": 1},
+        {"wait": -1},
+        {"reason": "r" * 1025},
+        {"actor": "a" * 257},
+        [1, 2],
+    ],
+)
+def test_resume_body_validation(http: httpx.Client, mgr: Manager, body: object) -> None:
+    http.post("/v1/locations/us-east-1/replication/pause")
+    version = mgr.status("us-east-1").version
+    r = http.post("/v1/locations/us-east-1/replication/resume", json=body)
+    problem = assert_problem(r, 422)
+    assert problem["errors"]
+    assert mgr.status("us-east-1").version == version
+
+
+def test_malformed_and_oversize_bodies(http: httpx.Client) -> None:
+    r = http.post("/v1/locations/us-east-1/replication/pause", content=b"{nope",
+                  headers={"content-type": "application/json"})
+    assert_problem(r, 422)
+    big = b'{"reason": "' + b"x" * (70 * 1024) + b'"}'
+    r = http.post("/v1/locations/us-east-1/replication/pause", content=big,
+                  headers={"content-type": "application/json"})
+    assert_problem(r, 413)
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted while streaming
+        for _ in range(70):
+            yield b"x" * 1024
+
+    r = http.post("/v1/locations/us-east-1/replication/pause", content=chunks())
+    assert_problem(r, 413)
+
+
+def test_unknown_route_and_method(http: httpx.Client) -> None:
+    assert_problem(http.get("/v2/anything"), 404)
+    assert_problem(http.put("/v1/locations/us-east-1"), 405)
+
+
+# -- auth -------------------------------------------------------------------------------------
+
+
+def test_mutations_need_the_token(anon: httpx.Client, mgr: Manager) -> None:
+    version = mgr.status("us-east-1").version
+    for method, path in (
+        ("POST", "/v1/locations/us-east-1/replication/pause"),
+        ("POST", "/v1/locations/all/replication/resume"),
+        ("DELETE", "/v1/locations/us-east-1/replication/schedule"),
+    ):
+        r = anon.request(method, path)
+        assert_problem(r, 401)
+        assert r.headers["www-authenticate"] == "Bearer"
+        r = anon.request(method, path, headers={"Authorization": "Basic dXNlcjpwYXNz"})
+        assert_problem(r, 401)
+        r = anon.request(method, path, headers={"Authorization": f"Bearer {TOKEN}x"})
+        assert_problem(r, 403)
+        assert TOKEN not in r.text
+    assert mgr.status("us-east-1").version == version
+
+
+def test_no_token_means_open_mutations(mgr: Manager) -> None:
+    with BackgroundServer(create_app(mgr)) as srv:
+        r = httpx.post(srv.url + "/v1/locations/us-east-1/replication/pause", timeout=60)
+        assert r.status_code == 200
+
+
+# -- other routes -------------------------------------------------------------------------------
+
+
+def test_history_workers_fsm(http: httpx.Client, mgr: Manager, clock: FakeClock) -> None:
+    http.post("/v1/locations/us-east-1/replication/pause", json={"actor": "ops"})
+    r = http.get("/v1/locations/us-east-1/history", params={"limit": 2})
+    assert r.status_code == 200
+    entries = r.json()
+    assert [e["event"] for e in entries] == ["settle", "pause"]
+    assert entries[1]["actor"] == "ops" and entries[1]["to_state"] == "pausing"
+    assert_problem(http.get("/v1/locations/us-east-1/history", params={"limit": 0}), 422)
+    mgr.backend.put_worker(WorkerInfo(worker_id="w1", services=("replication",),
+                                      lease_expires_at=clock() + timedelta(seconds=30)))
+    mgr.backend.put_worker(WorkerInfo(worker_id="w2", services=("lifecycle",),
+                                      lease_expires_at=clock() - timedelta(seconds=1)))
+    workers = {w["worker_id"]: w for w in http.get("/v1/workers").json()}
+    assert workers["w1"]["is_alive"] is True and workers["w2"]["is_alive"] is False
+    r = http.get("/v1/fsm")
+    assert r.status_code == 200 and r.text == mermaid()
+    assert r.headers["content-type"].startswith("text/plain")
+
+
+def test_health_ready_and_backend_down(backend_url: str, clock: FakeClock) -> None:
+    m = Manager(open_backend(backend_url), clock=clock)
+    with BackgroundServer(create_app(m)) as srv:
+        assert httpx.get(srv.url + "/healthz", timeout=60).json() == {"status": "ok"}
+        assert httpx.get(srv.url + "/readyz", timeout=60).status_code == 200
+        m.backend.close()  # the backend becomes unreachable
+        assert_problem(httpx.get(srv.url + "/readyz", timeout=60), 503)
+        assert_problem(httpx.get(srv.url + "/v1/locations", timeout=60), 503)
+        assert httpx.get(srv.url + "/healthz", timeout=60).status_code == 200
+        metrics = httpx.get(srv.url + "/metrics", timeout=60)
+        assert metrics.status_code == 200 and "locstatus_backend_up 0.0" in metrics.text
+        assert httpx.get(srv.url + "/", timeout=60).status_code == 503
+
+
+def test_readyz_reports_a_stopped_reconciler(mgr: Manager, clock: FakeClock) -> None:
+    reconciler = Reconciler(mgr, interval=30, clock=clock)
+    with BackgroundServer(create_app(mgr, reconciler=reconciler)) as srv:
+        assert_problem(httpx.get(srv.url + "/readyz", timeout=60), 503)
+        reconciler.start()
+        try:
+            r = httpx.get(srv.url + "/readyz", timeout=60)
+            assert r.status_code == 200 and r.json()["reconciler"] == "running"
+        finally:
+            reconciler.stop()
+
+
+def test_check_route_serves_the_last_result(mgr: Manager) -> None:
+    from locstatus.api import CheckState
+
+    state = CheckState()
+    with BackgroundServer(create_app(mgr, check=state)) as srv:
+        assert_problem(httpx.get(srv.url + "/v1/check", timeout=60), 404)
+        with state.lock:
+            state.result = {"findings": [], "scanned": 3}
+            state.at = mgr.clock()
+            state.duration = 0.25
+        r = httpx.get(srv.url + "/v1/check", timeout=60)
+        assert r.status_code == 200
+        assert r.json()["result"] == {"findings": [], "scanned": 3}
+        with state.lock:
+            state.error = "BackendUnavailable: down"
+        assert_problem(httpx.get(srv.url + "/v1/check", timeout=60), 503)
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if labels else "") + r" (\S+)"
+    m = re.search(r"^" + pattern + "$", text, re.M)
+    assert m, f"{name}{{{want}}} not in metrics"
+    return float(m.group(1))
+
+
+def test_metrics(http: httpx.Client, mgr: Manager, clock: FakeClock) -> None:
+    http.post("/v1/locations/us-east-1/replication/pause")
+    http.post("/v1/locations/us-east-1/replication/pause")
+    http.post("/v1/locations/us-east-2/replication/resume", json={"in_seconds": 5})
+    http.post("/v1/locations/us-east-1/replication/resume", json={"in_seconds": 60})
+    http.get("/v1/locations/eu-west-1")
+    mgr.backend.put_worker(WorkerInfo(worker_id="w1", services=("replication",),
+                                      lease_expires_at=clock() + timedelta(seconds=30)))
+    http.post("/v1/locations/eu-west-1/replication/pause")  # w1 lags: stays pausing
+    text = http.get("/metrics").text
+    assert _metric(text, "locstatus_transitions_total", event="pause", result="applied") == 2
+    assert _metric(text, "locstatus_transitions_total", event="pause", result="noop") == 1
+    assert _metric(text, "locstatus_transitions_total", event="schedule_resume",
+                   result="InvalidTransition") == 1
+    assert _metric(text, "locstatus_http_requests_total", method="GET",
+                   route="/v1/locations/{location}", status="200") == 1
+    assert _metric(text, "locstatus_services", service="replication", state="paused") == 1
+    assert _metric(text, "locstatus_services", service="replication", state="pausing") == 1
+    assert _metric(text, "locstatus_services", service="replication", state="running") == 1
+    assert _metric(text, "locstatus_scheduled_resumes_pending", service="replication") == 1
+    assert _metric(text, "locstatus_lagging_workers", service="replication") == 1
+    assert _metric(text, "locstatus_cas_conflicts_total") >= 0
+    assert _metric(text, "locstatus_workers", alive="true") == 1
+    clock.advance(61)
+    text = http.get("/metrics").text
+    assert _metric(text, "locstatus_scheduled_resumes_overdue", service="replication") == 1
+
+
+def test_concurrent_operators_never_lose_a_change(http: httpx.Client, mgr: Manager) -> None:
+    """Two operators pausing and resuming different services of one record at once: every
+    change lands (compare-and-set + retry), none reverts another."""
+    errors: list[str] = []
+
+    def flip(service: str) -> None:
+        with httpx.Client(base_url=str(http.base_url), headers=dict(http.headers),
+                          timeout=60) as c:
+            for i in range(10):
+                action = "pause" if i % 2 == 0 else "resume"
+                r = c.post(f"/v1/locations/us-east-1/{service}/{action}")
+                if r.status_code != 200:
+                    errors.append(r.text)
+
+    threads = [threading.Thread(target=flip, args=(s,)) for s in ("replication", "lifecycle")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    rec = mgr.status("us-east-1")
+    assert rec.services["replication"].generation == 10
+    assert rec.services["lifecycle"].generation == 10
+
+
+# -- serve ------------------------------------------------------------------------------------
+
+
+def test_loopback_detection() -> None:
+    for host in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"):
+        assert is_loopback(host), host
+    for host in ("0.0.0.0", "::", "192.0.2.10", "10.1.2.3"):
+        assert not is_loopback(host), host
+
+
+def test_serve_refuses_a_public_bind_without_token(
+    backend_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOCSTATUS_API_TOKEN", raising=False)
+    with pytest.raises(InvalidInput, match="LOCSTATUS_API_TOKEN") as info:
+        serve(backend_url, host="0.0.0.0", port=0, token=None, insecure=False,
+              reconcile_interval=1.0, check_interval=None)
+    assert "--insecure" in str(info.value)
+    with pytest.raises(InvalidInput, match="port"):
+        serve(backend_url, host="127.0.0.1", port=70000, token=None, insecure=False,
+              reconcile_interval=1.0, check_interval=None)
+    with pytest.raises(InvalidInput, match="interval"):
+        serve(backend_url, host="127.0.0.1", port=0, token=None, insecure=False,
+              reconcile_interval=0, check_interval=None)
+
+
+def test_serve_reports_a_port_in_use(backend_url: str) -> None:
+    taken = bind_socket("127.0.0.1", 0)
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(InvalidInput, match=f"127.0.0.1:{port}"):
+            serve(backend_url, host="127.0.0.1", port=port, token="t", insecure=False,
+                  reconcile_interval=1.0, check_interval=None)
+    finally:
+        taken.close()
+
+
+def start_sidecar(
+    backend_url: str, tmp_path: Path, name: str, env: dict[str, str] | None = None,
+    **kwargs: object,
+) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """Start ``serve`` in a real process on a free port; returns (process, base URL, log)."""
+    args = {"host": "127.0.0.1", "port": 0, "token": None, "insecure": False,
+            "reconcile_interval": 0.2, "check_interval": None, **kwargs}
+    code = (
+        "from locstatus.api.server import serve\n"
+        f"serve({backend_url!r}, **{args!r})\n"
+    )
+    log_path = tmp_path / f"{name}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})}, start_new_session=True,
+    )
+    log.close()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        m = re.search(rb"locstatus sidecar on (http://\S+?),", log_path.read_bytes())
+        if m:
+            url = m.group(1).decode()
+            try:
+                if httpx.get(url + "/readyz", timeout=10).status_code == 200:
+                    return proc, url, log_path
+            except httpx.TransportError:
+                pass
+        if proc.poll() is not None:
+            raise AssertionError(f"sidecar exited: {log_path.read_text()}")
+        time.sleep(0.1)
+    stop_sidecar(proc)
+    raise AssertionError(f"sidecar did not become ready: {log_path.read_text()}")
+
+
+def stop_sidecar(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_serve_process_never_logs_the_token(
+    backend_url: str, tmp_path: Path, mgr: Manager
+) -> None:
+    proc, url, log_path = start_sidecar(
+        backend_url, tmp_path, "sidecar", env={"LOCSTATUS_API_TOKEN": TOKEN},
+        check_interval=0.5,
+    )
+    try:
+        path = url + "/v1/locations/us-east-1/replication/pause"
+        assert httpx.post(path, timeout=60).status_code == 401
+        assert httpx.post(path, headers={"Authorization": f"Bearer {TOKEN}x"},
+                          timeout=60).status_code == 403
+        ok = httpx.post(path, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+        assert ok.status_code == 200
+        assert httpx.post(url + "/v1/locations/-nope/replication/pause",
+                          headers={"Authorization": f"Bearer {TOKEN}"},
+                          timeout=60).status_code == 400
+        # The periodic read-only consistency check publishes its report at /v1/check.
+        deadline = time.monotonic() + 60
+        while (check := httpx.get(url + "/v1/check", timeout=60)).status_code == 404:
+            assert time.monotonic() < deadline, check.text
+            time.sleep(0.1)
+        assert check.status_code == 200, check.text
+        assert check.json()["result"]["options"]["repair"] is False
+    finally:
+        stop_sidecar(proc)
+    log = log_path.read_text()
+    assert "POST /v1/locations/us-east-1/replication/pause HTTP/1.1" in log  # access log is on
+    assert "auth token required" in log
+    assert TOKEN not in log
+    assert mgr.status("us-east-1").services["replication"].state is State.PAUSED
