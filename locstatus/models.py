@@ -21,9 +21,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StringConstraints,
 )
 
-from locstatus.names import SERVICE_ALIASES, SERVICE_RE, check_location
+from locstatus.names import LOCATION_RE, SERVICE_ALIASES, SERVICE_RE, check_location
 
 
 def utcnow() -> datetime:
@@ -40,22 +41,30 @@ def _to_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-def _service_key(value: Any) -> Any:
-    if isinstance(value, str):
-        value = SERVICE_ALIASES.get(value, value)
-        if not SERVICE_RE.fullmatch(value):
-            raise ValueError(f"invalid service name {value!r}")
+def _service_aliases(value: Any) -> Any:
+    """Map alias keys (``crr``) to canonical service names; a no-op for stored records."""
+    if isinstance(value, dict) and any(k in SERVICE_ALIASES for k in value):
+        return {SERVICE_ALIASES.get(k, k): v for k, v in value.items()}
+    return value
+
+
+def _service_tuple(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(SERVICE_ALIASES.get(v, v) if isinstance(v, str) else v for v in value)
     return value
 
 
 UTCDateTime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
 """An aware datetime, converted to UTC. Naive datetimes are refused."""
 
-LocationName = Annotated[str, AfterValidator(check_location)]
-"""A location name (SPEC §2): ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$``, not ``.``/``..``."""
+LocationName = Annotated[str, StringConstraints(pattern=f"^{LOCATION_RE.pattern}$")]
+"""A location name (SPEC §2): ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`` (which excludes ``.`` and
+``..``). Checked in pydantic's core for speed; entry points also call
+:func:`locstatus.names.check_location`, which refuses the reserved bulk name ``all``."""
 
-ServiceName = Annotated[str, BeforeValidator(_service_key)]
-"""A service name; ``crr`` is read as ``replication``."""
+ServiceName = Annotated[str, StringConstraints(pattern=f"^{SERVICE_RE.pattern}$")]
+"""A service name (``crr`` is read as ``replication`` where services are keys, see
+:class:`LocationStatus`)."""
 
 WorkerId = Annotated[str, AfterValidator(check_location)]
 """Worker ids follow the location-name rules (they become znode names and keys too)."""
@@ -113,7 +122,7 @@ class LocationStatus(_Frozen):
 
     location: LocationName
     """The location name."""
-    services: dict[ServiceName, ServiceStatus]
+    services: Annotated[dict[ServiceName, ServiceStatus], BeforeValidator(_service_aliases)]
     """Status per service; only the services this location has (SPEC §5.2)."""
     version: int = Field(default=0, ge=0)
     """The backend's version of the record, for compare-and-set; the HTTP ETag. 0 = unsaved."""
@@ -158,7 +167,7 @@ class WorkerInfo(_Frozen):
     """A registered worker process (SPEC §2) and its lease."""
 
     worker_id: WorkerId
-    services: tuple[ServiceName, ...]
+    services: Annotated[tuple[ServiceName, ...], BeforeValidator(_service_tuple)]
     """Services this worker applies."""
     locations: tuple[LocationName, ...] | None = None
     """Location filter; None means every location."""

@@ -16,6 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from locstatus.errors import CorruptRecord
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
+from locstatus.names import LOCATION_RE
 
 _HISTORY_LIST = TypeAdapter(list[HistoryEntry])
 
@@ -33,12 +34,24 @@ def encode_record(record: LocationStatus) -> str:
 def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]) -> LocationStatus:
     """Parse a stored payload. Raises :class:`CorruptRecord` naming ``location``."""
     try:
-        data = raw if isinstance(raw, dict) else json.loads(raw)
+        if isinstance(raw, dict):
+            return LocationStatus.model_validate({**raw, "location": location, "version": version})
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        body = text.lstrip()
+        if body.startswith("{") and LOCATION_RE.fullmatch(location):
+            # Fast path: one pass of pydantic's JSON parser over the stored text, with the key
+            # and version (which live outside the payload) spliced in front.
+            prefix = f'{{"location":"{location}","version":{int(version)}'
+            rest = body[1:].lstrip()
+            joined = prefix + ("}" if rest.startswith("}") else "," + rest)
+            try:
+                return LocationStatus.model_validate_json(joined)
+            except ValidationError:
+                pass  # re-parse below for an error message about the payload itself
+        data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        return LocationStatus.model_validate(
-            {**data, "location": location, "version": version}
-        )
+        return LocationStatus.model_validate({**data, "location": location, "version": version})
     except (ValueError, ValidationError, TypeError) as exc:
         raise CorruptRecord(location, _short(exc)) from exc
 
