@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.modules.setdefault("transition", sys.modules[__name__])  # raw_* register into this RAW
 
 from locstatus import connect  # noqa: E402
 from locstatus.backends import codec  # noqa: E402

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from tenacity import (
     RetryError,
@@ -35,6 +35,7 @@ from locstatus.backends.base import AckMap, Backend
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
+    BackendUnavailable,
     ConflictError,
     CorruptRecord,
     InvalidInput,
@@ -559,6 +560,8 @@ class Manager:
             return self._attempt(location, plan, op_id, if_version, ambiguity)
         except VersionConflict:
             pass
+        except BackendUnavailable as exc:
+            self._raise_unresolved(exc, op_id, ambiguity)
         policy = self.retry
         retrying = Retrying(
             retry=retry_if_exception_type(VersionConflict),
@@ -569,12 +572,25 @@ class Manager:
             for attempt in retrying:
                 with attempt:
                     return self._attempt(location, plan, op_id, if_version, ambiguity)
+        except BackendUnavailable as exc:
+            self._raise_unresolved(exc, op_id, ambiguity)
         except RetryError as exc:
             raise ConflictError(
                 f"location {location!r}: compare-and-set kept conflicting "
                 f"({exc.last_attempt.attempt_number + 1} attempts); try again"
             ) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _raise_unresolved(exc: BackendUnavailable, op_id: str, ambiguity: list[bool]) -> NoReturn:
+        """After an ambiguous commit, an unreachable backend leaves the outcome unknown: say
+        so, with the op_id to look for (SPEC §3.2), rather than a plain 'unavailable'."""
+        if ambiguity[0] and not isinstance(exc, AmbiguousCommit):
+            raise AmbiguousCommit(
+                f"{exc}; the write may or may not have been applied: look for op_id {op_id} "
+                "in the history"
+            ) from exc
+        raise exc
 
     def _attempt(
         self,

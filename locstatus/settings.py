@@ -24,6 +24,8 @@ class Settings(BaseSettings):
     """Comma-separated set of service names."""
     api_token: SecretStr | None = None
     """Bearer token required by the sidecar's mutating routes when set."""
+    zk_auth: SecretStr | None = None
+    """ZooKeeper digest credentials ``user:password`` (or give them in the zk:// URL)."""
     lease_seconds: float = Field(default=10.0, gt=0.5, le=3600)
     """Worker lease length in seconds (heartbeat backends renew at a third of it)."""
 

@@ -21,9 +21,9 @@ from locstatus import (
     WorkerInfo,
 )
 from locstatus.backends import Backend
-from locstatus.errors import AmbiguousCommit, VersionConflict
+from locstatus.errors import AmbiguousCommit, BackendUnavailable, VersionConflict
 from locstatus.manager import RetryPolicy
-from locstatus.models import HistoryEntry, LocationStatus
+from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus
 
 from kits import Kit
 
@@ -414,3 +414,29 @@ def test_sync_leaves_a_corrupt_record_alone_and_carries_on(kit: Kit, clock: Cloc
     report = m.sync_locations(["broken-1", "fine-1"])
     assert report.corrupt == ["broken-1"] and report.added == ["fine-1"]
     assert [s.location for s in m.statuses()] == ["fine-1"]
+
+
+class DownAfterAmbiguity(Flaky):
+    """The write lands, the connection drops, and the backend stays unreachable."""
+
+    def read(self, location: str) -> LocationStatus:
+        if self.after == 0 and self.tripped:
+            raise BackendUnavailable("backend did not answer")
+        return self.inner.read(location)
+
+    tripped = False
+
+    def compare_and_set(
+        self, record: LocationStatus, expected_version: int, history: list[HistoryEntry]
+    ) -> LocationStatus:
+        self.tripped = True
+        return super().compare_and_set(record, expected_version, history)
+
+
+def test_an_unresolvable_ambiguous_commit_says_the_outcome_is_unknown(kit: Kit) -> None:
+    m = Manager(cast(Backend, DownAfterAmbiguity(kit.open(), ambiguous_after_commit=1)))
+    m.backend.inner.create(  # type: ignore[attr-defined]
+        LocationStatus(location="loc", services={"replication": ServiceStatus()}), []
+    )
+    with pytest.raises(AmbiguousCommit, match="op-unknown"):
+        m.pause("loc", "replication", op_id="op-unknown")

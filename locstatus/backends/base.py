@@ -104,8 +104,8 @@ class Backend(ABC):
     @abstractmethod
     def put_worker(self, info: WorkerInfo) -> None:
         """Register a worker or renew its lease (heartbeat): store ``info`` as given. Session
-        backends (ZooKeeper) hold the lease as an ephemeral node and ignore
-        ``lease_expires_at``."""
+        backends (ZooKeeper) also bound the registration by the session (ephemeral node): a
+        worker is alive while it is listed and its lease, if any, holds."""
 
     @abstractmethod
     def remove_worker(self, worker_id: str) -> None:
