@@ -14,6 +14,7 @@ MongoDB baselines register themselves in ``RAW`` (see bench/raw_zk.py and bench/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
 import pstats
@@ -22,7 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,34 @@ def run(backend: str, url: str, rounds: int, ops: int) -> dict[str, Any]:
     return summary
 
 
+@contextlib.contextmanager
+def test_server(backend: str, url: str | None, tmp: str) -> Iterator[str]:
+    """``url`` if given; else a fresh store: a SQLite file, or a local ZooKeeper / MongoDB-wire
+    server started from tests/servers.py (stopped by PID on exit)."""
+    if url is not None:
+        yield url
+        return
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp}/bench.db"
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import servers
+
+    if backend == "zk":
+        zk = servers.start_zookeeper(tmp)
+        try:
+            yield f"zk://{zk.hosts}/bench"
+        finally:
+            zk.close()
+    else:
+        mongo = servers.start_mongo(tmp)
+        sep = "&" if "?" in mongo.uri else "?"
+        try:
+            yield f"{mongo.uri}{sep}database=bench&collection=locations"
+        finally:
+            mongo.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="sqlite", choices=["sqlite", "zk", "mongo"])
@@ -170,8 +199,7 @@ def main() -> None:
         import importlib
 
         importlib.import_module(f"raw_{args.backend}")  # registers RAW[...]
-    with tempfile.TemporaryDirectory() as tmp:
-        url = args.url or f"sqlite:///{tmp}/bench.db"
+    with tempfile.TemporaryDirectory() as tmp, test_server(args.backend, args.url, tmp) as url:
         summary = run(args.backend, url, args.rounds, args.ops)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -527,10 +527,6 @@ class _Scan:
         self.workers: list[WorkerInfo] = []
         self.live: list[WorkerInfo] = []
         self.acks: dict[str, AckMap] = {}
-        probe = getattr(self.backend, "history_gaps", None)  # optional hook (docs/check.md)
-        self._gap_probe: Callable[[str], Iterable[int]] | None = (
-            probe if callable(probe) else None
-        )
 
     def run(self, progress: bool) -> None:
         self.workers = self.backend.workers()
@@ -813,12 +809,10 @@ class _Scan:
 
     def _gaps(self, location: str) -> list[int]:
         """History writes kept in one copy but missing from the other, for backends that keep
-        two (MongoDB: embedded recent history vs the history collection). Optional hook; see
-        docs/check.md."""
-        if self._gap_probe is None:
-            return []
+        two (MongoDB: embedded recent history vs the history collection); see
+        :meth:`Backend.history_gaps`."""
         try:
-            return sorted(int(v) for v in self._gap_probe(location))
+            return sorted(self.backend.history_gaps(location))
         except NotFound:
             return []
 

@@ -99,6 +99,12 @@ class Backend(ABC):
         """History newest first: entries of versions below ``before_version`` (all if None), at
         least ``limit`` entries when there are that many, never splitting one write."""
 
+    def history_gaps(self, location: str) -> list[int]:
+        """Versions of writes kept in one copy of the history but missing from the other
+        (MongoDB: embedded recent history vs the history collection), for the check job.
+        Backends that keep history in one place have none."""
+        return []
+
     # -- workers, leases and acknowledgements ----------------------------------------------
 
     @abstractmethod

@@ -1,0 +1,93 @@
+"""The MongoDB kit: how the shared suites reach the ``mongodb://`` backend over the wire.
+
+``mongo_server`` is one server for the whole session, from ``servers.start_mongo``: a real
+``mongod`` when ``LOCSTATUS_TEST_MONGO_URI`` is set, testcontainers' ``MongoDbContainer`` when a
+Docker engine answers, else SecantusDB (``secantusd-py``, a MongoDB-wire server from PyPI)
+started on 127.0.0.1 and stopped by PID. Each kit is a fresh database on it (dropped at
+teardown), so tests never see each other's records. ``write_raw`` damages a record with a raw
+pymongo client, the way an operator's stray ``mongosh`` edit would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from kits import Kit
+from servers import MongoHandle, start_mongo
+
+COLLECTION = "locations"
+
+
+def kit_url(server: MongoHandle, database: str, **options: str) -> str:
+    """The backend URL for ``database`` on ``server`` (plus extra URL options)."""
+    sep = "&" if "?" in server.uri else "?"
+    extra = "".join(f"&{k}={v}" for k, v in options.items())
+    return f"{server.uri}{sep}database={database}&collection={COLLECTION}{extra}"
+
+
+def fresh_database() -> str:
+    return f"lstest_{uuid.uuid4().hex[:16]}"
+
+
+def write_raw_document(server: MongoHandle, database: str, location: str, text: str) -> None:
+    """Store ``text`` verbatim as the payload of ``location``: a JSON object's fields become
+    the document's fields; anything else (bad JSON, a list) is kept in a ``raw`` field."""
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        data = text
+    client = server.client()
+    try:
+        coll = client[database][COLLECTION]
+        current = coll.find_one({"_id": location}, {"version": 1})
+        version = int(current["version"]) + 1 if current else 1
+        fields = data if isinstance(data, dict) else {"raw": data}
+        coll.replace_one({"_id": location}, {**fields, "version": version}, upsert=True)
+    finally:
+        client.close()
+
+
+@dataclass
+class MongoKit(Kit):
+    """A :class:`Kit` on its own database, dropped at teardown."""
+
+    server: MongoHandle | None = None
+    database: str = ""
+
+    def close(self) -> None:
+        super().close()
+        if self.server is not None and self.server.running:
+            with contextlib.suppress(Exception):
+                client = self.server.client(serverSelectionTimeoutMS=2000)
+                try:
+                    client.drop_database(self.database)
+                finally:
+                    client.close()
+
+
+def mongo_kit(server: MongoHandle) -> Kit:
+    """A kit on a fresh database of ``server``."""
+    database = fresh_database()
+
+    def write_raw(location: str, text: str) -> None:
+        write_raw_document(server, database, location, text)
+
+    return MongoKit("mongo", kit_url(server, database), write_raw, server=server,
+                    database=database)
+
+
+@pytest.fixture(scope="session")
+def mongo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MongoHandle]:
+    """One MongoDB-wire server for the session (see the module docstring)."""
+    server = start_mongo(tmp_path_factory.mktemp("mongo-server"))
+    try:
+        yield server
+    finally:
+        server.close()
