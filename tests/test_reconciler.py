@@ -398,7 +398,8 @@ def test_two_sidecars_fire_100_resumes_due_at_the_same_second_exactly_once(
         try:
             urls = [_sidecar_url(p, tmp_path / f"sidecar-{i}.log") for i, p in enumerate(procs)]
             # Every resume due at the same whole second, a little after both sidecars are up.
-            due = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+            # (10 s ahead: scheduling 100 resumes takes a few seconds on a loaded machine)
+            due = (datetime.now(UTC) + timedelta(seconds=10)).replace(microsecond=0)
             for name in names:
                 setup.resume(name, "replication", at=due)
             assert all(
