@@ -1144,7 +1144,11 @@ def serve(
 @app.command()
 def demo(
     ctx: typer.Context,
-    keep: Annotated[bool, typer.Option("--keep", help="Keep the demo's files.")] = False,
+    keep: Annotated[bool, typer.Option(
+            "--keep",
+            help="Stay up after the scenario (sidecar and workers) until Ctrl-C; keeps the "
+            "demo's files.",
+        ),] = False,
     workers: Annotated[
         str, typer.Option("--workers", metavar="N", help="Worker processes (1..64).")
     ] = "3",
@@ -1165,6 +1169,7 @@ def demo(
             workers=n_workers,
             duration=seconds,
             port=port_number,
+            services=opts.services,
         )
     )
 

@@ -561,6 +561,7 @@ def test_serve_and_demo_wiring(
         "workers": 2,
         "duration": 5.0,
         "port": 8080,
+        "services": ("replication", "lifecycle", "ingestion"),
     }
     # the backend only reaches the demo when given on the command line, never from the env
     env_only = CliRunner().invoke(app, ["demo"], env={**ENV, "LOCSTATUS_BACKEND": synced.url})
