@@ -92,6 +92,7 @@ from locstatus.models import (
     ServiceStatus,
     State,
     WorkerInfo,
+    tombstone_generation,
 )
 from locstatus.names import canonical_service, check_location
 
@@ -1043,7 +1044,12 @@ def _tombstone_readiness(
         for w in workers
         if w.alive(now) and (w.locations is None or rec.location in w.locations)
     ]
-    acked = [w.worker_id for w in applying if acks.get(w.worker_id, {}).get(TOMBSTONE_ACK, 0) >= 1]
+    removal = tombstone_generation(rec.deleted_at)
+    acked = [
+        w.worker_id
+        for w in applying
+        if acks.get(w.worker_id, {}).get(TOMBSTONE_ACK, 0) >= removal
+    ]
     waiting = [w.worker_id for w in applying if w.worker_id not in acked]
     if now - rec.deleted_at >= ttl:
         return "ttl", acked, waiting

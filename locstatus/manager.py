@@ -299,12 +299,12 @@ class Manager:
         every live worker has acknowledged (none live counts as all)."""
         check_location(location)
         op_id = new_op_id()
-        workers = self.backend.workers()
 
         def plan(rec: LocationStatus, now: datetime) -> Plan:
             targets = [s for s in self._targets(rec, service) if rec.services[s].state.transitional]
             if not targets:
-                return None
+                return None  # nothing to settle: no workers or acks read
+            workers = self.backend.workers()
             acks = self.backend.acks(location)
             ready = [
                 s

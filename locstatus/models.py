@@ -163,6 +163,13 @@ TOMBSTONE_ACK = "_tombstone"
 """Pseudo-service name a worker acknowledges a tombstone with (SPEC §3.5)."""
 
 
+def tombstone_generation(deleted_at: datetime) -> int:
+    """The generation a worker acknowledges a tombstone with: ``deleted_at`` in milliseconds
+    since the epoch, so an acknowledgement of an earlier removal (remove, restore, remove
+    again) never counts for a later one."""
+    return int(deleted_at.timestamp() * 1000)
+
+
 class WorkerInfo(_Frozen):
     """A registered worker process (SPEC §2) and its lease."""
 

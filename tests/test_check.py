@@ -49,7 +49,7 @@ from locstatus.check import (
     write_metrics,
 )
 from locstatus.locations import load_locations
-from locstatus.models import TOMBSTONE_ACK, LocationStatus
+from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
 from agent_worker import Partition
 from kits import Kit
@@ -471,11 +471,12 @@ def test_tombstone_is_purged_once_every_live_worker_acknowledged(
 ) -> None:
     w1 = register(kit, clock, "w1")
     register(kit, clock, "w2", locations=("us-east-1",))  # does not apply eu-west-1
-    mgr.remove_location("eu-west-1")
+    removed = mgr.remove_location("eu-west-1")
+    assert removed.deleted_at is not None
     clock.advance(minutes=1)
     assert_clean(mgr, repair=True)  # w1 has not acknowledged the removal yet
 
-    w1.ack("w1", "eu-west-1", TOMBSTONE_ACK, 1)
+    w1.ack("w1", "eu-west-1", TOMBSTONE_ACK, tombstone_generation(removed.deleted_at))
     report = run_check(mgr)
     ready = only(report, "tombstone_ready")
     assert ready.evidence["reason"] == "acknowledged"
@@ -713,3 +714,22 @@ def test_progress_bar_on_large_scans_does_not_change_the_result(
                                            for s in ("ingestion", "lifecycle", "replication")]
     assert loud.scanned.records == PROGRESS_THRESHOLD + 50
     assert capsys.readouterr().out == ""  # the bar goes to stderr, never into --json output
+
+
+def test_an_acknowledgement_of_an_earlier_removal_does_not_count(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    """remove, restore, remove again: the worker's ack of the first removal must not let the
+    check purge the second one before the worker ran on_remove for it."""
+    w1 = register(kit, clock, "w1")
+    first = mgr.remove_location("eu-west-1")
+    assert first.deleted_at is not None
+    w1.ack("w1", "eu-west-1", TOMBSTONE_ACK, tombstone_generation(first.deleted_at))
+    clock.advance(minutes=1)
+    mgr.sync_locations(["eu-west-1"], remove_missing=False)  # restored
+    clock.advance(minutes=1)
+    mgr.remove_location("eu-west-1")
+    clock.advance(minutes=1)
+    report = run_check(mgr, repair=True)
+    assert [f for f in report.findings if f.kind.value == "tombstone_ready"] == []
+    assert mgr.status("eu-west-1").deleted

@@ -366,7 +366,8 @@ class SQLiteBackend(Backend):
                             self._emit(Hint(kind=key[0], location=key[1]))
                 last = int(rows[-1][0])  # type: ignore[call-overload]
             except BackendUnavailable:
-                last = None
+                # keep ``last``: missed changes are hinted after recovery (or a resync fires
+                # when they were pruned meanwhile)
                 self._emit(Hint(kind="resync"))
 
     # -- lifecycle -----------------------------------------------------------------------
