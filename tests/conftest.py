@@ -57,3 +57,9 @@ def kit(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kit]:
 @pytest.fixture(params=DURABLE)
 def durable_kit(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kit]:
     yield from _make(request, tmp_path)
+
+
+@pytest.fixture
+def backend_url(durable_kit: Kit) -> str:
+    """The URL of a fresh store that other OS processes can reach (every durable backend)."""
+    return durable_kit.url

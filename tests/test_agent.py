@@ -383,11 +383,6 @@ def test_bad_arguments_are_refused(mgr: Manager) -> None:
 # -- real worker processes, every backend reachable from another process ------------------------
 
 
-@pytest.fixture
-def backend_url(durable_kit: Kit) -> str:
-    """The backend URL the worker processes and the test share (SQLite file, ZooKeeper chroot,
-    ...), one fresh store per test."""
-    return durable_kit.url
 
 
 class Worker:

@@ -31,7 +31,7 @@ from locstatus.fsm.diagram import mermaid
 from locstatus.models import WorkerInfo
 from locstatus.reconciler import Reconciler
 
-from kits import Kit
+from fakeclock import FakeClock
 
 TOKEN = "tok-9f1c2e-never-print-me"
 LOCATIONS = ["eu-west-1", "us-east-1", "us-east-2"]
@@ -39,33 +39,12 @@ START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 PROBLEM = "application/problem+json"
 
 
-class FakeClock:
-    """A controllable aware-UTC clock shared by the manager, the app and the reconciler."""
 
-    def __init__(self, start: datetime = START) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> datetime:
-        with self._lock:
-            self._now += timedelta(seconds=seconds)
-            return self._now
-
-
-@pytest.fixture
-def backend_url(durable_kit: Kit) -> str:
-    """A fresh store of each backend other processes can reach (conftest's kits: SQLite now,
-    ZooKeeper and MongoDB as their kits join)."""
-    return durable_kit.url
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(START)
 
 
 @pytest.fixture

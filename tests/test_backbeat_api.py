@@ -9,7 +9,6 @@ plus where locstatus is stricter: a refused transition is a 409 problem, an inva
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,7 +22,7 @@ from locstatus.api.backbeat import iso_date
 from locstatus.api.server import BackgroundServer
 from locstatus.reconciler import Reconciler
 
-from kits import Kit
+from fakeclock import FakeClock
 
 TOKEN = "bb-token-0c7e51"
 API = "/_/backbeat/api"
@@ -40,32 +39,12 @@ LOCATIONS = {
 SITES = ["aws-location", "wontwork-location", "zenko"]
 
 
-class FakeClock:
-    """A controllable aware-UTC clock."""
 
-    def __init__(self, start: datetime = START) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def backend_url(durable_kit: Kit) -> str:
-    """A fresh store of each backend other processes can reach (conftest's kits: SQLite now,
-    ZooKeeper and MongoDB as their kits join)."""
-    return durable_kit.url
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(START)
 
 
 @pytest.fixture

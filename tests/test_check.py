@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -52,31 +51,17 @@ from locstatus.locations import load_locations
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
 from agent_worker import Partition
+from fakeclock import FakeClock
 from kits import Kit
 
 START = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 DOC = Path(__file__).resolve().parent.parent / "docs" / "check.md"
 
 
-class FakeClock:
-    """A controllable aware-UTC clock."""
-
-    def __init__(self) -> None:
-        self._now = START
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, **kw: float) -> None:
-        with self._lock:
-            self._now += timedelta(**kw)
-
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(START)
 
 
 @pytest.fixture

@@ -42,9 +42,6 @@ LOC = "us-east-1"
 SVC = "replication"
 
 
-@pytest.fixture
-def backend_url(durable_kit: Kit) -> str:
-    return durable_kit.url
 
 
 def eventually(check: Callable[[], Any], timeout: float = 90.0, every: float = 0.05) -> Any:

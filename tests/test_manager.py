@@ -25,29 +25,19 @@ from locstatus.errors import AmbiguousCommit, BackendUnavailable, VersionConflic
 from locstatus.manager import RetryPolicy
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus
 
+from fakeclock import FakeClock
 from kits import Kit
 
-
-class Clock:
-    """A controllable clock (aware UTC)."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **kw: float) -> None:
-        self.now += timedelta(**kw)
+START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(START)
 
 
 @pytest.fixture
-def mgr(kit: Kit, clock: Clock) -> Iterator[Manager]:
+def mgr(kit: Kit, clock: FakeClock) -> Iterator[Manager]:
     m = Manager(kit.open(), clock=clock)
     m.sync_locations({"us-east-1": ["replication", "lifecycle"], "eu-west-1": ["replication"]})
     yield m
@@ -96,7 +86,7 @@ def test_resume_now_and_idempotent(mgr: Manager) -> None:
     assert mgr.resume("us-east-1", "replication") == rec
 
 
-def test_scheduled_resume_is_data_and_fires_once_when_due(mgr: Manager, clock: Clock) -> None:
+def test_scheduled_resume_is_data_and_fires_once_when_due(mgr: Manager, clock: FakeClock) -> None:
     mgr.pause("us-east-1", "replication")
     rec = mgr.resume("us-east-1", "replication", at=timedelta(hours=2))
     due = rec.services["replication"].resume_at
@@ -110,7 +100,7 @@ def test_scheduled_resume_is_data_and_fires_once_when_due(mgr: Manager, clock: C
     assert [e.event for e in mgr.history("us-east-1", limit=2)] == ["settle", "resume_due"]
 
 
-def test_many_schedulers_fire_a_due_resume_exactly_once(kit: Kit, clock: Clock) -> None:
+def test_many_schedulers_fire_a_due_resume_exactly_once(kit: Kit, clock: FakeClock) -> None:
     managers = [Manager(kit.open(), clock=clock) for _ in range(6)]
     managers[0].sync_locations({"hot": ["replication"]})
     managers[0].pause("hot", "replication")
@@ -131,7 +121,7 @@ def test_many_schedulers_fire_a_due_resume_exactly_once(kit: Kit, clock: Clock) 
     assert len(fired) == 1
 
 
-def test_a_manual_pause_or_resume_cancels_the_schedule(mgr: Manager, clock: Clock) -> None:
+def test_a_manual_pause_or_resume_cancels_the_schedule(mgr: Manager, clock: FakeClock) -> None:
     mgr.pause("us-east-1", "replication")
     mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
     rec = mgr.pause("us-east-1", "replication")
@@ -143,7 +133,7 @@ def test_a_manual_pause_or_resume_cancels_the_schedule(mgr: Manager, clock: Cloc
     assert mgr.fire_due_resumes("us-east-1") == rec
 
 
-def test_a_rescheduled_resume_does_not_fire_at_the_old_time(mgr: Manager, clock: Clock) -> None:
+def test_a_rescheduled_resume_does_not_fire_at_the_old_time(mgr: Manager, clock: FakeClock) -> None:
     mgr.pause("us-east-1", "replication")
     mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
     mgr.resume("us-east-1", "replication", at=timedelta(hours=3))
@@ -190,7 +180,7 @@ def test_bad_resume_times_are_refused_before_any_write(mgr: Manager, at: object)
     assert mgr.status("us-east-1") == before
 
 
-def test_past_resume_time_is_refused(mgr: Manager, clock: Clock) -> None:
+def test_past_resume_time_is_refused(mgr: Manager, clock: FakeClock) -> None:
     mgr.pause("us-east-1", "replication")
     with pytest.raises(InvalidInput, match="not in the future"):
         mgr.resume("us-east-1", "replication", at=clock.now - timedelta(minutes=1))
@@ -215,7 +205,7 @@ def test_if_version_refuses_a_stale_caller(mgr: Manager) -> None:
     assert state(mgr, "us-east-1", "replication") is State.PAUSED
 
 
-def test_two_operators_at_once_both_apply_without_losing_either(kit: Kit, clock: Clock) -> None:
+def test_two_operators_at_once_both_apply_without_losing_either(kit: Kit, clock: FakeClock) -> None:
     a, b = Manager(kit.open(), clock=clock), Manager(kit.open(), clock=clock)
     a.sync_locations({"shared": ["replication", "lifecycle"]})
     barrier = threading.Barrier(2)
@@ -272,7 +262,7 @@ def test_purge_needs_a_tombstone(mgr: Manager) -> None:
         mgr.status("eu-west-1")
 
 
-def test_live_worker_keeps_pausing_until_it_acks(mgr: Manager, clock: Clock) -> None:
+def test_live_worker_keeps_pausing_until_it_acks(mgr: Manager, clock: FakeClock) -> None:
     mgr.backend.put_worker(
         WorkerInfo(worker_id="w-1", services=("replication",), lease_expires_at=clock.now + timedelta(seconds=30))
     )
@@ -287,7 +277,7 @@ def test_live_worker_keeps_pausing_until_it_acks(mgr: Manager, clock: Clock) -> 
     assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
 
 
-def test_a_worker_whose_lease_expired_stops_blocking(mgr: Manager, clock: Clock) -> None:
+def test_a_worker_whose_lease_expired_stops_blocking(mgr: Manager, clock: FakeClock) -> None:
     mgr.backend.put_worker(
         WorkerInfo(worker_id="w-1", services=("replication",), lease_expires_at=clock.now + timedelta(seconds=10))
     )
@@ -296,7 +286,7 @@ def test_a_worker_whose_lease_expired_stops_blocking(mgr: Manager, clock: Clock)
     assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
 
 
-def test_a_worker_for_other_locations_does_not_block(mgr: Manager, clock: Clock) -> None:
+def test_a_worker_for_other_locations_does_not_block(mgr: Manager, clock: FakeClock) -> None:
     mgr.backend.put_worker(
         WorkerInfo(
             worker_id="w-eu", services=("replication",), locations=("eu-west-1",),
@@ -408,7 +398,7 @@ def test_history_of_an_unknown_location_is_not_found(mgr: Manager) -> None:
         mgr.history("atlantis")
 
 
-def test_sync_leaves_a_corrupt_record_alone_and_carries_on(kit: Kit, clock: Clock) -> None:
+def test_sync_leaves_a_corrupt_record_alone_and_carries_on(kit: Kit, clock: FakeClock) -> None:
     m = Manager(kit.open(), clock=clock)
     kit.write_raw("broken-1", "{not json")
     report = m.sync_locations(["broken-1", "fine-1"])

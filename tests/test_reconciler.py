@@ -27,37 +27,18 @@ from locstatus import Manager, State, open_backend
 from locstatus.models import LocationStatus, WorkerInfo
 from locstatus.reconciler import Reconciler
 
+from fakeclock import FakeClock
 from kits import Kit
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-class FakeClock:
-    """A controllable aware-UTC clock."""
 
-    def __init__(self, start: datetime = START) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def backend_url(durable_kit: Kit) -> str:
-    """A fresh store of each backend other processes can reach (conftest's kits: SQLite now,
-    ZooKeeper and MongoDB as their kits join)."""
-    return durable_kit.url
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(START)
 
 
 @pytest.fixture

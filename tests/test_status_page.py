@@ -23,8 +23,6 @@ from locstatus.api.server import BackgroundServer
 from locstatus.fsm import table
 from locstatus.models import WorkerInfo
 
-from kits import Kit
-
 NOW = datetime(2030, 3, 1, 8, 0, tzinfo=UTC)
 
 
@@ -88,11 +86,6 @@ class _Table(HTMLParser):
             self.cell.append(data)
 
 
-@pytest.fixture
-def backend_url(durable_kit: Kit) -> str:
-    """A fresh store of each backend other processes can reach (conftest's kits: SQLite now,
-    ZooKeeper and MongoDB as their kits join)."""
-    return durable_kit.url
 
 
 @pytest.fixture
