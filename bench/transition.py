@@ -43,13 +43,17 @@ RAW: dict[str, Callable[[str, str], tuple[RawOp, Callable[[], None]]]] = {}
 def raw_payloads(location: str) -> tuple[list[str], list[str]]:
     """The two record payloads and history payloads a pause/resume pair writes."""
     from locstatus.models import ServiceStatus
+    from locstatus.names import DEFAULT_SERVICES
 
     now = utcnow()
     recs, hists = [], []
     for i, st in enumerate((State.PAUSED, State.RUNNING)):
         rec = LocationStatus(
             location=location,
-            services={"replication": ServiceStatus(state=st, generation=i + 1, updated_at=now)},
+            services={  # the same three-service record locstatus writes
+                **{s: ServiceStatus(updated_at=now) for s in DEFAULT_SERVICES},
+                "replication": ServiceStatus(state=st, generation=i + 1, updated_at=now),
+            },
         )
         entry = HistoryEntry(
             op_id=new_op_id(), at=now, location=location, service="replication", event="pause",
