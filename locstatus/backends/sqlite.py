@@ -56,6 +56,22 @@ CREATE TABLE IF NOT EXISTS acks (
 CREATE INDEX IF NOT EXISTS acks_by_worker ON acks (worker_id);
 CREATE TABLE IF NOT EXISTS changes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, location TEXT);
+-- The change log is written by triggers inside each write's own transaction: a hint can never
+-- be recorded for a write that rolled back, nor missed for one that committed.
+CREATE TRIGGER IF NOT EXISTS locations_ins AFTER INSERT ON locations
+    BEGIN INSERT INTO changes (kind, location) VALUES ('location', NEW.location); END;
+CREATE TRIGGER IF NOT EXISTS locations_upd AFTER UPDATE ON locations
+    BEGIN INSERT INTO changes (kind, location) VALUES ('location', NEW.location); END;
+CREATE TRIGGER IF NOT EXISTS locations_del AFTER DELETE ON locations
+    BEGIN INSERT INTO changes (kind, location) VALUES ('location', OLD.location); END;
+CREATE TRIGGER IF NOT EXISTS acks_ins AFTER INSERT ON acks
+    BEGIN INSERT INTO changes (kind, location) VALUES ('acks', NEW.location); END;
+CREATE TRIGGER IF NOT EXISTS workers_ins AFTER INSERT ON workers
+    BEGIN INSERT INTO changes (kind, location) VALUES ('workers', NULL); END;
+CREATE TRIGGER IF NOT EXISTS workers_del AFTER DELETE ON workers
+    BEGIN INSERT INTO changes (kind, location) VALUES ('workers', NULL); END;
+CREATE TRIGGER IF NOT EXISTS changes_prune AFTER INSERT ON changes WHEN NEW.seq % 1000 = 0
+    BEGIN DELETE FROM changes WHERE seq < NEW.seq - 10000; END;
 """
 _KEEP_CHANGES = 10_000
 _INCARNATION_SHIFT = 20  # versions within one life of a record stay below 2**20 apart
@@ -154,11 +170,6 @@ class SQLiteBackend(Backend):
         except sqlite3.Error as exc:
             raise BackendUnavailable(f"read failed on {self.url}: {exc}") from exc
 
-    @staticmethod
-    def _changed(db: sqlite3.Connection, kind: str, location: str | None) -> None:
-        cur = db.execute("INSERT INTO changes (kind, location) VALUES (?, ?)", (kind, location))
-        if cur.lastrowid is not None and cur.lastrowid % 1000 == 0:
-            db.execute("DELETE FROM changes WHERE seq < ?", (cur.lastrowid - _KEEP_CHANGES,))
 
     # -- records -------------------------------------------------------------------------
 
@@ -182,7 +193,6 @@ class SQLiteBackend(Backend):
                 "INSERT INTO history (location, version, data) VALUES (?, ?, ?)",
                 (loc, version, codec.encode_history(codec.stamp(history, version))),
             )
-            self._changed(db, "location", loc)
         return record.model_copy(update={"version": version})
 
     def read(self, location: str) -> LocationStatus:
@@ -227,7 +237,6 @@ class SQLiteBackend(Backend):
                     "INSERT INTO history (location, version, data) VALUES (?, ?, ?)",
                     (loc, version, codec.encode_history(codec.stamp(history, version))),
                 )
-            self._changed(db, "location", loc)
         return record.model_copy(update={"version": version})
 
     def delete(self, location: str, expected_version: int) -> None:
@@ -247,7 +256,6 @@ class SQLiteBackend(Backend):
                 )
             db.execute("DELETE FROM history WHERE location = ?", (location,))
             db.execute("DELETE FROM acks WHERE location = ?", (location,))
-            self._changed(db, "location", location)
 
     def history(
         self, location: str, *, limit: int = 50, before_version: int | None = None
@@ -274,13 +282,11 @@ class SQLiteBackend(Backend):
                 "INSERT OR REPLACE INTO workers (worker_id, data) VALUES (?, ?)",
                 (info.worker_id, codec.encode_worker(info)),
             )
-            self._changed(db, "workers", None)
 
     def remove_worker(self, worker_id: str) -> None:
         with self._write() as db:
             db.execute("DELETE FROM workers WHERE worker_id = ?", (worker_id,))
             db.execute("DELETE FROM acks WHERE worker_id = ?", (worker_id,))
-            self._changed(db, "workers", None)
 
     def workers(self) -> list[WorkerInfo]:
         rows = self._query("SELECT data FROM workers ORDER BY worker_id")
@@ -293,7 +299,6 @@ class SQLiteBackend(Backend):
                 "VALUES (?, ?, ?, ?)",
                 (location, worker_id, service, generation),
             )
-            self._changed(db, "acks", location)
 
     def acks(self, location: str) -> AckMap:
         out: AckMap = {}
