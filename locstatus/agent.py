@@ -26,7 +26,10 @@ Why it is shaped so:
   became due: simple and predictable for the worker's code. Hint callbacks only record what to
   look at and return; they never block the backend's thread.
 - **Settling is everybody's job.** The acknowledging worker calls :meth:`Manager.settle` (from
-  the watch thread, so the next handler never waits for it); the watch thread also tries to
+  the watch thread, so the next handler never waits for it), debounced: once no other worker
+  has acknowledged for ~10 ms, plus up to 20 ms of jitter, and only if the record it has read
+  meanwhile is still transitional. So the first settle to land spares the rest of the fleet
+  theirs, and their reads never compete with workers still reading the change. It also tries to
   settle the transitional records it sees when workers come and go (a lapsed lease of a
   crashed worker must not leave a location ``pausing`` forever), at most once per
   ``settle_interval``.
@@ -224,7 +227,8 @@ class Agent:
         self._errors: dict[str, str] = {}
         self._first_pass: set[_Key] = set()
         self._dirty: set[str] = set()
-        self._settle_now: set[str] = set()  # acknowledged here: try to settle at once
+        # Acknowledged here: location -> (monotonic time to try settling, latest allowed).
+        self._settle_due: dict[str, tuple[float, float]] = {}
         self._want_resync = False
         self._want_settle = False
         self._metrics: dict[str, int] = dict.fromkeys(
@@ -432,7 +436,7 @@ class Agent:
             self._failures.clear()
             self._errors.clear()
             self._dirty.clear()
-            self._settle_now.clear()
+            self._settle_due.clear()
             self._want_resync = self._want_settle = False
         self._started_at = self.manager.clock()
         self.backend.put_worker(self._info())
@@ -524,7 +528,12 @@ class Agent:
                 if self._location_set is None or hint.location in self._location_set:
                     self._dirty.add(hint.location)
             elif hint.kind == "acks":
-                pass  # the acknowledging worker settles; worker changes trigger the safety net
+                # Others are still acknowledging: put off this worker's settle until they are
+                # done (debounce), so only one of the fleet's settles does the reads.
+                due = self._settle_due.get(hint.location or "")
+                if due is not None and hint.location is not None:
+                    when = min(due[1], time.monotonic() + _settle_delay())
+                    self._settle_due[hint.location] = (max(due[0], when), due[1])
             elif hint.kind == "workers":
                 self._want_settle = True
             else:  # resync, or anything this agent does not know: re-read everything
@@ -600,6 +609,8 @@ class Agent:
             with self._lock:
                 if self._want_settle:
                     timeout = min(timeout, next_settle - now)
+                if self._settle_due:
+                    timeout = min(timeout, min(d for d, _ in self._settle_due.values()) - now)
             resume_in = self._next_resume_due()
             if resume_in != float("inf"):
                 timeout = min(timeout, max(resume_in, next_fire - now))
@@ -611,7 +622,9 @@ class Agent:
             with self._lock:
                 resync = self._want_resync or now >= next_resync
                 dirty, self._dirty = self._dirty, set()
-                settle_now, self._settle_now = self._settle_now, set()
+                settle_now = {loc for loc, (d, _) in self._settle_due.items() if d <= now}
+                for loc in settle_now:
+                    del self._settle_due[loc]
                 settle = self._want_settle and now >= next_settle
                 self._want_resync = False
                 if settle:
@@ -639,7 +652,8 @@ class Agent:
                     self._metrics["backend_errors"] += 1
                     self._want_resync = True  # whatever was missed, re-read it all
                     self._dirty |= dirty
-                    self._settle_now |= settle_now
+                    for loc in settle_now:
+                        self._settle_due.setdefault(loc, (now, now))
                 log.warning("agent %s: backend read failed: %s", self.worker_id, exc)
                 if self._stopping.wait(min(2.0, 0.05 * 2**failures)):
                     return
@@ -856,8 +870,9 @@ class Agent:
                 return
             if now_st.state.transitional:
                 # Settling is the watch thread's: the next handler does not wait for it.
+                now = time.monotonic()
                 with self._lock:
-                    self._settle_now.add(location)
+                    self._settle_due[location] = (now + _settle_delay(), now + _SETTLE_MAX_DELAY)
                 self._wake.set()
             return
 
@@ -991,6 +1006,20 @@ class Agent:
         with self._cond:
             self._metrics["backend_errors"] += 1
             self._schedule(key, generation, delay=self.handler_retry.delay(1))
+
+
+_SETTLE_QUIET = 0.01
+"""Seconds without another worker's acknowledgement before an acknowledging worker settles."""
+_SETTLE_JITTER = 0.02
+"""Random extra delay (seconds, up to this) so the fleet's settles do not all start at once: the
+first one to land moves the record out of its transitional state, and the others, having read
+that, skip theirs."""
+_SETTLE_MAX_DELAY = 0.25
+"""Upper bound (seconds after the acknowledgement) of the settle debounce."""
+
+
+def _settle_delay() -> float:
+    return _SETTLE_QUIET + random.uniform(0.0, _SETTLE_JITTER)
 
 
 async def _await(awaitable: Awaitable[Any]) -> None:

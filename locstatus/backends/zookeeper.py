@@ -37,9 +37,13 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
   ``resync`` hint. The kazoo state listener only enqueues: all of this runs on the backend's
   own thread, never on kazoo's.
 - **Hints** come from watches (children of ``locations`` and ``workers``, data of each
-  ``locations/<loc>`` and ``acks/<loc>``), coalesced per batch and re-armed before delivery; kazoo
-  drops every watch when a connection breaks, so they are re-armed on every reconnection and
-  followed by ``resync``.
+  ``locations/<loc>`` and ``acks/<loc>``), coalesced per batch. The re-arming requests are sent
+  before the hints are delivered and awaited after: a session answers in order, so a read made
+  after the hint is served after the watch is set again, and the hint does not wait a round
+  trip. An ``acks/<loc>`` watch (touched by every acknowledgement) is set again only
+  ``_ACKS_COALESCE`` seconds after it fired, followed by one more hint, so a fleet acknowledging
+  at once wakes each subscriber twice, not once per worker. kazoo drops every watch when a
+  connection breaks, so they are re-armed on every reconnection and followed by ``resync``.
 - **``workers()``** is served from a copy invalidated by watches on ``workers`` (children and
   data), by any connection change and by this backend's own registration writes: the manager
   looks at the live workers on every transition, and this keeps a transition at two round
@@ -65,6 +69,7 @@ import os
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -126,6 +131,11 @@ _AUTH_ENV = "LOCSTATUS_ZK_AUTH"
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _HOST_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(\d{1,5}))?")
 _ACKS_HINT = b""
+_ACKS_COALESCE = 0.015
+"""Seconds an ``acks/<loc>`` watch stays unarmed after it fired. Every acknowledgement touches
+that node, so a fleet acknowledging a change would otherwise wake every subscribed process once
+per worker; instead the first one is hinted at once and the watch is set again this much later,
+followed by one more hint that covers whatever changed meanwhile."""
 _HISTORY = TypeAdapter(list[HistoryEntry])
 _RETRYABLE = KazooRetry.RETRY_EXCEPTIONS + KazooRetry.EXPIRED_EXCEPTIONS
 
@@ -395,6 +405,7 @@ class ZooKeeperBackend(Backend):
         self._armed_event = threading.Event()
         self._missed = False
         self._watched: set[str] = set()
+        self._acks_later: dict[str, float] = {}  # acks/<loc> path -> monotonic time to re-arm
         self._workers_cache: list[WorkerInfo] | None = None
         self._workers_epoch = 0
         self._client.add_listener(self._on_state)
@@ -1095,8 +1106,11 @@ class ZooKeeperBackend(Backend):
 
     def _run(self) -> None:
         while True:
+            wait = 1.0
+            if self._acks_later:
+                wait = min(wait, max(0.0, min(self._acks_later.values()) - time.monotonic()))
             try:
-                batch = [self._events.get(timeout=1.0)]
+                batch = [self._events.get(timeout=wait)]
             except queue.Empty:
                 batch = [("tick", None)]
             while True:
@@ -1134,6 +1148,8 @@ class ZooKeeperBackend(Backend):
                     hints[(hint.kind, hint.location)] = hint
                 if event.path == self.paths.locations:
                     children_changed = True
+                elif again and hint is not None and hint.kind == "acks":
+                    self._acks_later.setdefault(event.path, time.monotonic() + _ACKS_COALESCE)
                 elif again:
                     rearm.add(event.path)
         if not self._live.is_set():
@@ -1154,7 +1170,22 @@ class ZooKeeperBackend(Backend):
             if children_changed:
                 for h in self._refresh_locations():
                     hints[(h.kind, h.location)] = h
-            self._rearm(rearm)
+            now = time.monotonic()
+            for path, due in list(self._acks_later.items()):
+                if due <= now:  # set the watch again and hint what changed while it was not
+                    del self._acks_later[path]
+                    rearm.add(path)
+                    name = path.rpartition("/")[2]
+                    hints[("acks", name)] = Hint(kind="acks", location=name)
+            # Send the re-arming requests, then deliver, then wait for their answers: a session
+            # answers in order, so any read a subscriber makes on this backend after the hint
+            # reaches the server after the watch is set again (no change can slip between
+            # them), and the hint does not wait for a round trip.
+            pending = self._send_rearm(rearm)
+            if hints:
+                self._deliver(list(hints.values()))
+                hints = {}
+            self._await_rearm(pending)
         if hints:
             self._deliver(list(hints.values()))
 
@@ -1178,6 +1209,7 @@ class ZooKeeperBackend(Backend):
 
     def _disarm(self) -> None:
         self._armed = False
+        self._acks_later.clear()  # every watch is set again by _arm_all, then a resync
         self._armed_event.clear()
 
     def _arm_all(self) -> None:
@@ -1213,13 +1245,27 @@ class ZooKeeperBackend(Backend):
         return [Hint(kind="location", location=n) for n in sorted(added | removed)]
 
     def _rearm(self, paths: set[str]) -> None:
+        self._await_rearm(self._send_rearm(paths))
+
+    def _send_rearm(self, paths: set[str]) -> list[Any] | None:
+        """Send the requests that set the watches on ``paths`` again; None if sending failed
+        (then disarmed: armed again on the next tick or reconnection, then a resync)."""
         try:
-            pending = [
+            return [
                 self._client.get_children_async(p, watch=self._watch)
                 if p == self.paths.workers
                 else self._client.exists_async(p, watch=self._watch)
                 for p in paths
             ]
+        except (KazooException, KazooTimeoutError):
+            self._disarm()
+            self._missed = True
+            return None
+
+    def _await_rearm(self, pending: list[Any] | None) -> None:
+        if pending is None:
+            return
+        try:
             for item in pending:
                 self._get(item)
         except (KazooException, KazooTimeoutError):
