@@ -450,7 +450,14 @@ class Manager:
     def _services_arg(self, service: ServiceArg) -> list[str] | None:
         if service is None:
             return None
-        names = [service] if isinstance(service, str) else list(service)
+        if isinstance(service, str):
+            names = [service]
+        elif isinstance(service, list | tuple | set | frozenset):
+            names = list(service)
+        else:
+            raise InvalidInput(
+                f"service must be a name or a list of names, got {type(service).__name__}"
+            )
         if not names:
             raise InvalidInput("no service given")
         return list(dict.fromkeys(canonical_service(n, self.services) for n in names))

@@ -233,8 +233,12 @@ def test_a_recreated_record_never_matches_a_version_of_its_earlier_life(b: Backe
         '{"services": {"replication": {"state": "exploded"}}, "deleted_at": null}',
         '["a", "list"]',
         '{"services": {"replication": {"generation": -4}}, "deleted_at": null}',
+        '{"location": "good-1", "services": {"replication": {}}, "deleted_at": null}',
     ],
-    ids=["invalid-json", "missing-field", "bad-state", "not-an-object", "negative-generation"],
+    ids=[
+        "invalid-json", "missing-field", "bad-state", "not-an-object", "negative-generation",
+        "another-locations-document",
+    ],
 )
 def test_a_corrupt_record_is_named_and_does_not_hide_the_others(kit: Kit, payload: str) -> None:
     b = kit.open()

@@ -9,6 +9,7 @@ disagree with the payload. Decoding validates with pydantic and turns any failur
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,10 +36,14 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
     """Parse a stored payload. Raises :class:`CorruptRecord` naming ``location``."""
     try:
         if isinstance(raw, dict):
-            return LocationStatus.model_validate({**raw, "location": location, "version": version})
+            return _validate_payload(location, version, raw)
         text = raw.decode() if isinstance(raw, bytes) else raw
         body = text.lstrip()
-        if body.startswith("{") and LOCATION_RE.fullmatch(location):
+        if (
+            body.startswith("{")
+            and LOCATION_RE.fullmatch(location)
+            and not _OWN_KEYS.search(body)
+        ):
             # Fast path: one pass of pydantic's JSON parser over the stored text, with the key
             # and version (which live outside the payload) spliced in front.
             prefix = f'{{"location":"{location}","version":{int(version)}'
@@ -51,9 +56,23 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        return LocationStatus.model_validate({**data, "location": location, "version": version})
+        return _validate_payload(location, version, data)
+    except RecursionError:
+        raise CorruptRecord(location, "payload nested too deeply to parse") from None
     except (ValueError, ValidationError, TypeError) as exc:
         raise CorruptRecord(location, _short(exc)) from exc
+
+
+_OWN_KEYS = re.compile(r'"(?:location|version)"\s*:')
+"""A stored payload never carries the key and version (they live in the backend's own key and
+version); one that does is damaged, e.g. another location's document pasted in."""
+
+
+def _validate_payload(location: str, version: int, data: dict[str, Any]) -> LocationStatus:
+    own = sorted(k for k in ("location", "version") if k in data)
+    if own:
+        raise ValueError(f"payload carries its own {' and '.join(own)} (a copied document?)")
+    return LocationStatus.model_validate({**data, "location": location, "version": version})
 
 
 def encode_history(entries: Sequence[HistoryEntry]) -> str:

@@ -54,6 +54,12 @@ class Event:
                 raise InvalidInput(f"{field} must be a string, got {value!r:.80}")
             if len(value) > limit:
                 raise InvalidInput(f"{field} is {len(value)} characters long, at most {limit}")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidInput(
+                    f"{field} {value!r:.80} is not valid text (undecodable bytes?)"
+                ) from None
         if self.at is not None and (not isinstance(self.at, datetime) or self.at.tzinfo is None):
             raise InvalidInput(f"event time must be an aware UTC datetime, got {self.at!r:.80}")
 
