@@ -31,6 +31,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import threading
 import time
@@ -471,7 +472,7 @@ IfMatch = Annotated[
     Header(description='Record version the change is based on, e.g. "12" (412 if stale)'),
 ]
 
-_MUTATION_ERRORS = responses(400, 401, 403, 404, 409, 412, 413, 422, 503, 504)
+_MUTATION_ERRORS = responses(400, 401, 403, 404, 408, 409, 412, 413, 422, 503, 504)
 _READ_ERRORS = responses(400, 404, 422, 503)
 
 router = APIRouter()
@@ -768,13 +769,22 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class _Middleware:
-    """Request metrics per route template, and the 64 KiB body limit (413)."""
+BODY_TIMEOUT = 5.0
+"""Seconds a client may take to send its whole request body (408 after that): a client that
+declares a body and stalls must not pin a connection and a request forever."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, max_body: int) -> None:
+
+class _Middleware:
+    """Request metrics per route template, the 64 KiB body limit (413) and the body read
+    deadline (408)."""
+
+    def __init__(
+        self, app: ASGIApp, metrics: Metrics, max_body: int, body_timeout: float = BODY_TIMEOUT
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body = max_body
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -791,10 +801,23 @@ class _Middleware:
 
         try:
             if method in ("POST", "PUT", "PATCH", "DELETE"):
-                replay = await self._read_body(scope, receive)
+                try:
+                    replay = await asyncio.wait_for(
+                        self._read_body(scope, receive), self.body_timeout
+                    )
+                except TimeoutError:
+                    status[0] = 408
+                    await self._refuse(
+                        scope, send, 408, "request timeout",
+                        f"request body not received within {self.body_timeout:g} s",
+                    )
+                    return
                 if replay is None:
                     status[0] = 413
-                    await self._too_large(scope, send)
+                    await self._refuse(
+                        scope, send, 413, "request too large",
+                        f"request body larger than {self.max_body} bytes",
+                    )
                     return
                 receive = replay
             await self.app(scope, receive, send_wrapper)
@@ -835,15 +858,14 @@ class _Middleware:
 
         return replay
 
-    async def _too_large(self, scope: Scope, send: Send) -> None:
+    @staticmethod
+    async def _refuse(scope: Scope, send: Send, status: int, title: str, detail: str) -> None:
         body = Problem(
-            title="request too large", status=413,
-            detail=f"request body larger than {self.max_body} bytes",
-            instance=scope.get("path"),
+            title=title, status=status, detail=detail, instance=scope.get("path"),
         ).model_dump_json(exclude_none=True).encode()
         await send({
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
                 (b"content-length", str(len(body)).encode()),
