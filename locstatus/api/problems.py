@@ -237,6 +237,7 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         401: "Missing bearer token",
         403: "Wrong bearer token",
         404: "Unknown location or service",
+        408: "Request body not received in time",
         409: "Invalid transition, or compare-and-set conflicts exhausted",
         412: "If-Match does not match the record's version",
         413: "Request body larger than 64 KiB",
