@@ -111,6 +111,14 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass
+class _Ambiguity:
+    """Writes of one operation whose outcome was unknown: version they would have produced ->
+    the record they sent (SPEC §3.2)."""
+
+    sent: dict[int, LocationStatus] = field(default_factory=dict)
+
+
 def lagging_workers(
     location: str,
     service: str,
@@ -581,7 +589,7 @@ class Manager:
 
         The first attempt runs outside the retry policy (no contention is the common case);
         after a conflict, attempts continue under the bounded, jittered policy."""
-        ambiguity = [False]
+        ambiguity = _Ambiguity()
         try:
             return self._attempt(location, plan, op_id, if_version, ambiguity)
         except VersionConflict:
@@ -608,10 +616,10 @@ class Manager:
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
-    def _raise_unresolved(exc: BackendUnavailable, op_id: str, ambiguity: list[bool]) -> NoReturn:
+    def _raise_unresolved(exc: BackendUnavailable, op_id: str, ambiguity: _Ambiguity) -> NoReturn:
         """After an ambiguous commit, an unreachable backend leaves the outcome unknown: say
         so, with the op_id to look for (SPEC §3.2), rather than a plain 'unavailable'."""
-        if ambiguity[0] and not isinstance(exc, AmbiguousCommit):
+        if ambiguity.sent and not isinstance(exc, AmbiguousCommit):
             raise AmbiguousCommit(
                 f"{exc}; the write may or may not have been applied: look for op_id {op_id} "
                 "in the history"
@@ -624,13 +632,15 @@ class Manager:
         plan: Callable[[LocationStatus, datetime], Plan],
         op_id: str,
         if_version: int | None,
-        ambiguity: list[bool],
+        ambiguity: _Ambiguity,
     ) -> LocationStatus:
         """One read-plan-write. Raises VersionConflict to be retried (also after an ambiguous
-        commit, which sets ``ambiguity[0]`` so the next read first looks for ``op_id``)."""
+        commit, which records what was sent so the next read first looks for ``op_id``)."""
         rec = self.backend.read(location)
-        if ambiguity[0] and self._applied(rec, op_id):
-            return rec
+        if ambiguity.sent:
+            landed = self._landed(rec, op_id, ambiguity)
+            if landed is not None:
+                return landed
         if if_version is not None and rec.version != if_version:
             raise PreconditionFailed(
                 f"location {location!r} is at version {rec.version}, not {if_version}"
@@ -646,15 +656,25 @@ class Manager:
             raise
         except AmbiguousCommit as exc:
             self.stats["ambiguous"] += 1
-            ambiguity[0] = True
+            ambiguity.sent[rec.version + 1] = new.model_copy(update={"version": rec.version + 1})
             raise VersionConflict(f"ambiguous commit, resolving: {exc}") from exc
         self.stats["writes"] += 1
         return stored
 
-    def _applied(self, rec: LocationStatus, op_id: str) -> bool:
+    def _landed(
+        self, rec: LocationStatus, op_id: str, ambiguity: _Ambiguity
+    ) -> LocationStatus | None:
+        """After an ambiguous commit: the record our write stored if it landed, else None.
+
+        Found in the current record: that record. Found only in the history (later writes
+        changed the services since): the record exactly as our write stored it, so the caller
+        still sees its op_id and version (SPEC §3.2)."""
         if any(s.op_id == op_id for s in rec.services.values()):
-            return True
-        return any(e.op_id == op_id for e in self.backend.history(rec.location, limit=200))
+            return rec
+        for e in self.backend.history(rec.location, limit=200):
+            if e.op_id == op_id:
+                return ambiguity.sent.get(e.version, rec)
+        return None
 
     def _record_entry(
         self, location: str, event: str, op_id: str, now: datetime, actor: str | None,
