@@ -1,0 +1,211 @@
+"""Product bugs the reliability suite found, each shown by a deterministic test.
+
+Fixed bugs keep their test (now a plain regression test): payloads carrying their own
+location/version, deeply nested payloads, undecodable reason/actor text, a service argument of
+the wrong type. Open ones stay strict xfail (none at the moment).
+
+Each test asserts the behaviour the contract promises and is marked ``xfail(strict=True)``
+while the bug is open: it runs on every submission, the suite stays green, and the day the bug
+is fixed the test passes, the strict marker turns that into a failure, and whoever fixed it
+removes the marker. ``docs/reliability.md`` describes each bug and the fix it needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from locstatus import connect
+from locstatus.backends.sqlite import SQLiteBackend
+from locstatus.check import run_check
+from locstatus.errors import AmbiguousCommit, CorruptRecord
+from locstatus.manager import Manager
+from locstatus.models import HistoryEntry, LocationStatus, State, WorkerInfo, utcnow
+
+from kits import sqlite_kit
+
+
+def test_an_ambiguous_commit_that_landed_is_reported_as_applied(tmp_path: Path) -> None:
+    """SPEC §3.2 and the Manager docstring: ``status.services[s].op_id == op_id`` tells a
+    caller whether its call changed anything. Here the pause lands, its answer is lost, and a
+    worker settles the pause before the manager re-reads: the pause is in the history exactly
+    once (correct), but the caller gets a record that does not carry its op_id, at a version
+    that is not its write's (seen under load as "noop" answers for applied writes in
+    ``test_client_connections_cut_mid_write``)."""
+    url = f"sqlite:///{tmp_path}/locstatus.db"
+    other = connect(url)
+    other.sync_locations({"site": ["replication"]})
+    other.backend.put_worker(WorkerInfo(
+        worker_id="w1", services=("replication",),
+        lease_expires_at=utcnow() + timedelta(hours=1),
+    ))
+
+    class AnswerLost(SQLiteBackend):
+        """The write commits; its answer is lost; meanwhile the worker applies it and settles."""
+
+        armed = True
+
+        def compare_and_set(
+            self, record: LocationStatus, expected_version: int,
+            history: Sequence[HistoryEntry],
+        ) -> LocationStatus:
+            stored = super().compare_and_set(record, expected_version, history)
+            if self.armed:
+                self.armed = False
+                other.backend.ack("w1", "site", "replication", 1)
+                other.settle("site", "replication")
+                raise AmbiguousCommit("connection lost after the write was sent (test)")
+            return stored
+
+    mgr = Manager(AnswerLost(url))
+    try:
+        rec = mgr.pause("site", "replication", op_id="op-pause")
+        ops = [e.op_id for e in mgr.history("site", 50)]
+        assert ops.count("op-pause") == 1  # applied exactly once
+        # the caller gets the record exactly as its write stored it, as without the ambiguity
+        # (the worker's settle came after it)
+        assert rec.services["replication"].op_id == "op-pause", (
+            "the caller cannot tell that its pause was applied"
+        )
+        assert rec.services["replication"].state is State.PAUSING
+        pause_version = next(e.version for e in mgr.history("site", 50) if e.op_id == "op-pause")
+        assert rec.version == pause_version
+        assert mgr.status("site").services["replication"].state is State.PAUSED
+    finally:
+        mgr.close()
+        other.close()
+
+
+def test_a_payload_naming_another_location_never_reaches_that_location(tmp_path: Path) -> None:
+    """Backend contract invariant 5 (corrupt data never breaks its neighbours) and SPEC §2:
+    the record of ``site-b`` is damaged into a copy of ``site-a``'s document, keys included
+    (an operator's stray copy-paste). Reading ``site-b`` must give ``site-b`` or
+    :class:`CorruptRecord`; here it gives ``site-a`` at the copied version, a pause of
+    ``site-b`` overwrites ``site-a`` (which loses two of its services), and the check reports
+    the store clean."""
+    kit = sqlite_kit(tmp_path)
+    mgr = connect(kit.url)
+    try:
+        mgr.sync_locations(["site-a", "site-b"])
+        a = mgr.status("site-a")
+        kit.write_raw("site-b", json.dumps({
+            "location": "site-a", "version": a.version,
+            "services": {"replication": {"state": "running"}},
+        }))
+        try:
+            b = mgr.status("site-b")
+        except CorruptRecord:
+            b = None
+        if b is not None:
+            assert b.location == "site-b"
+        with contextlib.suppress(CorruptRecord):
+            mgr.pause("site-b")
+        assert mgr.status("site-a") == a, "a write to site-b changed site-a"
+        assert run_check(mgr).status != "clean"
+    finally:
+        mgr.close()
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_a_deeply_nested_payload_is_a_corrupt_record_not_a_crash(tmp_path: Path) -> None:
+    """Backend contract invariant 5: ``read_all`` returns a corrupt record as its error and
+    carries on. A 100 000-deep JSON array stored as a record makes ``json.loads`` raise
+    :class:`RecursionError`, which ``codec.decode_record`` does not catch: ``status`` of that
+    location, ``statuses()``/``scan()`` of every location, ``locstatus status`` and the check
+    all fail, and an agent's watch thread (which catches only ``LocstatusError``) dies, so the
+    worker never sees another change."""
+    kit = sqlite_kit(tmp_path)
+    mgr = connect(kit.url)
+    try:
+        mgr.sync_locations(["site-a", "site-b"])
+        kit.write_raw("site-b", DEEP)
+        with pytest.raises(CorruptRecord):
+            mgr.status("site-b")
+        assert [r.location for r in mgr.statuses()] == ["site-a"]
+        assert [f.location for f in run_check(mgr).findings] == ["site-b"]
+    finally:
+        mgr.close()
+
+
+@pytest.mark.parametrize("field", ["reason", "actor"])
+def test_a_reason_that_cannot_be_stored_is_invalid_input(tmp_path: Path, field: str) -> None:
+    """SPEC §2: bad input is rejected with a clear error before it reaches a backend. Python
+    decodes non-UTF-8 bytes of a command line as lone surrogates (``locstatus pause LOC
+    --reason $'\\xff'``); the library raises ``PydanticSerializationError`` (not a
+    :class:`LocstatusError`) and the CLI prints "unexpected PydanticSerializationError"."""
+    from locstatus.errors import InvalidInput
+
+    mgr = connect(f"sqlite:///{tmp_path}/locstatus.db")
+    try:
+        mgr.sync_locations(["site"])
+        bad = "maintenance \udcff"
+        with pytest.raises(InvalidInput, match=field):
+            if field == "reason":
+                mgr.pause("site", "replication", reason=bad)
+            else:
+                mgr.pause("site", "replication", actor=bad)
+    finally:
+        mgr.close()
+
+
+def test_a_service_argument_of_the_wrong_type_is_invalid_input(tmp_path: Path) -> None:
+    """A location of the wrong type is :class:`InvalidInput` (``tests/test_bad_input.py``
+    ``pause-int``); a service of the wrong type raises ``TypeError: 'int' object is not
+    iterable`` from ``Manager._services_arg`` (found by ``test_hostile_input.py``)."""
+    from locstatus.errors import InvalidInput
+
+    mgr = connect(f"sqlite:///{tmp_path}/locstatus.db")
+    try:
+        mgr.sync_locations(["site"])
+        with pytest.raises(InvalidInput):
+            mgr.cancel_scheduled_resume("site", 0)  # type: ignore[arg-type]
+    finally:
+        mgr.close()
+
+
+def test_a_client_that_stalls_mid_body_gets_an_answer(tmp_path: Path) -> None:
+    """Issue 8 item 4: slow clients get a clear error. A client declares a 100-byte body,
+    sends 10 bytes and stops: the sidecar holds the connection (and the request) open
+    forever, with no 408 and no close; a few thousand such clients pin as many connections.
+    Expected: an answer (408 problem document) or a close within 6 s."""
+    import socket
+    import sys
+
+    import httpx
+    from faults import Proc, wait_for
+
+    from servers import free_ports
+
+    url = f"sqlite:///{tmp_path}/locstatus.db"
+    with connect(url) as mgr:
+        mgr.sync_locations(["site"])
+    port = free_ports(1)[0]
+    proc = Proc([sys.executable, "-m", "locstatus", "--backend", url, "serve", "--port",
+                 str(port)], tmp_path / "sidecar.log")
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, 60, "the sidecar")
+        with socket.create_connection(("127.0.0.1", port), timeout=6) as s:
+            s.sendall(b"POST /v1/locations/site/replication/pause HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                      b'{"reason":')
+            try:
+                answer = s.recv(65536)
+            except TimeoutError:
+                answer = None
+        assert answer is not None, "no answer and no close 6 s after the client stalled"
+    finally:
+        proc.terminate()
