@@ -669,8 +669,10 @@ class Manager:
         Found in the current record: that record. Found only in the history (later writes
         changed the services since): the record exactly as our write stored it, so the caller
         still sees its op_id and version (SPEC §3.2)."""
-        if any(s.op_id == op_id for s in rec.services.values()):
-            return rec
+        if rec.version in ambiguity.sent and any(
+            s.op_id == op_id for s in rec.services.values()
+        ):
+            return rec  # our write is the current record
         for e in self.backend.history(rec.location, limit=200):
             if e.op_id == op_id:
                 return ambiguity.sent.get(e.version, rec)

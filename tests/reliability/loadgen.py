@@ -153,7 +153,8 @@ def trap(args: argparse.Namespace) -> int:
     statement trace callback (called as each statement starts), installed on every
     connection the backend opens: it needs nothing of the backend but the SQL it sends. The
     operation flips the desired state of one service, so it would change something if it
-    committed."""
+    committed; one that turns out a no-op (another writer got there first) is logged as such
+    and followed by another."""
     import sqlite3
 
     from locstatus.backends.sqlite import SQLiteBackend
@@ -184,19 +185,24 @@ def trap(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     log = OpLog(args.out)
     mgr = Manager(SQLiteBackend(args.url))
-    loc = rng.choice([x for x in args.hot.split(",") if x])
-    svc = rng.choice(SERVICES)
-    paused = mgr.status(loc).services[svc].paused
-    op = "resume" if paused else "pause"
-    op_id = new_op_id()
-    log.write(k="b", op_id=op_id, op=op, location=loc, service=svc, start=time.time(),
-              pid=os.getpid(), trap=True)
-    if paused:
-        mgr.resume(loc, svc, actor=args.actor, op_id=op_id)
-    else:
-        mgr.pause(loc, svc, reason="trap", actor=args.actor, op_id=op_id)
-    log.write(k="e", op_id=op_id, end=time.time(), outcome="crash", version=None,
-              error="the trapped write returned: the trap did not hold")
+    hot = [x for x in args.hot.split(",") if x]
+    for _ in range(100):  # until one write reaches its COMMIT (a racing writer can make a no-op)
+        loc, svc = rng.choice(hot), rng.choice(SERVICES)
+        paused = mgr.status(loc).services[svc].paused
+        op = "resume" if paused else "pause"
+        op_id = new_op_id()
+        log.write(k="b", op_id=op_id, op=op, location=loc, service=svc, start=time.time(),
+                  pid=os.getpid(), trap=True)
+        if paused:
+            rec = mgr.resume(loc, svc, actor=args.actor, op_id=op_id)
+        else:
+            rec = mgr.pause(loc, svc, reason="trap", actor=args.actor, op_id=op_id)
+        wrote = any(st.op_id == op_id for st in rec.services.values())
+        log.write(k="e", op_id=op_id, end=time.time(), outcome="crash" if wrote else "noop",
+                  version=rec.version if wrote else None,
+                  error="the trapped write committed: the trap did not hold" if wrote else None)
+        if wrote:
+            return 1
     return 1
 
 

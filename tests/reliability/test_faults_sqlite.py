@@ -59,8 +59,8 @@ def test_writers_killed_inside_their_transaction_commit_nothing(
     # the trapped operations: begun, never finished, never committed
     import json
 
-    trap_ops = [json.loads(p.read_text().splitlines()[0]) for p in trapped]
-    assert len(trap_ops) == len(trapped) >= 1
+    trap_ops = [json.loads(p.read_text().splitlines()[-1]) for p in trapped]  # the stalled one
+    assert len(trap_ops) == len(trapped) >= 1 and all(op["k"] == "b" for op in trap_ops)
     for op in trap_ops:
         assert not any(e.op_id == op["op_id"] for e in full_history(url, op["location"])), op
     db = sqlite3.connect(tmp_path / "locstatus.db")

@@ -2,13 +2,13 @@
 
 While dozens of connections dribble their headers (slowloris), a few clients send their bodies
 a byte at a time, and others send bodies over the 64 KiB limit (declared, undeclared, chunked)
-or a 100 KB header (reported only: the SPEC limits bodies), an ordinary operator client keeps pausing and reading: every one of
-its requests must be answered promptly and correctly. Oversize requests get a 413 problem
-document and write nothing; slow but complete requests are
+or a 100 KB header (reported only: the SPEC limits bodies), an ordinary operator client keeps
+pausing and reading: every one of its requests must be answered promptly and correctly.
+Oversize requests get a 413 problem document and write nothing; slow but complete requests are
 served; afterwards the store holds exactly the ordinary client's and the slow clients' changes.
 
-A client that stops sending in the middle of its body is ``test_product_bugs.py``'s business:
-the sidecar never times it out today.
+A client that stops sending in the middle of its body gets a 408 problem document:
+``test_product_bugs.py::test_a_client_that_stalls_mid_body_gets_an_answer``.
 
 The schemathesis run over the whole OpenAPI document is ``tests/test_schemathesis.py``.
 """
