@@ -3,7 +3,7 @@
 # SQLite, a 3-node ZooKeeper ensemble and MongoDB, bad-input properties, and the end report.
 #
 #   scripts/reliability.sh                 # CI length: LOCSTATUS_RELIABILITY_SECONDS=120 (~3 min)
-#   scripts/reliability.sh --long          # ~20 minutes (LOCSTATUS_RELIABILITY_SECONDS=1200)
+#   scripts/reliability.sh --long          # ~20-25 minutes (LOCSTATUS_RELIABILITY_SECONDS=1200)
 #   scripts/reliability.sh --duration 600  # any budget in seconds
 #   scripts/reliability.sh --with-reused   # also the existing single-scenario tests it builds on
 #

@@ -112,9 +112,9 @@ class OpReport:
     ambiguous_resolved: int = 0
     """Calls that met an ambiguous commit and returned (resolved by op_id)."""
     misreported: int = 0
-    """Of those, calls whose write is in the history but whose caller was told ``noop`` (a
-    violation: fixed in 43d6615) or another version (counted: the open bug of
-    ``test_product_bugs.py::test_an_ambiguous_commit_that_landed_reports_its_own_version``)."""
+    """Of those, calls whose write is in the history but whose caller was told ``noop`` or
+    another version (a violation; the bugs of ``test_product_bugs.py`` fixed in 43d6615 and
+    70ae685)."""
     history_writes: int = 0
     """Writes in the history of the checked locations (operators', agents', schedulers')."""
     violations: list[str] = field(default_factory=list)
@@ -185,11 +185,8 @@ def _check_location(
                 v.append(f"{loc}: op {o.op_id} ({o.op}) was told it wrote v{o.version}: lost")
             elif found and (o.outcome == "noop" or found != {o.version}):
                 rep.misreported += 1
-                if o.outcome == "noop":  # told "nothing changed" although applied (fixed bug)
-                    v.append(f"{loc}: op {o.op_id} ({o.op}) is at {sorted(found)} after an "
-                             f"ambiguous commit, its caller was told it changed nothing")
-                # told another version: counted only while test_product_bugs.py's
-                # test_an_ambiguous_commit_that_landed_reports_its_own_version is open
+                v.append(f"{loc}: op {o.op_id} ({o.op}) is at {sorted(found)} after an "
+                         f"ambiguous commit, its caller was told {o.outcome} v{o.version}")
             continue
         if o.outcome == "wrote":
             if not found:

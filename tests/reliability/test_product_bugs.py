@@ -1,12 +1,13 @@
 """Product bugs the reliability suite found, each shown by a deterministic test.
 
-All six are fixed; each test stays as a plain regression test: an ambiguous commit that landed
-reported as applied (7b0673c/43d6615), payloads carrying their own location/version, deeply
-nested payloads, undecodable reason/actor text, a service argument of the wrong type
-(7b0673c), a client stalled mid-body (7ec6aa3: 408 after 5 s). A bug found later gets its test
-here marked ``xfail(strict=True)`` while it is open: it runs on every submission, the suite
-stays green, and the day it is fixed the strict marker turns the pass into a failure so the
-fixer removes the marker. ``docs/reliability.md`` describes each bug.
+All seven are fixed; each test stays as a plain regression test: an ambiguous commit that
+landed reported as "nothing changed" (43d6615) or with another write's version (70ae685),
+payloads carrying their own location/version, deeply nested payloads, undecodable reason/actor
+text, a service argument of the wrong type (7b0673c), a client stalled mid-body (7ec6aa3: 408
+after 5 s). A bug found later gets its test here marked ``xfail(strict=True)`` while it is
+open: it runs on every submission, the suite stays green, and the day it is fixed the strict
+marker turns the pass into a failure so the fixer removes the marker. ``docs/reliability.md``
+describes each bug.
 """
 
 from __future__ import annotations
