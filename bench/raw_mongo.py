@@ -17,10 +17,8 @@ or through ``python bench/transition.py --backend mongo --url mongodb://...``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,6 @@ from pymongo import MongoClient, ReturnDocument
 
 from locstatus.backends.mongo import parse_mongo_url
 
-HERE = Path(__file__).resolve().parent
 RawOp = Callable[[int], None]
 
 
@@ -81,35 +78,12 @@ _register()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description="locstatus vs raw MongoDB transitions")
-    ap.add_argument("--url", help="mongodb:// URL (default: start a test server)")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--ops", type=int, default=300)
-    ap.add_argument("--json", help="write the summary here")
-    args = ap.parse_args()
-    sys.path.insert(0, str(HERE))
-    sys.path.insert(0, str(HERE.parent / "tests"))
+    """Same as ``python bench/transition.py --backend mongo [--url ...] [--rounds N] [--ops N]
+    [--json PATH]``: without ``--url`` it starts its own server."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import transition
 
-    from servers import start_mongo
-
-    transition.RAW["mongo"] = raw_mongo
-    with tempfile.TemporaryDirectory() as tmp:
-        server = None
-        url = args.url
-        if url is None:
-            server = start_mongo(tmp)
-            sep = "&" if "?" in server.uri else "?"
-            url = f"{server.uri}{sep}database=bench&collection=locations"
-            print(f"server: {server.kind} at {server.uri}", flush=True)
-        try:
-            summary = transition.run("mongo", url, args.rounds, args.ops)
-        finally:
-            if server is not None:
-                server.close()
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+    transition.main(["--backend", "mongo", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

@@ -16,15 +16,12 @@ directly to start a throwaway ZooKeeper (``tests/servers.py``, Debian's package)
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -80,31 +77,12 @@ _transition().RAW["zk"] = raw_zk
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description="locstatus transition vs raw kazoo, side by side")
-    ap.add_argument("--url", help="zk:// URL (default: start a ZooKeeper from tests/servers.py)")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--ops", type=int, default=300)
-    ap.add_argument("--json", help="write the summary here")
-    args = ap.parse_args()
-    transition = _transition()
-    server: Any = None
-    with tempfile.TemporaryDirectory() as tmp:
-        url = args.url
-        if url is None:
-            sys.path.insert(0, str(HERE.parent / "tests"))
-            from servers import start_zookeeper
+    """Same as ``python bench/transition.py --backend zk [--url ...] [--rounds N] [--ops N]
+    [--json PATH]``: without ``--url`` it starts its own server."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import transition
 
-            server = start_zookeeper(tmp)
-            url = f"zk://{server.hosts}/bench-{uuid.uuid4().hex[:8]}"
-            print(f"started ZooKeeper {server.hosts} (pid {server.pid})", flush=True)
-        try:
-            summary = transition.run("zk", url, args.rounds, args.ops)
-        finally:
-            if server is not None:
-                server.close()
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+    transition.main(["--backend", "zk", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

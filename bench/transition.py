@@ -191,14 +191,14 @@ def test_server(backend: str, url: str | None, tmp: str) -> Iterator[str]:
             mongo.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="sqlite", choices=["sqlite", "zk", "mongo"])
     ap.add_argument("--url", help="backend URL (default: a temp SQLite file / test server)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--ops", type=int, default=300)
     ap.add_argument("--json", help="write the summary here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.backend != "sqlite":
         import importlib
 
