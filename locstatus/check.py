@@ -525,6 +525,9 @@ class _Scan:
         self.wanted = wanted
         self.findings: list[Finding] = []
         self.scanned = Scanned()
+        self._services = 0
+        self._tombstones = 0
+        self._two_copies = type(self.backend).history_gaps is not Backend.history_gaps
         self.workers: list[WorkerInfo] = []
         self.live: list[WorkerInfo] = []
         self.acks: dict[str, AckMap] = {}
@@ -533,21 +536,23 @@ class _Scan:
         self.workers = self.backend.workers()
         self.live = [w for w in self.workers if w.alive(self.now)]
         self.acks = self.backend.all_acks()
-        records = self.mgr.scan()
+        records = self.backend.scan_with_history()  # streamed where the backend can
         sc = self.scanned
-        sc.records = len(records)
         sc.workers = len(self.workers)
         sc.live_workers = len(self.live)
         seen: set[str] = set()
         with _progress_bar(progress, len(records), "checking records") as advance:
-            for item in records:
+            for item, newest in records:
                 seen.add(item.location)
                 if isinstance(item, CorruptRecord):
-                    sc.corrupt += 1
                     self._corrupt(item.location, item.detail, part="record")
+                    sc.corrupt += 1
                 else:
-                    self._record(item)
+                    self._record(item, newest)
                 advance()
+        sc.records = len(seen)
+        sc.services = self._services
+        sc.tombstones = self._tombstones
         if self.wanted is not None:
             for loc in sorted(set(self.wanted) - seen):
                 self._missing(loc, None, self.wanted[loc])
@@ -557,20 +562,20 @@ class _Scan:
 
     # -- per record ----------------------------------------------------------------------
 
-    def _record(self, rec: LocationStatus) -> None:
-        self.scanned.services += len(rec.services)
-        entered = self._history(rec)
+    def _record(self, rec: LocationStatus, newest: _Newest) -> None:
+        self._services += len(rec.services)  # plain ints: Scanned's __setattr__ is slow
+        entered = self._history(rec, newest)
         if entered is None:  # gone since the scan read it
             return
         loc = rec.location
         if rec.deleted:
-            self.scanned.tombstones += 1
+            self._tombstones += 1
             if self.wanted is not None and loc in self.wanted:
                 self._missing(loc, rec, self.wanted[loc])  # restored, so never purged
             else:
                 self._tombstone(rec)
             return
-        for svc, st in sorted(rec.services.items()):
+        for svc, st in rec.services.items():  # findings are sorted once, at the end
             if st.state in _TRANSITIONAL:
                 self._stuck(rec, svc, st, entered.get(svc) or st.updated_at)
             if st.resume_at is not None and st.paused and st.resume_at <= self.now:
@@ -775,11 +780,13 @@ class _Scan:
 
     # -- history -------------------------------------------------------------------------
 
-    def _history(self, rec: LocationStatus) -> dict[str, datetime] | None:
+    def _history(self, rec: LocationStatus, newest: _Newest) -> dict[str, datetime] | None:
         """Compare each service with its newest history entry. Returns when each transitional
-        service entered its state (for stuck_transition), or None when the record is gone."""
-        gaps = self._gaps(rec.location)  # before reading the history, which may back-fill
-        entered = self._compare(rec)
+        service entered its state (for stuck_transition), or None when the record is gone.
+        ``newest``: the newest history write read with the record, when the backend did."""
+        gaps = self._gaps(rec.location) if self._two_copies else []  # before reading the
+        # history, which may back-fill
+        entered = self._compare(rec, newest)
         if entered is not None and gaps:
             left = self._gaps(rec.location)
             f = self._add(
@@ -817,13 +824,16 @@ class _Scan:
         except NotFound:
             return []
 
-    def _compare(self, rec: LocationStatus) -> dict[str, datetime] | None:
+    def _compare(self, rec: LocationStatus, newest: _Newest) -> dict[str, datetime] | None:
         for _ in range(_CONFIRM_ATTEMPTS):
             try:
-                problems, entered, newer = _compare_history(self.backend, rec)
+                if isinstance(newest, CorruptRecord):
+                    raise newest
+                problems, entered, newer = _compare_history(self.backend, rec, newest)
             except CorruptRecord as exc:
                 self._corrupt(rec.location, exc.detail, part="history")
                 return {}
+            newest = None  # a confirming pass reads the history afresh
             if not problems and not newer:
                 return entered
             try:  # changed while read, or drift: confirm with a fresh read
@@ -913,27 +923,35 @@ class _Scan:
         return finding
 
 
+_Newest = list[HistoryEntry] | CorruptRecord | None
+"""The newest history write read with a record (see :meth:`Backend.scan_with_history`)."""
+
 _Problem = tuple[str, list[str], dict[str, Any], HistoryEntry | None]
 """(service or ``*``, differing fields, the record's view, the entry compared with)."""
 
 
 def _compare_history(
-    backend: Backend, rec: LocationStatus
+    backend: Backend, rec: LocationStatus, head: list[HistoryEntry] | None = None
 ) -> tuple[list[_Problem], dict[str, datetime], bool]:
-    """Walk ``rec``'s history newest first until each service met its newest entry.
+    """Walk ``rec``'s history newest first until each service met its newest entry, starting
+    with ``head`` (the newest write's entries, already read with the record) when given.
 
     Returns (problems, entered, newer): ``entered`` maps each transitional service to when it
     entered its state (when found); ``newer`` is True when the history is ahead of ``rec`` (the
     record changed after it was read: nothing is concluded). Raises :class:`CorruptRecord`."""
     loc = rec.location
-    pending = set(rec.services)
-    entering = {s for s, st in rec.services.items() if st.state in _TRANSITIONAL}
+    services = rec.services
+    pending = set(services)
+    entering = {s for s, st in services.items() if st.state in _TRANSITIONAL}
     entered: dict[str, datetime] = {}
     problems: list[_Problem] = []
     first = True
     before: int | None = None
     for size in itertools.chain(_HISTORY_PAGES, itertools.repeat(_HISTORY_PAGES[-1])):
-        page = backend.history(loc, limit=size, before_version=before)
+        if head is not None:
+            page, head, size = head, None, 0  # one write: more may follow
+        else:
+            page = backend.history(loc, limit=size, before_version=before)
         if not page:
             break
         if first:
@@ -945,8 +963,8 @@ def _compare_history(
                 problems.append(("*", ["version"], {"version": rec.version}, page[0]))
         for entry in page:
             svc = entry.service
-            if svc in entering:
-                st = rec.services[svc]
+            if entering and svc in entering:
+                st = services[svc]
                 if entry.to_state is st.state and entry.from_state is not st.state:
                     entered[svc] = entry.at
                     entering.discard(svc)
@@ -954,17 +972,22 @@ def _compare_history(
                     entering.discard(svc)  # history disagrees; reported below if newest
             if svc in pending:
                 pending.discard(svc)
+                st = services[svc]
                 if entry.event == "add_service":
-                    diff = _diff_created(rec.services[svc], entry)
-                else:
-                    diff = _diff(rec.services[svc], entry)
-                if diff:
-                    problems.append((svc, diff, _status_view(rec.services[svc]), entry))
+                    if not _created_by(st, entry):
+                        problems.append((svc, _diff_created(st, entry), _status_view(st), entry))
+                elif (  # the usual case inline; _diff names the fields when one differs
+                    entry.op_id != st.op_id
+                    or entry.to_state is not st.state
+                    or entry.generation != st.generation
+                    or entry.resume_at != st.resume_at
+                ):
+                    problems.append((svc, _diff(st, entry), _status_view(st), entry))
             elif svc == "*" and entry.event == "create":
                 for s in sorted(pending):
-                    diff = _diff_created(rec.services[s], entry)
-                    if diff:
-                        problems.append((s, diff, _status_view(rec.services[s]), entry))
+                    st = services[s]
+                    if not _created_by(st, entry):
+                        problems.append((s, _diff_created(st, entry), _status_view(st), entry))
                 pending.clear()
                 entering.clear()
             if not pending and not entering:
@@ -990,6 +1013,17 @@ def _diff(st: ServiceStatus, entry: HistoryEntry) -> list[str]:
     if entry.resume_at != st.resume_at:
         out.append("resume_at")
     return out
+
+
+def _created_by(st: ServiceStatus, entry: HistoryEntry) -> bool:
+    """True when ``st`` is what ``entry`` (create / add_service) left: running at generation 0,
+    nothing scheduled, last changed by that operation (see :func:`_diff_created`)."""
+    return (
+        st.op_id == entry.op_id
+        and st.state is State.RUNNING
+        and st.generation == 0
+        and st.resume_at is None
+    )
 
 
 def _diff_created(st: ServiceStatus, entry: HistoryEntry) -> list[str]:

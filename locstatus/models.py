@@ -15,14 +15,15 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import (
-    AfterValidator,
-    AwareDatetime,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetPydanticSchema,
     StringConstraints,
+    WithJsonSchema,
 )
+from pydantic_core import core_schema
 
 from locstatus.names import LOCATION_RE, SERVICE_ALIASES, SERVICE_RE, check_location
 
@@ -42,7 +43,7 @@ def _to_utc(value: datetime) -> datetime:
 
 
 def _service_aliases(value: Any) -> Any:
-    """Map alias keys (``crr``) to canonical service names; a no-op for stored records."""
+    """Map alias keys (``crr``) to canonical service names."""
     if isinstance(value, dict) and any(k in SERVICE_ALIASES for k in value):
         return {SERVICE_ALIASES.get(k, k): v for k, v in value.items()}
     return value
@@ -54,7 +55,52 @@ def _service_tuple(value: Any) -> Any:
     return value
 
 
-UTCDateTime = Annotated[AwareDatetime, AfterValidator(_to_utc)]
+# Why the schemas below are hand-built: every stored record is decoded on the hot paths (scan,
+# statuses(), the agent's snapshot, the check job, each transition's read). A Python validator
+# anywhere in a model makes pydantic-core call back into Python per field, and a ``before``
+# validator on ``services`` makes it build the whole sub-tree as Python objects first and then
+# validate it a second time: together they made a decode 2x slower than json.loads + nothing.
+# So what stored records always hold (UTC times, canonical service keys) is checked in Rust, and
+# the Python callbacks run only for input that needs them (an offset to convert, an alias).
+
+
+def _utc_schema(_source: Any, _handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    return core_schema.union_schema(
+        [
+            core_schema.datetime_schema(tz_constraint=0),  # UTC already: no Python call
+            core_schema.no_info_after_validator_function(
+                _to_utc, core_schema.datetime_schema(tz_constraint="aware")
+            ),
+        ],
+        mode="left_to_right",
+        custom_error_type="utc_datetime",
+        custom_error_message=(
+            "Input should be a timezone-aware date and time (ISO 8601 with Z or an offset)"
+        ),
+    )
+
+
+def _aliased_keys(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    inner = handler(source)
+    return core_schema.json_or_python_schema(
+        json_schema=inner,  # stored JSON holds canonical keys: validated in Rust only
+        python_schema=core_schema.no_info_before_validator_function(_service_aliases, inner),
+    )
+
+
+def _aliased_items(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    inner = handler(source)
+    return core_schema.json_or_python_schema(
+        json_schema=inner,
+        python_schema=core_schema.no_info_before_validator_function(_service_tuple, inner),
+    )
+
+
+UTCDateTime = Annotated[
+    datetime,
+    GetPydanticSchema(_utc_schema),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 """An aware datetime, converted to UTC. Naive datetimes are refused."""
 
 LocationName = Annotated[str, StringConstraints(pattern=f"^{LOCATION_RE.pattern}$")]
@@ -66,7 +112,16 @@ ServiceName = Annotated[str, StringConstraints(pattern=f"^{SERVICE_RE.pattern}$"
 """A service name (``crr`` is read as ``replication`` where services are keys, see
 :class:`LocationStatus`)."""
 
-WorkerId = Annotated[str, AfterValidator(check_location)]
+
+def _worker_id_schema(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    stored = core_schema.str_schema(pattern=f"^{LOCATION_RE.pattern}$")
+    return core_schema.json_or_python_schema(
+        json_schema=stored,
+        python_schema=core_schema.no_info_after_validator_function(check_location, stored),
+    )
+
+
+WorkerId = Annotated[str, GetPydanticSchema(_worker_id_schema)]
 """Worker ids follow the location-name rules (they become znode names and keys too)."""
 
 
@@ -122,8 +177,9 @@ class LocationStatus(_Frozen):
 
     location: LocationName
     """The location name."""
-    services: Annotated[dict[ServiceName, ServiceStatus], BeforeValidator(_service_aliases)]
-    """Status per service; only the services this location has (SPEC §5.2)."""
+    services: Annotated[dict[ServiceName, ServiceStatus], GetPydanticSchema(_aliased_keys)]
+    """Status per service; only the services this location has (SPEC §5.2). Python input may
+    use the ``crr`` alias as a key; stored JSON holds canonical names."""
     version: int = Field(default=0, ge=0)
     """The backend's version of the record, for compare-and-set; the HTTP ETag. 0 = unsaved."""
     deleted_at: UTCDateTime | None = None
@@ -174,7 +230,7 @@ class WorkerInfo(_Frozen):
     """A registered worker process (SPEC §2) and its lease."""
 
     worker_id: WorkerId
-    services: Annotated[tuple[ServiceName, ...], BeforeValidator(_service_tuple)]
+    services: Annotated[tuple[ServiceName, ...], GetPydanticSchema(_aliased_items)]
     """Services this worker applies."""
     locations: tuple[LocationName, ...] | None = None
     """Location filter; None means every location."""
@@ -193,9 +249,7 @@ class WorkerInfo(_Frozen):
 
     def applies(self, location: str, service: str) -> bool:
         """True if this worker must acknowledge ``service`` at ``location``."""
-        return service in self.services and (
-            self.locations is None or location in self.locations
-        )
+        return service in self.services and (self.locations is None or location in self.locations)
 
 
 class Hint(_Frozen):

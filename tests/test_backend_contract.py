@@ -254,6 +254,33 @@ def test_a_corrupt_record_is_named_and_does_not_hide_the_others(kit: Kit, payloa
     assert b.read("good-1").location == "good-1"
 
 
+def test_a_scan_pairs_each_record_with_its_newest_history_write(kit: Kit) -> None:
+    """``scan_with_history`` (the check job's single pass) sees what ``read_all`` and
+    ``history(limit=1)`` see: every record in location order, corrupt ones as their error, each
+    with its newest write's entries (or None where the backend leaves paging to the caller)."""
+    b = kit.open()
+    created = b.create(record("loc-b"), [entry("loc-b", "op-create", "create", "*")])
+    b.compare_and_set(record("loc-b", State.PAUSING, 1), created.version,
+                      [entry("loc-b", "op-pause"), entry("loc-b", "op-pause", "settle")])
+    b.create(record("loc-a"), [entry("loc-a", "op-a", "create", "*")])
+    b.create(record("loc-c"), [])  # no history at all
+    kit.write_raw("loc-0-bad", "{not json")
+    scan = b.scan_with_history()
+    assert len(scan) == 4
+    items = list(scan)
+    assert [r.location for r, _ in items] == ["loc-0-bad", "loc-a", "loc-b", "loc-c"]
+    assert isinstance(items[0][0], CorruptRecord)
+    assert [r for r, _ in items[1:]] == [r for r in b.read_all()[1:]]
+    for rec, newest in items[1:]:
+        if newest is not None:
+            assert newest == b.history(rec.location, limit=1)
+    heads = {r.location: h for r, h in items}
+    if heads["loc-b"] is not None:
+        assert [(e.op_id, e.event) for e in heads["loc-b"]] == [
+            ("op-pause", "settle"), ("op-pause", "pause")]
+        assert heads["loc-c"] == []
+
+
 # -- workers, leases, acknowledgements ----------------------------------------------------------
 
 

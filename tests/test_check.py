@@ -718,3 +718,34 @@ def test_an_acknowledgement_of_an_earlier_removal_does_not_count(
     report = run_check(mgr, repair=True)
     assert [f for f in report.findings if f.kind.value == "tombstone_ready"] == []
     assert mgr.status("eu-west-1").deleted
+
+
+def test_a_scan_larger_than_one_batch_sees_every_record_once(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """SQLite streams the scan in batches of 2000 (bench/check.py): a store larger than that,
+    with a damaged record and a damaged history row on either side of the first batch's end,
+    is checked record by record, each exactly once."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/big.db?synchronous=normal"
+    m = Manager(open_backend(url), clock=clock)
+    names = [f"site-{i:05d}" for i in range(2105)]
+    m.sync_locations(names)
+    m.pause("site-01999", "replication")
+    with sqlite3.connect(tmp_path / "big.db") as db:
+        db.execute("UPDATE locations SET data = '{broken' WHERE location = 'site-02000'")
+        db.execute(
+            "UPDATE history SET data = '[{\"op_id\": 1}]' WHERE location = 'site-01999' "
+            "AND version = (SELECT MAX(version) FROM history WHERE location = 'site-01999')"
+        )
+    report = run_check(m)
+    assert report.scanned.records == 2105
+    assert report.scanned.corrupt == 1
+    assert kinds(report) == [
+        ("corrupt_record", "site-01999", None),
+        ("corrupt_record", "site-02000", None),
+    ]
+    parts = {f.location: f.evidence.get("part") for f in report.findings}
+    assert parts == {"site-01999": "history", "site-02000": "record"}
+    assert report.scanned.services == 3 * 2104

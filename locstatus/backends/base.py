@@ -33,7 +33,8 @@ service of a location is one compare-and-set, and so that a tombstone is one fie
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 from locstatus.errors import CorruptRecord
 from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
@@ -42,6 +43,18 @@ HintCallback = Callable[[Hint], None]
 Unsubscribe = Callable[[], None]
 AckMap = dict[str, dict[str, int]]
 """worker_id -> service -> observed generation."""
+ScanItem = tuple[LocationStatus | CorruptRecord, list[HistoryEntry] | CorruptRecord | None]
+"""A record (or its error) and its newest history write, see :meth:`Backend.scan_with_history`."""
+
+
+class Scan(Protocol):
+    """What :meth:`Backend.scan_with_history` returns: iterable once, sized (``len`` may be an
+    estimate when records are created or removed while the scan runs; it sizes progress bars).
+    A list is one."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[ScanItem]: ...
 
 
 class Backend(ABC):
@@ -98,6 +111,19 @@ class Backend(ABC):
     ) -> list[HistoryEntry]:
         """History newest first: entries of versions below ``before_version`` (all if None), at
         least ``limit`` entries when there are that many, never splitting one write."""
+
+    def scan_with_history(self) -> Scan:
+        """Every record (as :meth:`read_all`, sorted by location) paired with the entries of its
+        newest history write, newest first (what ``history(location, limit=1)`` returns), for
+        the check job's single pass. The history item is a :class:`CorruptRecord` when that write
+        does not parse, and ``None`` when this backend does not fetch it with the records (the
+        caller pages through :meth:`history` itself).
+
+        Backends that can read a record and its newest write in one query or snapshot override
+        this, and may stream: records are then decoded while the caller iterates, so a scan of
+        100 000 locations never holds them all (each item is as fresh as the batch it was read
+        in). The default reads every record first and returns ``None`` for every history."""
+        return [(rec, None) for rec in self.read_all()]
 
     def history_gaps(self, location: str) -> list[int]:
         """Versions of writes kept in one copy of the history but missing from the other

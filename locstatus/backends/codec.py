@@ -9,7 +9,6 @@ disagree with the payload. Decoding validates with pydantic and turns any failur
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,17 +37,15 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
         if isinstance(raw, dict):
             return _validate_payload(location, version, raw)
         text = raw.decode() if isinstance(raw, bytes) else raw
-        body = text.lstrip()
         if (
-            body.startswith("{")
+            text[:2] == '{"'  # what encode_record writes; anything else takes the slow path
+            and '"location"' not in text  # a superset of "carries its own key": a false
+            and '"version"' not in text  # positive only costs the slow path below
             and LOCATION_RE.fullmatch(location)
-            and not _OWN_KEYS.search(body)
         ):
             # Fast path: one pass of pydantic's JSON parser over the stored text, with the key
             # and version (which live outside the payload) spliced in front.
-            prefix = f'{{"location":"{location}","version":{int(version)}'
-            rest = body[1:].lstrip()
-            joined = prefix + ("}" if rest.startswith("}") else "," + rest)
+            joined = f'{{"location":"{location}","version":{int(version)},{text[1:]}'
             try:
                 return LocationStatus.model_validate_json(joined)
             except ValidationError:
@@ -63,12 +60,9 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
         raise CorruptRecord(location, _short(exc)) from exc
 
 
-_OWN_KEYS = re.compile(r'"(?:location|version)"\s*:')
-"""A stored payload never carries the key and version (they live in the backend's own key and
-version); one that does is damaged, e.g. another location's document pasted in."""
-
-
 def _validate_payload(location: str, version: int, data: dict[str, Any]) -> LocationStatus:
+    # A stored payload never carries the key and version (they live in the backend's own key
+    # and version); one that does is damaged, e.g. another location's document pasted in.
     own = sorted(k for k in ("location", "version") if k in data)
     if own:
         raise ValueError(f"payload carries its own {' and '.join(own)} (a copied document?)")
@@ -86,6 +80,24 @@ def decode_history(location: str, raw: str | bytes) -> list[HistoryEntry]:
         return _HISTORY_LIST.validate_json(raw)
     except ValidationError as exc:
         raise CorruptRecord(location, "history: " + _short(exc)) from exc
+
+
+def decode_newest_write(
+    location: str, raw: object
+) -> list[HistoryEntry] | CorruptRecord:
+    """The entries of one stored write (``str``/``bytes``), newest first; an empty list when
+    ``raw`` is None (no history); the error in their place when they do not parse (for
+    :meth:`Backend.scan_with_history`)."""
+    if raw is None:
+        return []
+    try:
+        if not isinstance(raw, str | bytes):
+            raise CorruptRecord(location, f"history: expected JSON text, got {type(raw).__name__}")
+        entries = decode_history(location, raw)
+    except CorruptRecord as exc:
+        return exc
+    entries.reverse()
+    return entries
 
 
 def stamp(entries: Sequence[HistoryEntry], version: int) -> list[HistoryEntry]:

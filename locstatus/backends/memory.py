@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
+from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -93,15 +93,32 @@ class MemoryBackend(Backend):
             return self._decode(location)
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
+        return [rec for rec, _ in self._snapshot(with_history=False)]
+
+    def scan_with_history(self) -> list[ScanItem]:
+        return self._snapshot(with_history=True)
+
+    def _snapshot(self, *, with_history: bool) -> list[ScanItem]:
         self._check_open()
         with self._store.lock:
             items = sorted(self._store.records.items())
-        out: list[LocationStatus | CorruptRecord] = []
+            newest = (
+                {
+                    loc: writes[-1][1] if writes else None
+                    for loc, writes in self._store.history.items()
+                }
+                if with_history
+                else {}
+            )
+        out: list[ScanItem] = []
         for loc, (version, raw) in items:
+            rec: LocationStatus | CorruptRecord
             try:
-                out.append(codec.decode_record(loc, version, raw))
+                rec = codec.decode_record(loc, version, raw)
             except CorruptRecord as exc:
-                out.append(exc)
+                rec = exc
+            head = codec.decode_newest_write(loc, newest.get(loc)) if with_history else None
+            out.append((rec, head))
         return out
 
     def compare_and_set(
