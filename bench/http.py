@@ -91,20 +91,19 @@ def serve_bare_write(url: str) -> None:
     sys.path.insert(0, _here)
     from transition import raw_sqlite
 
-    ops: dict[str, Any] = {}
+    local = threading.local()  # sqlite3 connections are per thread, as the sidecar's are
     lock = threading.Lock()
     counts: dict[str, int] = {}
     app = FastAPI()
 
     @app.post("/v1/locations/{location}/{service}/{action}")
     def write(location: str, service: str, action: str, body: dict[str, Any]) -> dict[str, Any]:
-        with lock:  # one sqlite3 connection per location, as each test connection owns one
-            if location not in ops:
-                ops[location] = raw_sqlite(url, location)[0], threading.Lock()
+        ops = local.__dict__.setdefault("ops", {})
+        if location not in ops:
+            ops[location] = raw_sqlite(url, location)[0]
+        with lock:
             n = counts[location] = counts.get(location, -1) + 1
-        op, own = ops[location]
-        with own:
-            op(0 if action == "pause" else 1)
+        ops[location](0 if action == "pause" else 1)  # BEGIN IMMEDIATE serialises writers
         return {"location": location, "service": service, "done": action, "n": n, **body}
 
     _serve(app)

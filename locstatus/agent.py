@@ -25,14 +25,19 @@ Why it is shaped so:
   slow handler runs). The *apply* thread runs handlers one at a time, in the order their work
   became due: simple and predictable for the worker's code. Hint callbacks only record what to
   look at and return; they never block the backend's thread.
-- **Settling is everybody's job.** The acknowledging worker calls :meth:`Manager.settle` (from
-  the watch thread, so the next handler never waits for it), debounced: once no other worker
-  has acknowledged for ~10 ms, plus up to 20 ms of jitter, and only if the record it has read
-  meanwhile is still transitional. So the first settle to land spares the rest of the fleet
-  theirs, and their reads never compete with workers still reading the change. It also tries to
-  settle the transitional records it sees when workers come and go (a lapsed lease of a
-  crashed worker must not leave a location ``pausing`` forever), at most once per
-  ``settle_interval``.
+- **Settling is everybody's job, but one worker goes first.** Trying to settle costs reads of
+  the record, the workers and every acknowledgement of the location (on ZooKeeper one request
+  per worker), so a fleet that all tried at once would spend more on settling than on applying
+  the change. For each (location, service) one live worker is the *settler*: the highest
+  rendezvous hash of location and worker id among the live workers that apply it (so the role
+  spreads over the fleet and moves when a worker goes away). After acknowledging, the settler
+  calls :meth:`Manager.settle` (from the watch thread, so the next handler never waits for it)
+  once no other worker has acknowledged for ~10 ms (plus up to 20 ms of jitter), and again on
+  each later acknowledgement until the record settles. Every other worker tries only as a
+  fallback, ``_SETTLE_FALLBACK`` seconds later, and only if the record it has read meanwhile is
+  still transitional. Every worker also tries to settle the transitional records it sees when
+  workers come and go (a lapsed lease of a crashed worker must not leave a location
+  ``pausing`` forever), at most once per ``settle_interval``.
 
 Usage::
 
@@ -66,6 +71,7 @@ import random
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -229,6 +235,10 @@ class Agent:
         self._dirty: set[str] = set()
         # Acknowledged here: location -> (monotonic time to try settling, latest allowed).
         self._settle_due: dict[str, tuple[float, float]] = {}
+        # Locations this worker acknowledged as their settler, still transitional here, and
+        # how many settle attempts each has had since.
+        self._settler_of: set[str] = set()
+        self._settle_tries: dict[str, int] = {}
         self._want_resync = False
         self._want_settle = False
         self._metrics: dict[str, int] = dict.fromkeys(
@@ -261,6 +271,7 @@ class Agent:
         self._started_at: datetime | None = None
         self._connected = True
         self._last_beat_ok = 0.0
+        self._registered: WorkerInfo | None = None  # what the last heartbeat wrote
 
     def __repr__(self) -> str:
         return (
@@ -439,11 +450,17 @@ class Agent:
             self._settle_due.clear()
             self._want_resync = self._want_settle = False
         self._started_at = self.manager.clock()
-        self.backend.put_worker(self._info())
+        info = self._info()
+        self.backend.put_worker(info)
+        self._registered = info
         self._last_beat_ok = time.monotonic()
         self._connected = True
         try:
-            self._unsubscribe = self.backend.subscribe(self._on_hint)
+            # No "acks" hints: on ZooKeeper they would wake every worker at every other
+            # worker's acknowledgement; the settler retries on its own instead (_try_settle).
+            self._unsubscribe = self.backend.subscribe(
+                self._on_hint, kinds=("location", "workers", "resync")
+            )
             self._resync()
         except BaseException:
             self._teardown_registration()
@@ -526,14 +543,21 @@ class Agent:
             self._metrics["hints"] += 1
             if hint.kind == "location" and hint.location is not None:
                 if self._location_set is None or hint.location in self._location_set:
+                    if hint.record is not None and hint.record.location == hint.location:
+                        self._store(hint.record)  # read by the backend: no read of our own
+                        return
                     self._dirty.add(hint.location)
-            elif hint.kind == "acks":
+            elif hint.kind == "acks" and hint.location is not None:
                 # Others are still acknowledging: put off this worker's settle until they are
-                # done (debounce), so only one of the fleet's settles does the reads.
-                due = self._settle_due.get(hint.location or "")
-                if due is not None and hint.location is not None:
-                    when = min(due[1], time.monotonic() + _settle_delay())
-                    self._settle_due[hint.location] = (max(due[0], when), due[1])
+                # done (debounce); the settler tries again after each later acknowledgement.
+                loc = hint.location
+                due = self._settle_due.get(loc)
+                now = time.monotonic()
+                if due is not None:
+                    when = min(due[1], now + _settle_delay())
+                    self._settle_due[loc] = (max(due[0], when), due[1])
+                elif loc in self._settler_of:
+                    self._settle_due[loc] = (now + _settle_delay(), now + _SETTLE_MAX_DELAY)
             elif hint.kind == "workers":
                 self._want_settle = True
             else:  # resync, or anything this agent does not know: re-read everything
@@ -552,7 +576,9 @@ class Agent:
             host=socket.gethostname(),
             pid=os.getpid(),
             started_at=self._started_at,
-            lease_expires_at=self.manager.clock() + timedelta(seconds=self.lease_seconds),
+            lease_expires_at=None
+            if self.backend.session_leases
+            else self.manager.clock() + timedelta(seconds=self.lease_seconds),
             errors=errors,
         )
 
@@ -565,8 +591,13 @@ class Agent:
             self._beat()
 
     def _beat(self) -> None:
+        info = self._info()
         try:
-            self.backend.put_worker(self._info())
+            if self.backend.session_leases and info == self._registered:
+                self.backend.ping()  # the session holds the lease: nothing to rewrite
+            else:
+                self.backend.put_worker(info)
+                self._registered = info
         except LocstatusError as exc:
             with self._lock:
                 self._metrics["heartbeat_errors"] += 1
@@ -718,6 +749,8 @@ class Agent:
     def _forget(self, location: str) -> None:
         """The record is gone (purged). Caller holds the lock."""
         self._records.pop(location, None)
+        self._settler_of.discard(location)
+        self._settle_tries.pop(location, None)
         for table in (self._applied, self._handled, self._due, self._failures):
             for key in [k for k in table if k[0] == location]:
                 del table[key]
@@ -870,11 +903,34 @@ class Agent:
                 return
             if now_st.state.transitional:
                 # Settling is the watch thread's: the next handler does not wait for it.
+                settler = self._is_settler(location, service)
                 now = time.monotonic()
                 with self._lock:
-                    self._settle_due[location] = (now + _settle_delay(), now + _SETTLE_MAX_DELAY)
+                    if settler:
+                        self._settler_of.add(location)
+                        self._settle_tries.pop(location, None)
+                        due = (now + _settle_delay(), now + _SETTLE_MAX_DELAY)
+                    else:
+                        late = now + _SETTLE_FALLBACK + random.uniform(0.0, _SETTLE_FALLBACK)
+                        due = (late, late)
+                    self._settle_due[location] = due
                 self._wake.set()
             return
+
+    def _is_settler(self, location: str, service: str) -> bool:
+        """True when this worker settles ``location`` first: the highest rendezvous hash among
+        the live workers that apply ``service`` there (itself included, even when its own
+        registration is not visible yet). True as well when the workers cannot be read."""
+        try:
+            workers = self.backend.workers()
+        except LocstatusError:
+            return True
+        now = self.manager.clock()
+        ids = {
+            w.worker_id for w in workers if w.alive(now) and w.applies(location, service)
+        }
+        ids.add(self.worker_id)
+        return max(ids, key=lambda w: _rendezvous(location, w)) == self.worker_id
 
     def _apply_removal(self, key: _Key, rec: LocationStatus) -> None:
         location = key[0]
@@ -990,6 +1046,8 @@ class Agent:
         with self._lock:
             rec = self._records.get(location)
             if rec is None or not any(s.state.transitional for s in rec.services.values()):
+                self._settler_of.discard(location)
+                self._settle_tries.pop(location, None)
                 return
         try:
             rec = self.manager.settle(location)
@@ -1000,6 +1058,17 @@ class Agent:
         with self._cond:
             self._metrics["settles"] += 1
             self._store(rec)
+            if not any(s.state.transitional for s in rec.services.values()):
+                self._settler_of.discard(location)
+                self._settle_tries.pop(location, None)
+            elif location in self._settler_of and location not in self._settle_due:
+                # Others still to acknowledge: try again, backing off (acks hints may not come).
+                tries = self._settle_tries.get(location, 0) + 1
+                self._settle_tries[location] = tries
+                delay = min(self.settle_interval, _SETTLE_QUIET * 2**tries) + _settle_delay()
+                now = time.monotonic()
+                self._settle_due[location] = (now + delay, now + delay)
+                self._wake.set()
 
     def _backend_retry(self, key: _Key, generation: int, exc: LocstatusError) -> None:
         log.warning("agent %s: %s/%s: backend error, retrying: %s", self.worker_id, *key, exc)
@@ -1016,6 +1085,14 @@ first one to land moves the record out of its transitional state, and the others
 that, skip theirs."""
 _SETTLE_MAX_DELAY = 0.25
 """Upper bound (seconds after the acknowledgement) of the settle debounce."""
+_SETTLE_FALLBACK = 0.5
+"""Seconds (plus up to as much again, random) after which a worker that is not the settler of a
+location tries to settle it, if it still reads it transitional (the settler died, or is slow)."""
+
+
+def _rendezvous(location: str, worker_id: str) -> int:
+    """Rendezvous (highest random weight) hash: the same ranking in every process."""
+    return zlib.crc32(f"{location}\0{worker_id}".encode())
 
 
 def _settle_delay() -> float:

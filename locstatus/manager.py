@@ -10,7 +10,13 @@ Every mutation is the same short loop (SPEC §3.1, §3.2), in :meth:`Manager._wr
 5. on :class:`AmbiguousCommit` (connection lost after send) re-read and look for the operation's
    op_id in the record and its recent history before trying again, never retrying blindly.
 
-Nothing here caches state between calls: a stale process can never write back an old view.
+Nothing here is trusted between calls: a stale process can never write back an old view. The
+one thing kept is a *version hint* (:class:`_VersionHints`): the last record of a location this
+manager read or wrote. An operator event may skip step 1 and plan from it, but only to make a
+write: that write's compare-and-set succeeds only if the record is still at that version (so the
+hint was the current record), and anything else (a conflict, a refusal, a no-op, a precondition)
+is decided again from a fresh read. A process that pauses and resumes the same locations (the
+sidecar, an operator script, ``wait=`` loops) so saves a read per write.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import contextlib
 import gc
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -111,6 +118,40 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _HintUnusable(Exception):
+    """The version hint cannot decide this operation: read the record instead."""
+
+
+class _VersionHints:
+    """The last record of each location this manager read or wrote (at most ``size``, least
+    recently used dropped first). Only ever the *expected version* of a first compare-and-set
+    attempt: never returned to a caller, never a reason to skip a write (see the module
+    docstring). Thread-safe (the sidecar calls one manager from many threads)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._records: OrderedDict[str, LocationStatus] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, location: str) -> LocationStatus | None:
+        with self._lock:
+            return self._records.get(location)
+
+    def put(self, rec: LocationStatus) -> None:
+        with self._lock:
+            old = self._records.get(rec.location)
+            if old is not None and old.version > rec.version:
+                return  # a newer one is known already
+            self._records[rec.location] = rec
+            self._records.move_to_end(rec.location)
+            if len(self._records) > self.size:
+                self._records.popitem(last=False)
+
+    def drop(self, location: str) -> None:
+        with self._lock:
+            self._records.pop(location, None)
+
+
 @dataclass
 class _Ambiguity:
     """Writes of one operation whose outcome was unknown: version they would have produced ->
@@ -169,14 +210,17 @@ class Manager:
         self.services: tuple[str, ...] = tuple(services)
         self.clock = clock
         self.retry = retry or RetryPolicy()
-        self.stats = {"writes": 0, "conflicts": 0, "ambiguous": 0}
+        self.stats = {"writes": 0, "conflicts": 0, "ambiguous": 0, "stale_hints": 0}
+        self._hints = _VersionHints()
 
     # -- reads -----------------------------------------------------------------------------
 
     def status(self, location: str) -> LocationStatus:
         """The record of ``location``. Raises :class:`NotFound`, :class:`CorruptRecord`,
         :class:`InvalidInput` (bad name), :class:`BackendUnavailable`."""
-        return self.backend.read(check_location(location))
+        rec = self.backend.read(check_location(location))
+        self._hints.put(rec)
+        return rec
 
     def statuses(self, *, include_removed: bool = False) -> list[LocationStatus]:
         """Every readable record, sorted by location (tombstones only if asked). Corrupt
@@ -512,7 +556,7 @@ class Manager:
                 skip_refused=skip_refused,
             )
 
-        rec = self._write(location, plan, op_id=op_id, if_version=if_version)
+        rec = self._write(location, plan, op_id=op_id, if_version=if_version, use_hint=True)
         if wait is not None:
             rec = self.wait_settled(location, service, timeout=wait)
         return rec
@@ -584,12 +628,26 @@ class Manager:
         *,
         op_id: str,
         if_version: int | None = None,
+        use_hint: bool = False,
     ) -> LocationStatus:
         """Read, plan, compare-and-set; retry conflicts; resolve ambiguity by op_id.
 
         The first attempt runs outside the retry policy (no contention is the common case);
-        after a conflict, attempts continue under the bounded, jittered policy."""
+        after a conflict, attempts continue under the bounded, jittered policy. With
+        ``use_hint``, a zeroth attempt plans from the version hint instead of a read (see the
+        module docstring); whatever it cannot settle by a successful write goes on as usual."""
         ambiguity = _Ambiguity()
+        hint = self._hints.get(location) if use_hint else None
+        if hint is not None:
+            try:
+                return self._attempt(location, plan, op_id, if_version, ambiguity, known=hint)
+            except _HintUnusable:
+                pass
+            except VersionConflict:
+                if not ambiguity.sent:
+                    self.stats["stale_hints"] += 1
+            except BackendUnavailable as exc:
+                self._raise_unresolved(exc, op_id, ambiguity)
         try:
             return self._attempt(location, plan, op_id, if_version, ambiguity)
         except VersionConflict:
@@ -633,32 +691,54 @@ class Manager:
         op_id: str,
         if_version: int | None,
         ambiguity: _Ambiguity,
+        *,
+        known: LocationStatus | None = None,
     ) -> LocationStatus:
         """One read-plan-write. Raises VersionConflict to be retried (also after an ambiguous
-        commit, which records what was sent so the next read first looks for ``op_id``)."""
-        rec = self.backend.read(location)
-        if ambiguity.sent:
-            landed = self._landed(rec, op_id, ambiguity)
-            if landed is not None:
-                return landed
-        if if_version is not None and rec.version != if_version:
-            raise PreconditionFailed(
-                f"location {location!r} is at version {rec.version}, not {if_version}"
-            )
-        planned = plan(rec, self.clock())
-        if planned is None:
-            return rec
+        commit, which records what was sent so the next read first looks for ``op_id``).
+        ``known``: plan from this version hint instead of reading; raises
+        :class:`_HintUnusable` unless the plan is a write (which the compare-and-set checks)."""
+        if known is not None:
+            rec = known
+            if if_version is not None and rec.version != if_version:
+                raise _HintUnusable
+            try:
+                planned = plan(rec, self.clock())
+            except (InvalidTransition, NotFound, InvalidInput):
+                raise _HintUnusable from None  # judged again on a fresh read
+            if planned is None:
+                raise _HintUnusable  # "nothing to do" is only true of a fresh read
+        else:
+            try:
+                rec = self.backend.read(location)
+            except NotFound:
+                self._hints.drop(location)
+                raise
+            self._hints.put(rec)
+            if ambiguity.sent:
+                landed = self._landed(rec, op_id, ambiguity)
+                if landed is not None:
+                    return landed
+            if if_version is not None and rec.version != if_version:
+                raise PreconditionFailed(
+                    f"location {location!r} is at version {rec.version}, not {if_version}"
+                )
+            planned = plan(rec, self.clock())
+            if planned is None:
+                return rec
         new, entries = planned
         try:
             stored = self.backend.compare_and_set(new, rec.version, entries)
         except VersionConflict:
-            self.stats["conflicts"] += 1
+            if known is None:
+                self.stats["conflicts"] += 1
             raise
         except AmbiguousCommit as exc:
             self.stats["ambiguous"] += 1
             ambiguity.sent[rec.version + 1] = new.model_copy(update={"version": rec.version + 1})
             raise VersionConflict(f"ambiguous commit, resolving: {exc}") from exc
         self.stats["writes"] += 1
+        self._hints.put(stored)
         return stored
 
     def _landed(

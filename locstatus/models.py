@@ -259,3 +259,7 @@ class Hint(_Frozen):
     kind: str
     """``location`` | ``acks`` | ``workers`` | ``resync``."""
     location: str | None = None
+    record: LocationStatus | None = None
+    """For a ``location`` hint, the record as the backend read it while producing the hint
+    (ZooKeeper reads it when it sets its watch again), or None. Subscribers may use it in place
+    of a read of their own; it is never older than the change hinted."""

@@ -32,7 +32,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,12 +132,14 @@ class Partition(Backend):
         self._check()
         return self.inner.all_acks()
 
-    def subscribe(self, callback: HintCallback) -> Unsubscribe:
+    def subscribe(
+        self, callback: HintCallback, *, kinds: Collection[str] | None = None
+    ) -> Unsubscribe:
         def forward(hint: Hint) -> None:
             if not self._cut.is_set():
                 callback(hint)
 
-        return self.inner.subscribe(forward)
+        return self.inner.subscribe(forward, kinds=kinds)
 
     def ping(self) -> None:
         self._check()

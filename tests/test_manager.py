@@ -430,3 +430,61 @@ def test_an_unresolvable_ambiguous_commit_says_the_outcome_is_unknown(kit: Kit) 
     )
     with pytest.raises(AmbiguousCommit, match="op-unknown"):
         m.pause("loc", "replication", op_id="op-unknown")
+
+
+# -- the version hint: a first attempt planned from the last record seen ----------------------
+
+
+@pytest.fixture
+def two(kit: Kit, clock: FakeClock, mgr: Manager) -> tuple[Manager, Manager]:
+    """Two operators (two managers, two clients of the same store): ``a`` has seen
+    ``us-east-1``; ``b`` changes it behind ``a``'s back."""
+    b = Manager(kit.open(), clock=clock)
+    mgr.status("us-east-1")
+    return mgr, b
+
+
+def test_a_stale_hint_never_turns_a_pause_into_a_no_op(two: tuple[Manager, Manager]) -> None:
+    a, b = two
+    a.pause("us-east-1", "replication")  # a's hint: paused
+    b.resume("us-east-1", "replication")  # now running; a has not read it
+    rec = a.pause("us-east-1", "replication")
+    assert rec.services["replication"].state is State.PAUSED
+    assert [e.event for e in a.history("us-east-1", limit=4)] == [
+        "settle", "pause", "settle", "resume"]
+
+
+def test_a_stale_hint_never_refuses_a_valid_event(two: tuple[Manager, Manager]) -> None:
+    a, b = two  # a's hint: running, where scheduling a resume is refused
+    b.pause("us-east-1", "replication")
+    rec = a.resume("us-east-1", "replication", at=timedelta(hours=1))
+    assert rec.services["replication"].resume_at == START + timedelta(hours=1)
+
+
+def test_a_stale_hint_costs_a_conflict_not_a_lost_update(two: tuple[Manager, Manager]) -> None:
+    a, b = two
+    b.pause("us-east-1", "lifecycle")  # a's hint is one version behind
+    rec = a.pause("us-east-1", "replication")
+    assert {s: st.state for s, st in rec.services.items()} == {
+        "replication": State.PAUSED, "lifecycle": State.PAUSED}
+    assert a.stats["stale_hints"] == 1 and a.stats["conflicts"] == 0
+    a.resume("us-east-1", "replication")  # the hint is current now: no read, no conflict
+    assert a.stats["stale_hints"] == 1
+
+
+def test_if_match_is_judged_on_the_stored_version_not_the_hint(
+    two: tuple[Manager, Manager],
+) -> None:
+    a, b = two
+    seen = a.status("us-east-1").version
+    now = b.pause("us-east-1", "lifecycle").version
+    with pytest.raises(PreconditionFailed):
+        a.pause("us-east-1", "replication", if_version=seen)
+    assert a.pause("us-east-1", "replication", if_version=now).version == now + 1
+
+
+def test_a_hint_of_a_removed_location_is_not_used(two: tuple[Manager, Manager]) -> None:
+    a, b = two
+    b.remove_location("us-east-1")
+    with pytest.raises(NotFound, match="removed"):
+        a.pause("us-east-1", "replication")

@@ -423,16 +423,47 @@ def test_hints_for_locations_acks_and_workers_arrive_from_watches(
     writer, watcher = opened(url), opened(url)
     v = writer.create(record("w-loc"), []).version
     got: list[Hint] = []
+
+    def seen(kind: str, location: str | None = None) -> bool:
+        return any(h.kind == kind and h.location == location for h in got)
+
     unsubscribe = watcher.subscribe(got.append)  # returns once the watches are armed
     writer.compare_and_set(record("w-loc", State.PAUSING, 1), v, [])
-    wait_until(lambda: Hint(kind="location", location="w-loc") in got, 10, what="location hint")
+    wait_until(lambda: seen("location", "w-loc"), 10, what="location hint")
+    # The watch is set again by reading the record: the hint carries it, no read needed.
+    (carried,) = [h.record for h in got if h.location == "w-loc" and h.record is not None]
+    assert carried.version == v + 1
+    assert carried.services["replication"].state is State.PAUSING
     writer.create(record("new-loc"), [])
-    wait_until(lambda: Hint(kind="location", location="new-loc") in got, 10, what="new location")
+    wait_until(lambda: seen("location", "new-loc"), 10, what="new location")
     writer.put_worker(worker("w-1"))
-    wait_until(lambda: Hint(kind="workers") in got, 10, what="workers hint")
+    wait_until(lambda: seen("workers"), 10, what="workers hint")
     writer.ack("w-1", "new-loc", "replication", 1)  # watched since it appeared
-    wait_until(lambda: Hint(kind="acks", location="new-loc") in got, 10, what="acks hint")
+    wait_until(lambda: seen("acks", "new-loc"), 10, what="acks hint")
     unsubscribe()
+
+
+def test_acknowledgements_are_watched_only_for_subscribers_that_want_them(
+    zk_server: ZkServer, chroot: str, opened: Callable[[str], ZooKeeperBackend]
+) -> None:
+    """An agent subscribes without ``acks`` (every worker's acknowledgement would wake every
+    worker); a ``wait=`` in the same process subscribes with them later and gets them."""
+    url = zk_url(zk_server.hosts, chroot)
+    writer, watcher = opened(url), opened(url)
+    v = writer.create(record("k-loc"), []).version
+    quiet: list[Hint] = []
+    watcher.subscribe(quiet.append, kinds=("location", "workers", "resync"))
+    writer.ack("w-1", "k-loc", "replication", 1)
+    writer.compare_and_set(record("k-loc", State.PAUSING, 1), v, [])
+    wait_until(lambda: any(h.kind == "location" for h in quiet), 10, what="location hint")
+    time.sleep(0.3)
+    assert not [h for h in quiet if h.kind == "acks"]
+    loud: list[Hint] = []
+    watcher.subscribe(loud.append)  # returns once the acknowledgement nodes are watched too
+    writer.ack("w-2", "k-loc", "replication", 1)
+    wait_until(lambda: any(h.kind == "acks" and h.location == "k-loc" for h in loud), 10,
+               what="acks hint for the subscriber that wants them")
+    assert not [h for h in quiet if h.kind == "acks"]  # still filtered for the first one
 
 
 # -- connection states -------------------------------------------------------------------------
@@ -506,7 +537,8 @@ def test_a_real_session_expiry_drops_ephemerals_and_the_backend_restores_them(
     got.clear()
     writer = opened(zk_url(zk_server.hosts, chroot))
     writer.compare_and_set(record("loc", State.PAUSING, 1), writer.read("loc").version, [])
-    wait_until(lambda: Hint(kind="location", location="loc") in got, 10, what="watches re-armed")
+    wait_until(lambda: any(h.kind == "location" and h.location == "loc" for h in got), 10,
+               what="watches re-armed")
 
 
 class _NoStat:

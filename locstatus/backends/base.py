@@ -33,7 +33,7 @@ service of a location is one compare-and-set, and so that a tombstone is one fie
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Protocol
 
 from locstatus.errors import CorruptRecord
@@ -68,6 +68,11 @@ class Backend(ABC):
     """
 
     url: str
+    session_leases: bool = False
+    """True when a worker's registration lives exactly as long as its client's session
+    (ZooKeeper ephemeral nodes): agents then register without a lease deadline and do not
+    rewrite their registration to renew it (a rewrite would wake every watcher of the worker
+    list). False: the lease is ``lease_expires_at``, renewed by heartbeats."""
 
     # -- location records -------------------------------------------------------------------
 
@@ -162,8 +167,15 @@ class Backend(ABC):
     # -- hints and lifecycle -----------------------------------------------------------------
 
     @abstractmethod
-    def subscribe(self, callback: HintCallback) -> Unsubscribe:
-        """Deliver change hints to ``callback`` until the returned function is called."""
+    def subscribe(
+        self, callback: HintCallback, *, kinds: Collection[str] | None = None
+    ) -> Unsubscribe:
+        """Deliver change hints to ``callback`` until the returned function is called.
+
+        ``kinds``: the hint kinds the subscriber acts on (None: every kind). A backend need not
+        watch what no subscriber asked for (ZooKeeper then sets no watch on acknowledgements,
+        which every worker's acknowledgement would fire in every process), and may still
+        deliver other kinds: hints are advisory."""
 
     @abstractmethod
     def ping(self) -> None:

@@ -10,7 +10,7 @@ backend opened with that name in the process (several managers and agents in one
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from locstatus.backends import codec
@@ -216,7 +216,9 @@ class MemoryBackend(Backend):
 
     # -- hints -----------------------------------------------------------------------------
 
-    def subscribe(self, callback: HintCallback) -> Unsubscribe:
+    def subscribe(
+        self, callback: HintCallback, *, kinds: Collection[str] | None = None
+    ) -> Unsubscribe:
         self._store.subscribers.append(callback)
 
         def unsubscribe() -> None:

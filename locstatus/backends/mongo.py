@@ -49,6 +49,7 @@ pymongo's): ``database`` (default: the URL path, else ``locstatus``), ``collecti
 
 from __future__ import annotations
 
+import collections.abc as cabc
 import contextlib
 import logging
 import re
@@ -669,7 +670,9 @@ class MongoBackend(Backend):
 
     # -- hints -----------------------------------------------------------------------------
 
-    def subscribe(self, callback: HintCallback) -> Unsubscribe:
+    def subscribe(
+        self, callback: HintCallback, *, kinds: cabc.Collection[str] | None = None
+    ) -> Unsubscribe:
         if self._closed:
             raise BackendUnavailable(f"MongoDB backend {self.settings.where} is closed")
         with self._sub_lock:

@@ -24,7 +24,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from urllib.parse import parse_qs, urlsplit
 
@@ -320,7 +320,9 @@ class SQLiteBackend(Backend):
 
     # -- hints ---------------------------------------------------------------------------
 
-    def subscribe(self, callback: HintCallback) -> Unsubscribe:
+    def subscribe(
+        self, callback: HintCallback, *, kinds: Collection[str] | None = None
+    ) -> Unsubscribe:
         with self._sub_lock:
             self._subscribers.append(callback)
             if self._poller is None:

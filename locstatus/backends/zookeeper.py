@@ -70,7 +70,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any, TypeVar, cast
@@ -359,6 +359,8 @@ def _failure(results: Sequence[object], labels: Sequence[str]) -> tuple[str, Exc
 class ZooKeeperBackend(Backend):
     """ZooKeeper backend: one kazoo session per instance, safe for many threads.
 
+    Worker registrations are ephemeral nodes: the lease is the session (``session_leases``).
+
     Usage::
 
         backend = ZooKeeperBackend("zk://zk1:2181,zk2:2181,zk3:2181/locstatus?timeout=5")
@@ -369,10 +371,13 @@ class ZooKeeperBackend(Backend):
     hosts) when no server answers within ``timeout`` seconds.
     """
 
+    session_leases = True
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.params = parse_zk_url(url)
         self.paths = Layout(self.params.chroot)
+        self._location_prefix = self.paths.locations + "/"
         p = self.params
         self._acl: list[ACL] | None = None
         auth_data: list[tuple[str, str]] | None = None
@@ -395,7 +400,8 @@ class ZooKeeperBackend(Backend):
         self._live = threading.Event()
         self._closed = False
         self._lock = threading.Lock()
-        self._subscribers: list[HintCallback] = []
+        self._subscribers: list[tuple[HintCallback, frozenset[str] | None]] = []
+        self._acks_armed = False  # acknowledgement nodes watched (a subscriber wants acks)
         self._events: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
         self._my_workers: dict[str, WorkerInfo] = {}
         self._my_acks: dict[tuple[str, str], dict[str, int]] = {}
@@ -542,6 +548,13 @@ class ZooKeeperBackend(Backend):
         return (text[:-1] + f',"incarnation":{incarnation}}}').encode()
 
     def _decode(self, location: str, raw: bytes, stat: ZnodeStat) -> LocationStatus:
+        # Fast path: what _record_bytes writes ends with ',"incarnation":N}'; cut it off and
+        # let codec.decode_record validate the rest in one pass of pydantic's JSON parser.
+        cut = raw.rfind(b',"incarnation":')
+        if cut > 0 and raw.endswith(b"}") and raw[cut + 15 : -1].isdigit():
+            incarnation = int(raw[cut + 15 : -1])
+            version = join_version(incarnation, stat.version + 1)
+            return codec.decode_record(location, version, raw[:cut] + b"}")
         try:
             data = json.loads(raw)
         except ValueError as exc:
@@ -1167,6 +1180,13 @@ class ZooKeeperBackend(Backend):
                 self._missed = False
                 hints[("resync", None)] = Hint(kind="resync")
         else:
+            if not self._acks_armed and self._wants_acks():
+                # A subscriber that wants acks joined: watch every acknowledgement node now,
+                # and hint every location's acks (they may have changed before the watches).
+                self._acks_armed = True
+                rearm |= {f"{self.paths.acks_root}/{n}" for n in self._watched}
+                for n in self._watched:
+                    hints[("acks", n)] = Hint(kind="acks", location=n)
             if children_changed:
                 for h in self._refresh_locations():
                     hints[(h.kind, h.location)] = h
@@ -1177,15 +1197,24 @@ class ZooKeeperBackend(Backend):
                     rearm.add(path)
                     name = path.rpartition("/")[2]
                     hints[("acks", name)] = Hint(kind="acks", location=name)
-            # Send the re-arming requests, then deliver, then wait for their answers: a session
-            # answers in order, so any read a subscriber makes on this backend after the hint
-            # reaches the server after the watch is set again (no change can slip between
-            # them), and the hint does not wait for a round trip.
-            pending = self._send_rearm(rearm)
+            # A changed location's watch is set again by reading it (get with a watch), and its
+            # hint carries that record: subscribers need not read it themselves, one request
+            # and one round trip fewer per subscriber and change. Other watches: send the
+            # re-arming requests, then deliver, then wait for their answers: a session answers
+            # in order, so any read a subscriber makes on this backend after the hint reaches
+            # the server after the watch is set again (no change can slip between them).
+            reads = self._send_reads({p for p in rearm if p.startswith(self._location_prefix)})
+            pending = self._send_rearm(
+                {p for p in rearm if not p.startswith(self._location_prefix)}
+            )
+            for name, rec in self._await_reads(reads):
+                hints[("location", name)] = Hint(kind="location", location=name, record=rec)
             if hints:
                 self._deliver(list(hints.values()))
                 hints = {}
             self._await_rearm(pending)
+            if self._armed:
+                self._armed_event.set()  # a subscriber waits for the acks watches it asked for
         if hints:
             self._deliver(list(hints.values()))
 
@@ -1204,7 +1233,7 @@ class ZooKeeperBackend(Backend):
                 return Hint(kind="location", location=name), False
             return Hint(kind="location", location=name), True
         if parent == pa.acks_root:
-            return Hint(kind="acks", location=name), name in self._watched
+            return Hint(kind="acks", location=name), self._acks_armed and name in self._watched
         return None, False
 
     def _disarm(self) -> None:
@@ -1216,11 +1245,16 @@ class ZooKeeperBackend(Backend):
         """Watch everything again (after subscribe or a reconnection)."""
         pa = self.paths
         try:
+            acks = self._wants_acks()
             names = self._get(self._client.get_children_async(pa.locations, watch=self._watch))
             pending = [self._client.get_children_async(pa.workers, watch=self._watch)]
             for name in names:
-                for path in (f"{pa.locations}/{name}", f"{pa.acks_root}/{name}"):
-                    pending.append(self._client.exists_async(path, watch=self._watch))
+                path = f"{pa.locations}/{name}"
+                pending.append(self._client.exists_async(path, watch=self._watch))
+                if acks:
+                    pending.append(
+                        self._client.exists_async(f"{pa.acks_root}/{name}", watch=self._watch)
+                    )
             for item in pending:
                 self._get(item)
         except (KazooException, KazooTimeoutError) as exc:
@@ -1228,6 +1262,7 @@ class ZooKeeperBackend(Backend):
             self._missed = True  # a resync follows once they are
             return
         self._watched = set(names)
+        self._acks_armed = acks
         self._armed = True
         self._armed_event.set()
 
@@ -1240,9 +1275,46 @@ class ZooKeeperBackend(Backend):
             self._missed = True
             return []
         added, removed = names - self._watched, self._watched - names
-        self._rearm({f"{pa.locations}/{n}" for n in added} | {f"{pa.acks_root}/{n}" for n in added})
+        acks = {f"{pa.acks_root}/{n}" for n in added} if self._acks_armed else set()
+        self._rearm({f"{pa.locations}/{n}" for n in added} | acks)
         self._watched = names
         return [Hint(kind="location", location=n) for n in sorted(added | removed)]
+
+    def _send_reads(self, paths: set[str]) -> list[tuple[str, Any]] | None:
+        """Read changed locations with a watch set again (None if sending failed: disarmed)."""
+        try:
+            return [
+                (p.rpartition("/")[2], self._client.get_async(p, watch=self._watch))
+                for p in sorted(paths)
+            ]
+        except (KazooException, KazooTimeoutError):
+            self._disarm()
+            self._missed = True
+            return None
+
+    def _await_reads(
+        self, pending: list[tuple[str, Any]] | None
+    ) -> list[tuple[str, LocationStatus | None]]:
+        """The records read by :meth:`_send_reads`: None in place of one that is gone, corrupt
+        or unreadable (its hint then carries no record; a subscriber reads and sees why). A
+        failed read disarms, as a failed re-arm does."""
+        out: list[tuple[str, LocationStatus | None]] = []
+        for name, item in pending or []:
+            try:
+                raw, stat = self._get(item)
+            except NoNodeError:
+                out.append((name, None))  # deleted meanwhile: its DELETED event follows
+                continue
+            except (KazooException, KazooTimeoutError):
+                self._disarm()  # armed again on the next tick or reconnection, then a resync
+                self._missed = True
+                out.append((name, None))
+                continue
+            try:
+                out.append((name, self._decode(name, raw, stat)))
+            except LocstatusError:
+                out.append((name, None))
+        return out
 
     def _rearm(self, paths: set[str]) -> None:
         self._await_rearm(self._send_rearm(paths))
@@ -1296,27 +1368,39 @@ class ZooKeeperBackend(Backend):
     def _deliver(self, hints: list[Hint]) -> None:
         with self._lock:
             subscribers = list(self._subscribers)
-        for cb in subscribers:
+        for cb, kinds in subscribers:
             for hint in hints:
+                if kinds is not None and hint.kind not in kinds and hint.kind != "resync":
+                    continue
                 try:
                     cb(hint)
                 except Exception:
                     log.exception("hint callback %r failed", cb)
 
-    def subscribe(self, callback: HintCallback) -> Unsubscribe:
-        """Deliver hints to ``callback`` on the backend's thread. Returns once the watches are
-        armed (at most ``timeout`` seconds), so any change after that is hinted."""
-        self._check_open()
+    def _wants_acks(self) -> bool:
         with self._lock:
-            self._subscribers.append(callback)
+            return any(kinds is None or "acks" in kinds for _, kinds in self._subscribers)
+
+    def subscribe(
+        self, callback: HintCallback, *, kinds: Collection[str] | None = None
+    ) -> Unsubscribe:
+        """Deliver hints to ``callback`` on the backend's thread. Returns once the watches are
+        armed (at most ``timeout`` seconds), so any change after that is hinted. The
+        acknowledgement nodes are watched only while a subscriber wants ``acks`` hints."""
+        self._check_open()
+        entry = (callback, None if kinds is None else frozenset(kinds))
+        with self._lock:
+            self._subscribers.append(entry)
+            if (kinds is None or "acks" in kinds) and not self._acks_armed:
+                self._armed_event.clear()  # set again once the acks watches are armed too
         self._events.put(("subscribe", None))
         if threading.current_thread() is not self._thread:
             self._armed_event.wait(self.params.timeout)
 
         def unsubscribe() -> None:
             with self._lock:
-                if callback in self._subscribers:
-                    self._subscribers.remove(callback)
+                if entry in self._subscribers:
+                    self._subscribers.remove(entry)
 
         return unsubscribe
 
