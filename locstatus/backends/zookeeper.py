@@ -405,6 +405,9 @@ class ZooKeeperBackend(Backend):
         self._events: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
         self._my_workers: dict[str, WorkerInfo] = {}
         self._my_acks: dict[tuple[str, str], dict[str, int]] = {}
+        # (location, worker_id) -> (session id, znode version) of the ack node this backend
+        # last wrote, so the next ack is one multi-op (set at that version) without a read.
+        self._ack_nodes: dict[tuple[str, str], tuple[int, int]] = {}
         self._session_id: int | None = None
         self._need_restore = False
         self._armed = False
@@ -1029,12 +1032,33 @@ class ZooKeeperBackend(Backend):
         client = self._client
 
         def attempt() -> bool:
+            key = (location, worker_id)
             for _ in range(20):
                 txn = _Txn(client)
                 txn.check("location", loc_path, -1)
+                session = client.client_id
+                with self._lock:
+                    known = self._ack_nodes.pop(key, None)
+                    mine = dict(self._my_acks.get(key, {}))
+                if known is not None and session is not None and known[0] == session[0]:
+                    # Our own node, at the version our last write left it: no read needed.
+                    # Anything else (another session took it over, it was removed with the
+                    # record) fails the version and the next pass reads it.
+                    new_version = known[1] + 1
+                    txn.set_data("ack", node, json.dumps({**mine, **update}).encode(), known[1])
+                    txn.set_data("parent", parent, _ACKS_HINT)
+                    failure = self._commit(f"ack of {worker_id}/{location}", txn)
+                    if failure is None:
+                        with self._lock:
+                            self._ack_nodes[key] = (session[0], new_version)
+                        return True
+                    if failure[0] == "location":
+                        return False
+                    continue
                 try:
                     raw, stat = self._get(client.get_async(node))
                 except NoNodeError:
+                    new_version = 0
                     txn.create("ack", node, json.dumps(update).encode(), ephemeral=True)
                 else:
                     merged = json.dumps({**(_decode_acks(raw) or {}), **update}).encode()
@@ -1042,15 +1066,21 @@ class ZooKeeperBackend(Backend):
                     if session is None:
                         raise ConnectionLoss()  # retried once connected again
                     if stat.ephemeralOwner == session[0]:
+                        new_version = stat.version + 1
                         txn.set_data("ack", node, merged, stat.version)
                     else:
                         # Held by another session (this worker before a restart): take it over,
                         # or the ack would vanish when that session expires.
+                        new_version = 0
                         txn.delete("ack", node, stat.version)
                         txn.create("ack", node, merged, ephemeral=True)
                 txn.set_data("parent", parent, _ACKS_HINT)
                 failure = self._commit(f"ack of {worker_id}/{location}", txn)
                 if failure is None:
+                    owner = client.client_id
+                    if owner is not None and session is not None and owner[0] == session[0]:
+                        with self._lock:
+                            self._ack_nodes[key] = (owner[0], new_version)
                     return True
                 label, exc = failure
                 if label == "location":
