@@ -14,9 +14,11 @@ Why it is shaped so:
   applied. A hint that was coalesced, dropped, or missed while disconnected costs latency, never
   correctness: the agent re-reads every record on start, on every (re)connection, after a lapsed
   lease, and every ``resync_interval`` seconds as a safety net.
-- **Acknowledge only what was applied.** After a handler returns, the record is read again; if
-  the generation moved while the handler ran, the handler runs again for the newer state, and
-  only a generation that is still current after its handler ran is acknowledged. A handler that
+- **Acknowledge only what was applied.** After a handler returns, the acknowledgement is written
+  on the condition that the record is still at the version whose state was applied
+  (``Backend.ack(..., if_version=)``, one write); if it moved, the record is read again, and if
+  the generation moved while the handler ran, the handler runs again for the newer state: only
+  a generation that is still current after its handler ran is acknowledged. A handler that
   raises is retried with jittered exponential backoff, its error is published with the worker's
   heartbeat (``WorkerInfo.errors``, ``locstatus workers``), and nothing is acknowledged for it.
 - **Three small threads, one job each.** The *heartbeat* thread renews the lease (it must never
@@ -77,7 +79,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
-from locstatus.errors import CorruptRecord, InvalidInput, LocstatusError, NotFound
+from locstatus.errors import (
+    CorruptRecord,
+    InvalidInput,
+    LocstatusError,
+    NotFound,
+    VersionConflict,
+)
 from locstatus.models import (
     TOMBSTONE_ACK,
     Hint,
@@ -888,20 +896,25 @@ class Agent:
                 handlers = self._pause_handlers if st.paused else self._resume_handlers
                 if not self._run_handlers(key, handlers.get(service, ()), st, generation):
                     return
-            fresh = self._reread(key, generation)
-            if fresh is None:
-                return
-            now_st = fresh.services.get(service)
-            if fresh.deleted or now_st is None:
-                return
-            if now_st.generation != generation:
-                # The state moved while the handler ran: apply the newer one first.
-                self._count("handler_reruns")
+            # Acknowledge only while the record is still the one whose state was applied: one
+            # conditional write. If it moved meanwhile, read it; a newer generation runs the
+            # handler again before anything is acknowledged.
+            acked = self._acknowledge(key, generation, if_version=rec.version)
+            if acked is None:
+                fresh = self._reread(key, generation)
+                if fresh is None:
+                    return
+                now_st = fresh.services.get(service)
+                if fresh.deleted or now_st is None:
+                    return
+                if now_st.generation != generation:
+                    # The state moved while the handler ran: apply the newer one first.
+                    self._count("handler_reruns")
                 rec = fresh
                 continue
-            if not self._acknowledge(key, generation):
+            if not acked:
                 return
-            if now_st.state.transitional:
+            if st.state.transitional:
                 # Settling is the watch thread's: the next handler does not wait for it.
                 settler = self._is_settler(location, service)
                 now = time.monotonic()
@@ -1020,12 +1033,18 @@ class Agent:
             self._store(fresh)
         return fresh
 
-    def _acknowledge(self, key: _Key, generation: int) -> bool:
+    def _acknowledge(
+        self, key: _Key, generation: int, *, if_version: int | None = None
+    ) -> bool | None:
+        """True: acknowledged. False: not now (stopping, or a backend error: retried later).
+        None: the record is no longer at ``if_version`` (nothing written; read it again)."""
         location, service = key
         if self._stopping.is_set():
             return False  # stop() unregisters this worker; never ack after that
         try:
-            self.backend.ack(self.worker_id, location, service, generation)
+            self.backend.ack(self.worker_id, location, service, generation, if_version=if_version)
+        except VersionConflict:
+            return None
         except LocstatusError as exc:
             self._backend_retry(key, generation, exc)
             return False

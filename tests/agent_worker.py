@@ -120,9 +120,17 @@ class Partition(Backend):
         self._check()
         return self.inner.workers()
 
-    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
+    def ack(
+        self,
+        worker_id: str,
+        location: str,
+        service: str,
+        generation: int,
+        *,
+        if_version: int | None = None,
+    ) -> None:
         self._check()
-        self.inner.ack(worker_id, location, service, generation)
+        self.inner.ack(worker_id, location, service, generation, if_version=if_version)
 
     def acks(self, location: str) -> dict[str, dict[str, int]]:
         self._check()

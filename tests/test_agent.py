@@ -67,15 +67,23 @@ def svc_state(mgr: Manager, location: str = LOC, service: str = SVC) -> State:
 
 
 class Recording(Partition):
-    """The real backend, recording every acknowledgement the agent sends (nothing cut)."""
+    """The real backend, recording every acknowledgement the agent stores (nothing cut)."""
 
     def __init__(self, inner: Backend) -> None:
         super().__init__(inner)
         self.acked: list[tuple[str, str, str, int]] = []
 
-    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
+    def ack(
+        self,
+        worker_id: str,
+        location: str,
+        service: str,
+        generation: int,
+        *,
+        if_version: int | None = None,
+    ) -> None:
+        super().ack(worker_id, location, service, generation, if_version=if_version)
         self.acked.append((worker_id, location, service, generation))
-        super().ack(worker_id, location, service, generation)
 
 
 @pytest.fixture

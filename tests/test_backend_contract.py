@@ -284,6 +284,23 @@ def test_a_scan_pairs_each_record_with_its_newest_history_write(kit: Kit) -> Non
 # -- workers, leases, acknowledgements ----------------------------------------------------------
 
 
+def test_a_conditional_ack_is_written_only_at_the_given_version(b: Backend) -> None:
+    """An agent acknowledges "still current after my handler ran" in one write: refused with
+    nothing written when the record moved on (or is gone)."""
+    v = b.create(record("c-loc"), []).version
+    b.put_worker(worker("w-1", None))
+    b.ack("w-1", "c-loc", "replication", 0, if_version=v)
+    assert b.acks("c-loc") == {"w-1": {"replication": 0}}
+    v2 = b.compare_and_set(record("c-loc", State.PAUSING, 1), v, []).version
+    with pytest.raises(VersionConflict):
+        b.ack("w-1", "c-loc", "replication", 1, if_version=v)
+    assert b.acks("c-loc") == {"w-1": {"replication": 0}}
+    b.ack("w-1", "c-loc", "replication", 1, if_version=v2)
+    assert b.acks("c-loc") == {"w-1": {"replication": 1}}
+    with pytest.raises(VersionConflict):
+        b.ack("w-1", "no-such-loc", "replication", 1, if_version=v2)
+
+
 def test_workers_register_renew_and_unregister(b: Backend) -> None:
     lease = datetime.now(UTC) + timedelta(seconds=30)
     b.put_worker(worker("w-2", lease))

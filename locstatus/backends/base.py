@@ -153,8 +153,24 @@ class Backend(ABC):
         """Registered workers, sorted by id (expired ones may still be listed)."""
 
     @abstractmethod
-    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
-        """Record that ``worker_id`` applied ``generation`` of ``service`` at ``location``."""
+    def ack(
+        self,
+        worker_id: str,
+        location: str,
+        service: str,
+        generation: int,
+        *,
+        if_version: int | None = None,
+    ) -> None:
+        """Record that ``worker_id`` applied ``generation`` of ``service`` at ``location``.
+
+        ``if_version``: only if the record is still at that version (the one whose state the
+        worker applied); otherwise raise :class:`VersionConflict` (also when the record is gone)
+        and write nothing. This is how an agent acknowledges "still current after my handler
+        ran" in one write instead of a read and a write (SPEC §3.4). SQLite, memory and
+        ZooKeeper check it in the same transaction / multi-op as the write (ZooKeeper compares
+        the znode version of the record's current life); MongoDB reads the record just before
+        writing the acknowledgement."""
 
     @abstractmethod
     def acks(self, location: str) -> AckMap:

@@ -195,9 +195,23 @@ class MemoryBackend(Backend):
             raws = [raw for _, raw in sorted(self._store.workers.items())]
         return [codec.decode_worker(raw) for raw in raws]
 
-    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
+    def ack(
+        self,
+        worker_id: str,
+        location: str,
+        service: str,
+        generation: int,
+        *,
+        if_version: int | None = None,
+    ) -> None:
         self._check_open()
         with self._store.lock:
+            if if_version is not None:
+                current = self._store.records.get(location)
+                if current is None or current[0] != if_version:
+                    raise VersionConflict(
+                        f"location {location!r} is not at version {if_version}: not acknowledged"
+                    )
             per_worker = self._store.acks.setdefault(location, {}).setdefault(worker_id, {})
             per_worker[service] = generation
         self._notify(Hint(kind="acks", location=location))

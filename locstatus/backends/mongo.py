@@ -641,7 +641,24 @@ class MongoBackend(Backend):
                 raise CorruptRecord(str(doc["_id"]), "worker: " + codec._short(exc)) from exc
         return out
 
-    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
+    def ack(
+        self,
+        worker_id: str,
+        location: str,
+        service: str,
+        generation: int,
+        *,
+        if_version: int | None = None,
+    ) -> None:
+        if if_version is not None:
+            with self._io(f"read of {location!r}"):
+                doc = self._records.find_one(
+                    {"_id": location}, {"version": 1}, max_time_ms=self._mt
+                )
+            if doc is None or doc.get("version") != if_version:
+                raise VersionConflict(
+                    f"location {location!r} is not at version {if_version}: not acknowledged"
+                )
         with self._io(f"ack of {location!r}/{service} by {worker_id!r}"):
             self._acks.replace_one(
                 {"_id": f"{location}/{worker_id}/{service}"},

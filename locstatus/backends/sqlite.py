@@ -294,8 +294,24 @@ class SQLiteBackend(Backend):
         rows = self._query("SELECT data FROM workers ORDER BY worker_id")
         return [codec.decode_worker(str(data)) for (data,) in rows]
 
-    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
+    def ack(
+        self,
+        worker_id: str,
+        location: str,
+        service: str,
+        generation: int,
+        *,
+        if_version: int | None = None,
+    ) -> None:
         with self._write() as db:
+            if if_version is not None:
+                row = db.execute(
+                    "SELECT version FROM locations WHERE location = ?", (location,)
+                ).fetchone()
+                if row is None or row[0] != if_version:
+                    raise VersionConflict(
+                        f"location {location!r} is not at version {if_version}: not acknowledged"
+                    )
             db.execute(
                 "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
                 "VALUES (?, ?, ?, ?)",

@@ -1016,16 +1016,35 @@ class ZooKeeperBackend(Backend):
             self._workers_cache = None
             self._workers_epoch += 1
 
-    def ack(self, worker_id: str, location: str, service: str, generation: int) -> None:
+    def ack(
+        self,
+        worker_id: str,
+        location: str,
+        service: str,
+        generation: int,
+        *,
+        if_version: int | None = None,
+    ) -> None:
         """Record an acknowledgement (ephemeral, held by this session). An ack for a location
         that does not exist (purged meanwhile) is dropped: it could only confuse a record
-        created again under the same name."""
+        created again under the same name. With ``if_version`` the multi-op checks the record's
+        znode version instead of its mere existence (VersionConflict when it differs)."""
         self.paths.ack(location, worker_id)  # validate both names before any I/O
-        if self._write_ack(location, worker_id, {service: generation}):
+        znode_version = -1 if if_version is None else split_version(if_version)[1] - 1
+        written = self._write_ack(location, worker_id, {service: generation}, znode_version)
+        if not written and if_version is not None:
+            raise VersionConflict(
+                f"location {location!r} is not at version {if_version}: not acknowledged"
+            )
+        if written:
             with self._lock:
                 self._my_acks.setdefault((location, worker_id), {})[service] = generation
 
-    def _write_ack(self, location: str, worker_id: str, update: dict[str, int]) -> bool:
+    def _write_ack(
+        self, location: str, worker_id: str, update: dict[str, int], record_version: int = -1
+    ) -> bool:
+        """Write this worker's ack node; False (nothing written) when the record is gone, or
+        not at ``record_version`` (its znode version; -1: any)."""
         pa = self.paths
         node, parent = pa.ack(location, worker_id), pa.acks(location)
         loc_path = pa.location(location)
@@ -1035,7 +1054,7 @@ class ZooKeeperBackend(Backend):
             key = (location, worker_id)
             for _ in range(20):
                 txn = _Txn(client)
-                txn.check("location", loc_path, -1)
+                txn.check("location", loc_path, record_version)
                 session = client.client_id
                 with self._lock:
                     known = self._ack_nodes.pop(key, None)
