@@ -919,9 +919,9 @@ class Agent:
                 settler = self._is_settler(location, service)
                 now = time.monotonic()
                 with self._lock:
+                    self._settle_tries.pop(location, None)
                     if settler:
                         self._settler_of.add(location)
-                        self._settle_tries.pop(location, None)
                         due = (now + _settle_delay(), now + _SETTLE_MAX_DELAY)
                     else:
                         late = now + _SETTLE_FALLBACK + random.uniform(0.0, _SETTLE_FALLBACK)
@@ -1080,14 +1080,21 @@ class Agent:
             if not any(s.state.transitional for s in rec.services.values()):
                 self._settler_of.discard(location)
                 self._settle_tries.pop(location, None)
-            elif location in self._settler_of and location not in self._settle_due:
-                # Others still to acknowledge: try again, backing off (acks hints may not come).
+            elif location not in self._settle_due:
+                # Others still to acknowledge: try again, backing off (acks hints may not come,
+                # and the settler may have died after its acknowledgement, when nothing else
+                # would wake this worker until that session expires or the next resync).
                 tries = self._settle_tries.get(location, 0) + 1
-                self._settle_tries[location] = tries
-                delay = min(self.settle_interval, _SETTLE_QUIET * 2**tries) + _settle_delay()
-                now = time.monotonic()
-                self._settle_due[location] = (now + delay, now + delay)
-                self._wake.set()
+                if tries <= _SETTLE_RETRIES:
+                    self._settle_tries[location] = tries
+                    if location in self._settler_of:
+                        delay = min(self.settle_interval, _SETTLE_QUIET * 2**tries)
+                    else:
+                        delay = min(_SETTLE_FALLBACK_CAP, _SETTLE_FALLBACK * 2**tries)
+                    delay += _settle_delay()
+                    now = time.monotonic()
+                    self._settle_due[location] = (now + delay, now + delay)
+                    self._wake.set()
 
     def _backend_retry(self, key: _Key, generation: int, exc: LocstatusError) -> None:
         log.warning("agent %s: %s/%s: backend error, retrying: %s", self.worker_id, *key, exc)
@@ -1107,6 +1114,11 @@ _SETTLE_MAX_DELAY = 0.25
 _SETTLE_FALLBACK = 0.5
 """Seconds (plus up to as much again, random) after which a worker that is not the settler of a
 location tries to settle it, if it still reads it transitional (the settler died, or is slow)."""
+_SETTLE_FALLBACK_CAP = 5.0
+"""Longest wait (seconds) between a non-settler's later attempts (the delay doubles)."""
+_SETTLE_RETRIES = 8
+"""Attempts after the first while the location stays transitional; then the safety nets (a
+change of the worker list, the periodic resync, the check job, a ``wait=``) take over."""
 
 
 def _rendezvous(location: str, worker_id: str) -> int:

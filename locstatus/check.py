@@ -1514,7 +1514,8 @@ def _summary_line(report: CheckReport) -> Text:
     if report.status == "clean":
         return Text(head + "clean", style="green")
     kinds = ", ".join(f"{n} {k}" for k, n in s.by_kind.items() if n)
-    tail = f"{s.findings} findings ({kinds}); {s.repaired} repaired, {s.resolved} resolved"
+    noun = "finding" if s.findings == 1 else "findings"
+    tail = f"{s.findings} {noun} ({kinds}); {s.repaired} repaired, {s.resolved} resolved"
     tail += f", {s.left} left" if s.left else ""
     if report.options.dry_run:
         tail += " (dry run: nothing written)"

@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -53,6 +54,7 @@ from rich.text import Text
 
 from locstatus import __version__
 from locstatus.backends import DEFAULT_URL
+from locstatus.backends.sqlite import parse_sqlite_url
 from locstatus.client import connect
 from locstatus.errors import (
     CorruptRecord,
@@ -296,8 +298,19 @@ class _Options:
     ctx: typer.Context
     _manager: Manager | None = field(default=None, repr=False)
 
-    def manager(self) -> Manager:
+    def manager(self, *, create: bool = False) -> Manager:
+        """The Manager of ``--backend``. Unless ``create``, a SQLite file that does not exist is
+        refused instead of being created empty: a typo in a path (or a command run from another
+        directory, with the default ``./locstatus.db``) must not look like an empty store."""
         if self._manager is None:
+            if not create and self.backend.startswith("sqlite:"):
+                path, _ = parse_sqlite_url(self.backend)
+                if not Path(path).exists():
+                    raise InvalidInput(
+                        f"no locstatus store at {Path(path).resolve()} (from --backend "
+                        f"{self.backend}): check the path or LOCSTATUS_BACKEND, or create it "
+                        "with 'locstatus locations sync FILE'"
+                    )
             try:
                 self._manager = connect(self.backend, services=self.services)
             except ValidationError as exc:  # another LOCSTATUS_* variable is malformed
@@ -901,7 +914,7 @@ def locations_sync(
         raise InvalidInput("missing FILE (or --sample)")
     else:
         wanted = load_locations(file, location_config, services=configured)
-    mgr = _opts(ctx).manager()
+    mgr = _opts(ctx).manager(create=True)
     existing: dict[str, LocationStatus] = {}
     for item in mgr.scan():
         if isinstance(item, CorruptRecord):
@@ -1023,7 +1036,12 @@ def _feature(module: str, command: str, *names: str) -> list[Callable[..., Any]]
         mod = importlib.import_module(module)
         return [getattr(mod, n) for n in names]
     except (ImportError, AttributeError) as exc:
-        _fail(f"'locstatus {command}' is not available: cannot import {module} ({exc})", 2)
+        hint = (
+            " (install the server extra: pip install 'locstatus[server]')"
+            if isinstance(exc, ImportError)
+            else ""
+        )
+        _fail(f"'locstatus {command}' is not available: cannot import {module} ({exc}){hint}", 2)
 
 
 @app.command()

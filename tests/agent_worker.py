@@ -171,6 +171,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fail", type=int, default=0, help="first N handler calls raise")
     p.add_argument("--fail-event", default=None, help="only calls of this event fail")
     p.add_argument("--retry-base", type=float, default=0.1)
+    p.add_argument("--session-leases", action="store_true",
+                   help="use the backend's session leases (ZooKeeper) instead of heartbeats "
+                        "with a deadline, as an agent on the bare backend does")
+    p.add_argument("--die-after-ack", action="store_true",
+                   help="SIGKILL this process as soon as it has acknowledged a new generation")
     return p.parse_args(argv)
 
 
@@ -178,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     rec = Recorder(args.record)
     link = Partition(open_backend(args.url))
+    if args.session_leases:
+        link.session_leases = link.inner.session_leases
     mgr = Manager(link)
     agent = mgr.agent(
         args.id,
@@ -232,6 +239,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGUSR2, on_heal)
     agent.start()
     rec.write(event="ready")
+    if args.die_after_ack:
+        seen = {loc: {s: agent.observed_generation(loc, s) for s in agent.services}
+                for loc in agent.locations_seen()}
+
+        def die_after_ack() -> None:
+            while True:
+                for loc, gens in seen.items():
+                    for svc, gen in gens.items():
+                        if agent.observed_generation(loc, svc) != gen:
+                            rec.write(event="dying", location=loc, service=svc)
+                            os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(0.002)
+
+        threading.Thread(target=die_after_ack, daemon=True).start()
     while not stop.wait(0.1):
         pass
     agent.stop()

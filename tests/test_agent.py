@@ -33,7 +33,7 @@ from locstatus import (
     State,
     connect,
 )
-from locstatus.agent import Agent, HandlerRetry
+from locstatus.agent import Agent, HandlerRetry, _rendezvous
 from locstatus.backends import Backend, open_backend
 from locstatus.models import TOMBSTONE_ACK, tombstone_generation
 
@@ -632,6 +632,32 @@ def test_in_process_partition_misses_hints_and_resyncs_on_reconnect(
     assert calls == [("resume", f"{LOC}/{SVC}", 0), ("pause", f"{LOC}/{SVC}", 3)]
     eventually(lambda: agent.metrics()["connected"] == 1)
     assert agent.metrics()["reconnects"] == 1
+
+
+def test_a_settler_that_dies_right_after_acknowledging_does_not_leave_the_location_pausing(
+    pmgr: Manager, spawn: Callable[..., Worker]
+) -> None:
+    """Found by the reliability review: on ZooKeeper the last worker to acknowledge was the
+    location's settler and died before settling; the other worker had tried once (too early)
+    and nothing woke it again until the dead session expired (~12 s). Every worker that
+    acknowledged now retries with backoff while the location stays transitional."""
+    ids = ["w-a", "w-b"]
+    settler = max(ids, key=lambda w: _rendezvous(LOC, w))
+    other = next(w for w in ids if w != settler)
+    doomed = spawn(settler, "--slow", "1.5", "--die-after-ack", "--session-leases",
+                   "--lease", "30")
+    fine = spawn(other, "--session-leases", "--lease", "30")
+    doomed.wait_ready()
+    fine.wait_ready()
+    pmgr.pause(LOC, SVC)
+    start = time.monotonic()
+    eventually(lambda: doomed.proc.poll() is not None, timeout=30)
+    assert doomed.marked("dying")
+    eventually(lambda: svc_state(pmgr) is State.PAUSED, timeout=30)
+    took = time.monotonic() - start
+    # Well before a dead ZooKeeper session (10 s) or a heartbeat lease (30 s) runs out.
+    assert took < 7, f"settled {took:.1f}s after the settler died"
+    assert acked(pmgr, settler) in (1, None) and acked(pmgr, other) == 1
 
 
 def test_worker_frozen_past_its_lease_stops_counting_and_catches_up(

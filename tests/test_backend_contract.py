@@ -234,10 +234,13 @@ def test_a_recreated_record_never_matches_a_version_of_its_earlier_life(b: Backe
         '["a", "list"]',
         '{"services": {"replication": {"generation": -4}}, "deleted_at": null}',
         '{"location": "good-1", "services": {"replication": {}}, "deleted_at": null}',
+        # the same with the key spelled in JSON escapes (found by the reliability review: it
+        # passed the decoder's text check and the payload's value won over the real key)
+        '{"\\u006cocation": "good-1", "services": {"replication": {}}, "deleted_at": null}',
     ],
     ids=[
         "invalid-json", "missing-field", "bad-state", "not-an-object", "negative-generation",
-        "another-locations-document",
+        "another-locations-document", "escaped-location-key",
     ],
 )
 def test_a_corrupt_record_is_named_and_does_not_hide_the_others(kit: Kit, payload: str) -> None:
@@ -252,6 +255,33 @@ def test_a_corrupt_record_is_named_and_does_not_hide_the_others(kit: Kit, payloa
     bad = [r.location for r in everything if isinstance(r, CorruptRecord)]
     assert good == ["good-1", "good-2"] and bad == ["bad-loc"]
     assert b.read("good-1").location == "good-1"
+
+
+def test_a_payload_never_sets_the_records_version(kit: Kit) -> None:
+    """The version is the backend's (column, znode stat, document field), never a key inside
+    the stored payload, even one spelled in JSON escapes: such a record is corrupt, or read at
+    the backend's version (MongoDB, where ``version`` is the document's own field)."""
+    b = kit.open()
+    kit.write_raw("v-loc", '{"services": {"replication": {}}, "deleted_at": null, '
+                           '"\\u0076ersion": 999}')
+    try:
+        rec = b.read("v-loc")
+    except CorruptRecord as exc:
+        assert exc.location == "v-loc"
+    else:
+        assert rec.version != 999 and rec.location == "v-loc"
+
+
+def test_a_stored_crr_key_reads_as_replication(kit: Kit) -> None:
+    """SPEC §2: ``crr`` is accepted everywhere as ``replication``, also in a record edited by
+    hand, whatever else its text contains."""
+    b = kit.open()
+    for loc, reason in (("crr-a", "maintenance"), ("crr-b", "location")):
+        kit.write_raw(loc, '{"services": {"crr": {"state": "paused", "generation": 1, '
+                           f'"reason": "{reason}"}}}}, "deleted_at": null}}')
+        rec = b.read(loc)
+        assert list(rec.services) == ["replication"], loc
+        assert rec.services["replication"].state is State.PAUSED
 
 
 def test_a_scan_pairs_each_record_with_its_newest_history_write(kit: Kit) -> None:

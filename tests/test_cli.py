@@ -22,6 +22,7 @@ from pydantic import TypeAdapter
 from typer.testing import CliRunner, Result
 
 from locstatus import HistoryEntry, LocationStatus, State, WorkerInfo, connect
+from locstatus.backends.sqlite import SQLiteBackend
 from locstatus.cli import app
 from locstatus.locations import load_sample, sample_path
 
@@ -289,9 +290,27 @@ def test_schedule_all_schedules_paused_locations_and_skips_running_ones(synced: 
 
 
 def test_all_with_no_locations_is_refused(cli: Cli) -> None:
+    SQLiteBackend(cli.url).close()  # an empty store
     result = cli("pause", "all")
     assert result.exit_code == 1
     assert "no locations" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["status"], ["pause", "us-east-1"], ["history", "us-east-1"], ["workers"],
+                ["check"], ["resume", "all"]],
+)
+def test_a_store_that_does_not_exist_is_refused_not_created(
+    cli: Cli, command: list[str]
+) -> None:
+    """A typo in a path, or a command run from another directory (default ./locstatus.db),
+    must not look like an empty store, nor leave one behind."""
+    result = cli(*command)
+    assert result.exit_code == 2
+    assert f"no locstatus store at {cli.path}" in result.stderr
+    assert not cli.path.exists()
+    cli.ok("locations", "sync", str(sample_path("config.json")))  # creates it
+    assert cli.path.exists()
 
 
 # -- exit codes --------------------------------------------------------------------------------
@@ -617,6 +636,7 @@ def test_python_dash_m_uses_the_default_backend_and_exit_codes(tmp_path: Path) -
 def test_console_script_is_installed(tmp_path: Path) -> None:
     script = Path(sys.executable).parent / "locstatus"
     assert script.is_file(), "package not installed (pip install -e .)"
+    SQLiteBackend(f"sqlite:///{tmp_path}/c.db").close()  # an empty store
     result = run(tmp_path, "--backend", f"sqlite:///{tmp_path}/c.db", "status", exe=[str(script)])
     assert result.returncode == 0
     assert "no locations" in result.stdout

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from locstatus.errors import CorruptRecord
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
-from locstatus.names import LOCATION_RE
+from locstatus.names import LOCATION_RE, SERVICE_ALIASES
 
 _HISTORY_LIST = TypeAdapter(list[HistoryEntry])
 
@@ -41,15 +41,21 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
             text[:2] == '{"'  # what encode_record writes; anything else takes the slow path
             and '"location"' not in text  # a superset of "carries its own key": a false
             and '"version"' not in text  # positive only costs the slow path below
+            and not any(alias in text for alias in _ALIAS_KEYS)  # mapped on the slow path
             and LOCATION_RE.fullmatch(location)
         ):
             # Fast path: one pass of pydantic's JSON parser over the stored text, with the key
             # and version (which live outside the payload) spliced in front.
             joined = f'{{"location":"{location}","version":{int(version)},{text[1:]}'
             try:
-                return LocationStatus.model_validate_json(joined)
+                rec = LocationStatus.model_validate_json(joined)
             except ValidationError:
                 pass  # re-parse below for an error message about the payload itself
+            else:
+                # A key spelled with JSON escapes ("\u006cocation") passes the text checks;
+                # the parser keeps the last of duplicate keys, so it would win over ours.
+                if rec.location == location and rec.version == version:
+                    return rec
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
@@ -58,6 +64,12 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
         raise CorruptRecord(location, "payload nested too deeply to parse") from None
     except (ValueError, ValidationError, TypeError) as exc:
         raise CorruptRecord(location, _short(exc)) from exc
+
+
+_ALIAS_KEYS = tuple(f'"{alias}"' for alias in SERVICE_ALIASES)
+"""Service aliases as JSON strings: a stored record never uses them as keys (the encoder writes
+canonical names), but one edited by hand may, and ``crr`` must read as ``replication``
+(SPEC §2); the slow path maps them."""
 
 
 def _validate_payload(location: str, version: int, data: dict[str, Any]) -> LocationStatus:

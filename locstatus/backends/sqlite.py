@@ -85,8 +85,17 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     if not path:
         raise InvalidInput(f"invalid sqlite URL {url!r}: no database path")
-    params = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    params = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    unknown = sorted(set(params) - _URL_PARAMS)
+    if unknown:
+        raise InvalidInput(
+            f"invalid sqlite URL {url!r}: unknown parameter {', '.join(unknown)} "
+            f"(expected {', '.join(sorted(_URL_PARAMS))})"
+        )
     return path, params
+
+
+_URL_PARAMS = frozenset({"timeout", "synchronous", "poll_interval"})
 
 
 class SQLiteBackend(Backend):
@@ -119,7 +128,11 @@ class SQLiteBackend(Backend):
         self._stop = threading.Event()
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
-            raise BackendUnavailable(f"cannot open {url}: directory {parent} does not exist")
+            raise BackendUnavailable(
+                f"cannot open {url}: directory {parent} does not exist"
+                + (" (for an absolute path use four slashes: sqlite:////path/to/file.db)"
+                   if not os.path.isabs(self.path) else "")
+            )
         try:
             self._conn().executescript(_SCHEMA)
         except sqlite3.Error as exc:
