@@ -38,6 +38,7 @@ import math
 import os
 import re
 import socket
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -328,7 +329,16 @@ def _opts(ctx: typer.Context) -> _Options:
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    """Tables for a terminal fit its width; piped into grep or a file (no terminal, no
+    ``COLUMNS``), they are not cut at 80 columns: a location name must stay greppable."""
+    width = None
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        width = _PIPE_WIDTH
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+_PIPE_WIDTH = 240
+"""Table width (characters) when stdout is not a terminal."""
 
 
 def _print_json(text: str) -> None:

@@ -78,7 +78,8 @@ _INCARNATION_SHIFT = 20  # versions within one life of a record stay below 2**20
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
-    """Return ``(path, params)`` for a ``sqlite:///...`` URL. Raises :class:`InvalidInput`."""
+    """Return ``(path, params)`` for a ``sqlite:///...`` URL, its parameters checked (names
+    and values). Raises :class:`InvalidInput`."""
     parts = urlsplit(url)
     if parts.scheme != "sqlite" or parts.netloc:
         raise InvalidInput(f"invalid sqlite URL {url!r}: expected sqlite:///path/to/file.db")
@@ -92,6 +93,14 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
             f"invalid sqlite URL {url!r}: unknown parameter {', '.join(unknown)} "
             f"(expected {', '.join(sorted(_URL_PARAMS))})"
         )
+    try:
+        float(params.get("timeout", "30"))
+        float(params.get("poll_interval", "0.05"))
+    except ValueError as exc:
+        raise InvalidInput(f"invalid sqlite URL parameter in {url!r}: {exc}") from None
+    sync = params.get("synchronous", "full").lower()
+    if sync not in ("full", "normal", "extra"):
+        raise InvalidInput(f"invalid synchronous={sync!r} in {url!r}: full|normal|extra")
     return path, params
 
 
@@ -108,16 +117,10 @@ class SQLiteBackend(Backend):
 
     def __init__(self, url: str = "sqlite:///./locstatus.db") -> None:
         self.url = url
-        self.path, params = parse_sqlite_url(url)
-        try:
-            self._timeout = float(params.get("timeout", "30"))
-            self._poll = float(params.get("poll_interval", "0.05"))
-        except ValueError as exc:
-            raise InvalidInput(f"invalid sqlite URL parameter in {url!r}: {exc}") from None
-        sync = params.get("synchronous", "full").lower()
-        if sync not in ("full", "normal", "extra"):
-            raise InvalidInput(f"invalid synchronous={sync!r} in {url!r}: full|normal|extra")
-        self._synchronous = sync.upper()
+        self.path, params = parse_sqlite_url(url)  # names and values checked there
+        self._timeout = float(params.get("timeout", "30"))
+        self._poll = float(params.get("poll_interval", "0.05"))
+        self._synchronous = params.get("synchronous", "full").upper()
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
