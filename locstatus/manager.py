@@ -118,6 +118,10 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+_ADD_ATTEMPTS = 5
+"""Create/restore rounds of :meth:`Manager._add` when a purge keeps racing it."""
+
+
 class _HintUnusable(Exception):
     """The version hint cannot decide this operation: read the record instead."""
 
@@ -414,10 +418,7 @@ class Manager:
             if isinstance(existing.get(loc), CorruptRecord):
                 report.corrupt.append(loc)  # never rewritten; the check job reports it
                 continue
-            if loc not in existing and self._create(loc, svcs, actor=actor):
-                report.added.append(loc)
-                continue
-            self._ensure(loc, svcs, actor, report)
+            self._add(loc, svcs, actor, report, exists=loc in existing)
         if remove_missing:
             for loc, rec in sorted(existing.items()):
                 if loc not in wanted and isinstance(rec, LocationStatus) and not rec.deleted:
@@ -430,9 +431,7 @@ class Manager:
     ) -> LocationStatus:
         """Create (or restore) one location with ``services`` (default: all configured)."""
         svcs = self._normalise_locations({location: services or self.services})
-        report = SyncReport()
-        if not self._create(location, svcs[location], actor=actor):
-            self._ensure(location, svcs[location], actor, report)
+        self._add(location, svcs[location], actor, SyncReport(), exists=False)
         return self.status(location)
 
     def remove_location(self, location: str, *, actor: str | None = None) -> LocationStatus:
@@ -782,6 +781,31 @@ class Manager:
             canon = sorted({canonical_service(s, self.services) for s in svcs})
             out[name] = tuple(sorted(set(out.get(name, ())) | set(canon)))
         return out
+
+    def _add(
+        self,
+        location: str,
+        services: Sequence[str],
+        actor: str | None,
+        report: SyncReport,
+        *,
+        exists: bool,
+    ) -> None:
+        """Create ``location``, or restore it / add its missing services when it exists. A
+        record purged between the two (the check job removing a ready tombstone) is created
+        again rather than reported as NotFound; bounded, then :class:`ConflictError`."""
+        for _ in range(_ADD_ATTEMPTS):
+            if not exists and self._create(location, services, actor=actor):
+                report.added.append(location)
+                return
+            try:
+                self._ensure(location, services, actor, report)
+                return
+            except NotFound:
+                exists = False  # purged meanwhile: create it
+        raise ConflictError(
+            f"location {location!r} kept disappearing while it was being added; try again"
+        )
 
     def _create(self, location: str, services: Sequence[str], *, actor: str | None) -> bool:
         now = self.clock()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -21,10 +21,11 @@ from locstatus import (
     WorkerInfo,
 )
 from locstatus.backends import Backend
-from locstatus.errors import AmbiguousCommit, BackendUnavailable, VersionConflict
+from locstatus.errors import AlreadyExists, AmbiguousCommit, BackendUnavailable, VersionConflict
 from locstatus.manager import RetryPolicy
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus
 
+from agent_worker import Partition
 from fakeclock import FakeClock
 from kits import Kit
 
@@ -488,3 +489,30 @@ def test_a_hint_of_a_removed_location_is_not_used(two: tuple[Manager, Manager]) 
     b.remove_location("us-east-1")
     with pytest.raises(NotFound, match="removed"):
         a.pause("us-east-1", "replication")
+
+
+class _PurgedAfterCreateRefused(Partition):
+    """The real backend; the first create is refused as if the location existed, and it is
+    gone by the time it is read: a tombstone purged by the check job in between."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.refused = False
+
+    def create(self, record: LocationStatus, history: Sequence[HistoryEntry]) -> LocationStatus:
+        if not self.refused:
+            self.refused = True
+            raise AlreadyExists(f"location {record.location!r} already exists")
+        return super().create(record, history)
+
+
+def test_adding_a_location_purged_meanwhile_creates_it(kit: Kit, clock: FakeClock) -> None:
+    """Found by the reliability review: add_location raised NotFound when the location was
+    purged between its create (refused: it existed) and the read of the restore."""
+    racing = Manager(_PurgedAfterCreateRefused(kit.open()), clock=clock)
+    rec = racing.add_location("purged-meanwhile", ["replication"])
+    assert rec.location == "purged-meanwhile" and not rec.deleted
+    assert list(rec.services) == ["replication"]
+    report = Manager(_PurgedAfterCreateRefused(kit.open()), clock=clock).sync_locations(
+        ["synced-meanwhile"], remove_missing=False)
+    assert report.added == ["synced-meanwhile"]
