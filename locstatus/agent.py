@@ -757,8 +757,7 @@ class Agent:
     def _forget(self, location: str) -> None:
         """The record is gone (purged). Caller holds the lock."""
         self._records.pop(location, None)
-        self._settler_of.discard(location)
-        self._settle_tries.pop(location, None)
+        self._settled(location)
         for table in (self._applied, self._handled, self._due, self._failures):
             for key in [k for k in table if k[0] == location]:
                 del table[key]
@@ -1065,8 +1064,7 @@ class Agent:
         with self._lock:
             rec = self._records.get(location)
             if rec is None or not any(s.state.transitional for s in rec.services.values()):
-                self._settler_of.discard(location)
-                self._settle_tries.pop(location, None)
+                self._settled(location)
                 return
         try:
             rec = self.manager.settle(location)
@@ -1078,8 +1076,7 @@ class Agent:
             self._metrics["settles"] += 1
             self._store(rec)
             if not any(s.state.transitional for s in rec.services.values()):
-                self._settler_of.discard(location)
-                self._settle_tries.pop(location, None)
+                self._settled(location)
             elif location not in self._settle_due:
                 # Others still to acknowledge: try again, backing off (acks hints may not come,
                 # and the settler may have died after its acknowledgement, when nothing else
@@ -1095,6 +1092,11 @@ class Agent:
                     now = time.monotonic()
                     self._settle_due[location] = (now + delay, now + delay)
                     self._wake.set()
+
+    def _settled(self, location: str) -> None:
+        """Nothing left to settle at ``location`` here. Caller holds the lock."""
+        self._settler_of.discard(location)
+        self._settle_tries.pop(location, None)
 
     def _backend_retry(self, key: _Key, generation: int, exc: LocstatusError) -> None:
         log.warning("agent %s: %s/%s: backend error, retrying: %s", self.worker_id, *key, exc)

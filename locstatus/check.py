@@ -54,7 +54,6 @@ Usage::
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import math
 import os
@@ -345,8 +344,7 @@ def run_check(
     actor = f"check:{socket.gethostname()}:{os.getpid()}:{next(_actor_ids)}"
 
     scan = _Scan(mgr, now, stuck_after, tombstone_ttl, wanted)
-    with _gc_paused():
-        scan.run(progress)
+    scan.run(progress)
     repairs: list[Repair] = []
     backend_down = False
     if repair or dry_run:
@@ -527,7 +525,6 @@ class _Scan:
         self.scanned = Scanned()
         self._services = 0
         self._tombstones = 0
-        self._two_copies = type(self.backend).history_gaps is not Backend.history_gaps
         self.workers: list[WorkerInfo] = []
         self.live: list[WorkerInfo] = []
         self.acks: dict[str, AckMap] = {}
@@ -784,8 +781,7 @@ class _Scan:
         """Compare each service with its newest history entry. Returns when each transitional
         service entered its state (for stuck_transition), or None when the record is gone.
         ``newest``: the newest history write read with the record, when the backend did."""
-        gaps = self._gaps(rec.location) if self._two_copies else []  # before reading the
-        # history, which may back-fill
+        gaps = self._gaps(rec.location)  # before reading the history, which may back-fill
         entered = self._compare(rec, newest)
         if entered is not None and gaps:
             left = self._gaps(rec.location)
@@ -1414,23 +1410,6 @@ def _summary(findings: Sequence[Finding], repairs: Sequence[Repair]) -> Summary:
         left_by_kind=left_by_kind,
         repairs_by_outcome=outcomes,
     )
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector during the scan, restore it after.
-
-    The scan holds one model per record until it ends; while that heap grows, every full
-    collection walks all of it again for nothing (about half the scan time at 100 000 records,
-    see bench/check.py). Nothing here creates reference cycles that must be freed early.
-    Correct with concurrent checks in other threads: the collector ends enabled if it was."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 @contextlib.contextmanager

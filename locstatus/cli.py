@@ -1041,14 +1041,18 @@ def locations_list(
 # -- commands implemented in other modules (imported lazily) -------------------------------
 
 
-def _feature(module: str, command: str, *names: str) -> list[Callable[..., Any]]:
+def _feature(
+    module: str, command: str, *names: str, extra: str | None = None
+) -> list[Callable[..., Any]]:
+    """Import ``names`` from ``module`` for ``command``; a failed import of a command that needs
+    a package extra (``server``) says which one to install."""
     try:
         mod = importlib.import_module(module)
         return [getattr(mod, n) for n in names]
     except (ImportError, AttributeError) as exc:
         hint = (
-            " (install the server extra: pip install 'locstatus[server]')"
-            if isinstance(exc, ImportError)
+            f" (install the {extra} extra: pip install 'locstatus[{extra}]')"
+            if extra is not None and isinstance(exc, ImportError)
             else ""
         )
         _fail(f"'locstatus {command}' is not available: cannot import {module} ({exc}){hint}", 2)
@@ -1157,7 +1161,7 @@ def serve(
     port_number = _port(port)
     reconcile = _interval("--reconcile-interval", reconcile_interval)
     check_every = _interval("--check-interval", check_interval)
-    (serve_fn,) = _feature("locstatus.api.server", "serve", "serve")
+    (serve_fn,) = _feature("locstatus.api.server", "serve", "serve", extra="server")
     serve_fn(
         _opts(ctx).backend,
         host=host,
@@ -1188,7 +1192,7 @@ def demo(
     n_workers = int(parse_number("--workers", workers, low=1, high=64, integer=True))
     seconds = _interval("--duration", duration)
     port_number = _port(port)
-    (run_demo,) = _feature("locstatus.demo", "demo", "run_demo")
+    (run_demo,) = _feature("locstatus.demo", "demo", "run_demo", extra="server")
     opts = _opts(ctx)
     raise SystemExit(
         run_demo(

@@ -10,6 +10,7 @@ is a new value computed by :mod:`locstatus.fsm`, never an in-place edit of a cac
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -80,20 +81,18 @@ def _utc_schema(_source: Any, _handler: GetCoreSchemaHandler) -> core_schema.Cor
     )
 
 
-def _aliased_keys(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-    inner = handler(source)
-    return core_schema.json_or_python_schema(
-        json_schema=inner,  # stored JSON holds canonical keys: validated in Rust only
-        python_schema=core_schema.no_info_before_validator_function(_service_aliases, inner),
-    )
+def _aliases_on_python_input(fn: Callable[[Any], Any]) -> GetPydanticSchema:
+    """The field's own schema, with ``fn`` mapping service aliases first on Python input only:
+    stored JSON holds canonical names and is validated in Rust alone."""
 
+    def schema(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        inner = handler(source)
+        return core_schema.json_or_python_schema(
+            json_schema=inner,
+            python_schema=core_schema.no_info_before_validator_function(fn, inner),
+        )
 
-def _aliased_items(source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-    inner = handler(source)
-    return core_schema.json_or_python_schema(
-        json_schema=inner,
-        python_schema=core_schema.no_info_before_validator_function(_service_tuple, inner),
-    )
+    return GetPydanticSchema(schema)
 
 
 UTCDateTime = Annotated[
@@ -177,7 +176,9 @@ class LocationStatus(_Frozen):
 
     location: LocationName
     """The location name."""
-    services: Annotated[dict[ServiceName, ServiceStatus], GetPydanticSchema(_aliased_keys)]
+    services: Annotated[
+        dict[ServiceName, ServiceStatus], _aliases_on_python_input(_service_aliases)
+    ]
     """Status per service; only the services this location has (SPEC §5.2). Python input may
     use the ``crr`` alias as a key; stored JSON holds canonical names."""
     version: int = Field(default=0, ge=0)
@@ -230,7 +231,7 @@ class WorkerInfo(_Frozen):
     """A registered worker process (SPEC §2) and its lease."""
 
     worker_id: WorkerId
-    services: Annotated[tuple[ServiceName, ...], GetPydanticSchema(_aliased_items)]
+    services: Annotated[tuple[ServiceName, ...], _aliases_on_python_input(_service_tuple)]
     """Services this worker applies."""
     locations: tuple[LocationName, ...] | None = None
     """Location filter; None means every location."""

@@ -36,7 +36,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Protocol
 
-from locstatus.errors import CorruptRecord
+from locstatus.errors import CorruptRecord, VersionConflict
 from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 HintCallback = Callable[[Hint], None]
@@ -45,6 +45,13 @@ AckMap = dict[str, dict[str, int]]
 """worker_id -> service -> observed generation."""
 ScanItem = tuple[LocationStatus | CorruptRecord, list[HistoryEntry] | CorruptRecord | None]
 """A record (or its error) and its newest history write, see :meth:`Backend.scan_with_history`."""
+
+
+def stale_ack(location: str, if_version: int) -> VersionConflict:
+    """The error of an acknowledgement refused by ``if_version`` (see :meth:`Backend.ack`)."""
+    return VersionConflict(
+        f"location {location!r} is not at version {if_version}: not acknowledged"
+    )
 
 
 class Scan(Protocol):

@@ -66,6 +66,17 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
         raise CorruptRecord(location, _short(exc)) from exc
 
 
+def decode_record_or_error(
+    location: str, version: int, raw: str | bytes | dict[str, Any]
+) -> LocationStatus | CorruptRecord:
+    """:func:`decode_record`, with the error in place of the record (for whole scans, where one
+    corrupt record must not hide the others: contract invariant 5)."""
+    try:
+        return decode_record(location, version, raw)
+    except CorruptRecord as exc:
+        return exc
+
+
 _ALIAS_KEYS = tuple(f'"{alias}"' for alias in SERVICE_ALIASES)
 """Service aliases as JSON strings: a stored record never uses them as keys (the encoder writes
 canonical names), but one edited by hand may, and ``crr`` must read as ``replication``

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe
+from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -112,13 +112,8 @@ class MemoryBackend(Backend):
             )
         out: list[ScanItem] = []
         for loc, (version, raw) in items:
-            rec: LocationStatus | CorruptRecord
-            try:
-                rec = codec.decode_record(loc, version, raw)
-            except CorruptRecord as exc:
-                rec = exc
             head = codec.decode_newest_write(loc, newest.get(loc)) if with_history else None
-            out.append((rec, head))
+            out.append((codec.decode_record_or_error(loc, version, raw), head))
         return out
 
     def compare_and_set(
@@ -209,9 +204,7 @@ class MemoryBackend(Backend):
             if if_version is not None:
                 current = self._store.records.get(location)
                 if current is None or current[0] != if_version:
-                    raise VersionConflict(
-                        f"location {location!r} is not at version {if_version}: not acknowledged"
-                    )
+                    raise stale_ack(location, if_version)
             per_worker = self._store.acks.setdefault(location, {}).setdefault(worker_id, {})
             per_worker[service] = generation
         self._notify(Hint(kind="acks", location=location))

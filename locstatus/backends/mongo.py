@@ -79,7 +79,7 @@ from pymongo.errors import (
 )
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
+from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe, stale_ack
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -656,9 +656,7 @@ class MongoBackend(Backend):
                     {"_id": location}, {"version": 1}, max_time_ms=self._mt
                 )
             if doc is None or doc.get("version") != if_version:
-                raise VersionConflict(
-                    f"location {location!r} is not at version {if_version}: not acknowledged"
-                )
+                raise stale_ack(location, if_version)
         with self._io(f"ack of {location!r}/{service} by {worker_id!r}"):
             self._acks.replace_one(
                 {"_id": f"{location}/{worker_id}/{service}"},

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from urllib.parse import parse_qs, urlsplit
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe
+from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -218,15 +218,12 @@ class SQLiteBackend(Backend):
         return codec.decode_record(location, int(version), str(data))  # type: ignore[call-overload]
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
-        out: list[LocationStatus | CorruptRecord] = []
-        for loc, version, data in self._query(
-            "SELECT location, version, data FROM locations ORDER BY location"
-        ):
-            try:
-                out.append(codec.decode_record(str(loc), int(version), str(data)))  # type: ignore[call-overload]
-            except CorruptRecord as exc:
-                out.append(exc)
-        return out
+        return [
+            codec.decode_record_or_error(str(loc), int(version), str(data))  # type: ignore[call-overload]
+            for loc, version, data in self._query(
+                "SELECT location, version, data FROM locations ORDER BY location"
+            )
+        ]
 
     def scan_with_history(self) -> _ChunkedScan:
         return _ChunkedScan(self)
@@ -325,9 +322,7 @@ class SQLiteBackend(Backend):
                     "SELECT version FROM locations WHERE location = ?", (location,)
                 ).fetchone()
                 if row is None or row[0] != if_version:
-                    raise VersionConflict(
-                        f"location {location!r} is not at version {if_version}: not acknowledged"
-                    )
+                    raise stale_ack(location, if_version)
             db.execute(
                 "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
                 "VALUES (?, ?, ?, ?)",
@@ -466,11 +461,7 @@ class _ChunkedScan:
             rows = self.backend._query(self._SQL, (after, self.batch))
             for loc, version, data, newest in rows:
                 location = str(loc)
-                rec: LocationStatus | CorruptRecord
-                try:
-                    rec = codec.decode_record(location, int(version), str(data))  # type: ignore[call-overload]
-                except CorruptRecord as exc:
-                    rec = exc
+                rec = codec.decode_record_or_error(location, int(version), str(data))  # type: ignore[call-overload]
                 yield rec, codec.decode_newest_write(location, newest)
             if len(rows) < self.batch:
                 return

@@ -99,7 +99,7 @@ from kazoo.security import ACL, make_acl, make_digest_acl
 from pydantic import TypeAdapter
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
+from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe, stale_ack
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -1033,9 +1033,7 @@ class ZooKeeperBackend(Backend):
         znode_version = -1 if if_version is None else split_version(if_version)[1] - 1
         written = self._write_ack(location, worker_id, {service: generation}, znode_version)
         if not written and if_version is not None:
-            raise VersionConflict(
-                f"location {location!r} is not at version {if_version}: not acknowledged"
-            )
+            raise stale_ack(location, if_version)
         if written:
             with self._lock:
                 self._my_acks.setdefault((location, worker_id), {})[service] = generation
@@ -1062,37 +1060,11 @@ class ZooKeeperBackend(Backend):
                 if known is not None and session is not None and known[0] == session[0]:
                     # Our own node, at the version our last write left it: no read needed.
                     # Anything else (another session took it over, it was removed with the
-                    # record) fails the version and the next pass reads it.
+                    # record) fails the version, and the next pass reads it.
                     new_version = known[1] + 1
                     txn.set_data("ack", node, json.dumps({**mine, **update}).encode(), known[1])
-                    txn.set_data("parent", parent, _ACKS_HINT)
-                    failure = self._commit(f"ack of {worker_id}/{location}", txn)
-                    if failure is None:
-                        with self._lock:
-                            self._ack_nodes[key] = (session[0], new_version)
-                        return True
-                    if failure[0] == "location":
-                        return False
-                    continue
-                try:
-                    raw, stat = self._get(client.get_async(node))
-                except NoNodeError:
-                    new_version = 0
-                    txn.create("ack", node, json.dumps(update).encode(), ephemeral=True)
                 else:
-                    merged = json.dumps({**(_decode_acks(raw) or {}), **update}).encode()
-                    session = client.client_id
-                    if session is None:
-                        raise ConnectionLoss()  # retried once connected again
-                    if stat.ephemeralOwner == session[0]:
-                        new_version = stat.version + 1
-                        txn.set_data("ack", node, merged, stat.version)
-                    else:
-                        # Held by another session (this worker before a restart): take it over,
-                        # or the ack would vanish when that session expires.
-                        new_version = 0
-                        txn.delete("ack", node, stat.version)
-                        txn.create("ack", node, merged, ephemeral=True)
+                    new_version, session = self._read_ack_op(txn, node, update)
                 txn.set_data("parent", parent, _ACKS_HINT)
                 failure = self._commit(f"ack of {worker_id}/{location}", txn)
                 if failure is None:
@@ -1113,6 +1085,29 @@ class ZooKeeperBackend(Backend):
             return self._call(f"ack {worker_id}/{location}", attempt)
         except AmbiguousCommit:  # acks are idempotent: write it again
             return self._call(f"ack {worker_id}/{location}", attempt)
+
+    def _read_ack_op(self, txn: _Txn, node: str, update: dict[str, int]) -> tuple[int, Any]:
+        """Read ack node ``node`` and add its write to ``txn``: create it, merge ``update`` into
+        it, or take it over from another session. Returns (the node's version after the write,
+        this client's session)."""
+        client = self._client
+        try:
+            raw, stat = self._get(client.get_async(node))
+        except NoNodeError:
+            txn.create("ack", node, json.dumps(update).encode(), ephemeral=True)
+            return 0, client.client_id
+        merged = json.dumps({**(_decode_acks(raw) or {}), **update}).encode()
+        session = client.client_id
+        if session is None:
+            raise ConnectionLoss()  # retried once connected again
+        if stat.ephemeralOwner == session[0]:
+            txn.set_data("ack", node, merged, stat.version)
+            return stat.version + 1, session
+        # Held by another session (this worker before a restart): take it over, or the ack
+        # would vanish when that session expires.
+        txn.delete("ack", node, stat.version)
+        txn.create("ack", node, merged, ephemeral=True)
+        return 0, session
 
     def acks(self, location: str) -> AckMap:
         parent = self.paths.acks(location)
@@ -1285,6 +1280,12 @@ class ZooKeeperBackend(Backend):
             return Hint(kind="acks", location=name), self._acks_armed and name in self._watched
         return None, False
 
+    def _watches_lost(self) -> None:
+        """Setting watches failed: disarmed, armed again on the next tick or reconnection,
+        then a ``resync`` hint covers whatever changed meanwhile."""
+        self._disarm()
+        self._missed = True
+
     def _disarm(self) -> None:
         self._armed = False
         self._acks_later.clear()  # every watch is set again by _arm_all, then a resync
@@ -1320,8 +1321,7 @@ class ZooKeeperBackend(Backend):
         try:
             names = set(self._get(self._client.get_children_async(pa.locations, watch=self._watch)))
         except (KazooException, KazooTimeoutError):
-            self._disarm()
-            self._missed = True
+            self._watches_lost()
             return []
         added, removed = names - self._watched, self._watched - names
         acks = {f"{pa.acks_root}/{n}" for n in added} if self._acks_armed else set()
@@ -1337,8 +1337,7 @@ class ZooKeeperBackend(Backend):
                 for p in sorted(paths)
             ]
         except (KazooException, KazooTimeoutError):
-            self._disarm()
-            self._missed = True
+            self._watches_lost()
             return None
 
     def _await_reads(
@@ -1355,8 +1354,7 @@ class ZooKeeperBackend(Backend):
                 out.append((name, None))  # deleted meanwhile: its DELETED event follows
                 continue
             except (KazooException, KazooTimeoutError):
-                self._disarm()  # armed again on the next tick or reconnection, then a resync
-                self._missed = True
+                self._watches_lost()
                 out.append((name, None))
                 continue
             try:
@@ -1379,8 +1377,7 @@ class ZooKeeperBackend(Backend):
                 for p in paths
             ]
         except (KazooException, KazooTimeoutError):
-            self._disarm()
-            self._missed = True
+            self._watches_lost()
             return None
 
     def _await_rearm(self, pending: list[Any] | None) -> None:
@@ -1390,8 +1387,7 @@ class ZooKeeperBackend(Backend):
             for item in pending:
                 self._get(item)
         except (KazooException, KazooTimeoutError):
-            self._disarm()  # armed again on the next tick or reconnection, then a resync
-            self._missed = True
+            self._watches_lost()
 
     def _restore_ephemerals(self) -> None:
         """A new session: put back the registrations and acks this backend wrote."""
@@ -1419,7 +1415,7 @@ class ZooKeeperBackend(Backend):
             subscribers = list(self._subscribers)
         for cb, kinds in subscribers:
             for hint in hints:
-                if kinds is not None and hint.kind not in kinds and hint.kind != "resync":
+                if not _wants(kinds, hint.kind):
                     continue
                 try:
                     cb(hint)
@@ -1428,7 +1424,7 @@ class ZooKeeperBackend(Backend):
 
     def _wants_acks(self) -> bool:
         with self._lock:
-            return any(kinds is None or "acks" in kinds for _, kinds in self._subscribers)
+            return any(_wants(kinds, "acks") for _, kinds in self._subscribers)
 
     def subscribe(
         self, callback: HintCallback, *, kinds: Collection[str] | None = None
@@ -1440,7 +1436,7 @@ class ZooKeeperBackend(Backend):
         entry = (callback, None if kinds is None else frozenset(kinds))
         with self._lock:
             self._subscribers.append(entry)
-            if (kinds is None or "acks" in kinds) and not self._acks_armed:
+            if _wants(entry[1], "acks") and not self._acks_armed:
                 self._armed_event.clear()  # set again once the acks watches are armed too
         self._events.put(("subscribe", None))
         if threading.current_thread() is not self._thread:
@@ -1481,6 +1477,12 @@ class ZooKeeperBackend(Backend):
         with contextlib.suppress(Exception):
             self._client.close()
         self._live.clear()
+
+
+def _wants(kinds: frozenset[str] | None, kind: str) -> bool:
+    """Whether a subscriber that asked for ``kinds`` (None: every kind) gets ``kind`` hints;
+    every subscriber gets ``resync``."""
+    return kinds is None or kind in kinds or kind == "resync"
 
 
 def _decode_acks(raw: bytes) -> dict[str, int] | None:

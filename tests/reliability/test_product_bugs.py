@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,6 +28,26 @@ from locstatus.manager import Manager
 from locstatus.models import HistoryEntry, LocationStatus, State, WorkerInfo, utcnow
 
 from kits import sqlite_kit
+
+
+class AnswerLost(SQLiteBackend):
+    """SQLite whose first compare-and-set commits but whose answer is lost
+    (:class:`AmbiguousCommit`); ``meanwhile`` runs in between, as another process would."""
+
+    def __init__(self, url: str, *, meanwhile: Callable[[], None]) -> None:
+        super().__init__(url)
+        self.meanwhile = meanwhile
+        self.armed = True
+
+    def compare_and_set(
+        self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry],
+    ) -> LocationStatus:
+        stored = super().compare_and_set(record, expected_version, history)
+        if self.armed:
+            self.armed = False
+            self.meanwhile()
+            raise AmbiguousCommit("connection lost after the write was sent (test)")
+        return stored
 
 
 def test_an_ambiguous_commit_that_landed_is_reported_as_applied(tmp_path: Path) -> None:
@@ -45,24 +65,11 @@ def test_an_ambiguous_commit_that_landed_is_reported_as_applied(tmp_path: Path) 
         lease_expires_at=utcnow() + timedelta(hours=1),
     ))
 
-    class AnswerLost(SQLiteBackend):
-        """The write commits; its answer is lost; meanwhile the worker applies it and settles."""
+    def worker_applies_and_settles() -> None:
+        other.backend.ack("w1", "site", "replication", 1)
+        other.settle("site", "replication")
 
-        armed = True
-
-        def compare_and_set(
-            self, record: LocationStatus, expected_version: int,
-            history: Sequence[HistoryEntry],
-        ) -> LocationStatus:
-            stored = super().compare_and_set(record, expected_version, history)
-            if self.armed:
-                self.armed = False
-                other.backend.ack("w1", "site", "replication", 1)
-                other.settle("site", "replication")
-                raise AmbiguousCommit("connection lost after the write was sent (test)")
-            return stored
-
-    mgr = Manager(AnswerLost(url))
+    mgr = Manager(AnswerLost(url, meanwhile=worker_applies_and_settles))
     try:
         rec = mgr.pause("site", "replication", op_id="op-pause")
         ops = [e.op_id for e in mgr.history("site", 50)]
@@ -227,23 +234,9 @@ def test_an_ambiguous_commit_that_landed_reports_its_own_version(tmp_path: Path)
     other = connect(url)
     other.sync_locations({"site": ["replication", "lifecycle"]})
 
-    class AnswerLost(SQLiteBackend):
-        """The write commits; its answer is lost; meanwhile another operator writes."""
-
-        armed = True
-
-        def compare_and_set(
-            self, record: LocationStatus, expected_version: int,
-            history: Sequence[HistoryEntry],
-        ) -> LocationStatus:
-            stored = super().compare_and_set(record, expected_version, history)
-            if self.armed:
-                self.armed = False
-                other.pause("site", "lifecycle", op_id="op-other")
-                raise AmbiguousCommit("connection lost after the write was sent (test)")
-            return stored
-
-    mgr = Manager(AnswerLost(url))
+    mgr = Manager(AnswerLost(
+        url, meanwhile=lambda: other.pause("site", "lifecycle", op_id="op-other")
+    ))
     try:
         rec = mgr.pause("site", "replication", op_id="op-pause")
         mine = [e.version for e in mgr.history("site", 50) if e.op_id == "op-pause"]
