@@ -9,6 +9,7 @@ backend they run on; a backend joins the suites by adding a kit here.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,12 +26,15 @@ class Kit:
 
     ``url`` opens it from any process; ``open()`` gives a new client (closed at teardown);
     ``write_raw(location, text)`` stores text verbatim as a record's payload, bypassing
-    validation, with the backend's own client.
+    validation, with the backend's own client; ``write_raw_history(location, version, text)``
+    replaces the entries of the history write stored under ``version`` with the JSON list
+    ``text``, in place, the same way.
     """
 
     name: str
     url: str
     write_raw: Callable[[str, str], None]
+    write_raw_history: Callable[[str, int, str], None]
     _opened: list[Backend] = field(default_factory=list)
 
     def open(self) -> Backend:
@@ -50,7 +54,13 @@ def memory_kit(tmp_path: Path) -> Kit:
     def write_raw(location: str, text: str) -> None:
         MemoryBackend(url).write_raw(location, text)
 
-    return Kit("memory", url, write_raw)
+    def write_raw_history(location: str, version: int, text: str) -> None:
+        store = MemoryBackend(url)._store  # the memory backend's own "client"
+        with store.lock:
+            writes = store.history[location]
+            writes[:] = [(v, text if v == version else t) for v, t in writes]
+
+    return Kit("memory", url, write_raw, write_raw_history)
 
 
 def sqlite_kit(tmp_path: Path) -> Kit:
@@ -63,4 +73,9 @@ def sqlite_kit(tmp_path: Path) -> Kit:
         finally:
             b.close()
 
-    return Kit("sqlite", url, write_raw)
+    def write_raw_history(location: str, version: int, text: str) -> None:
+        with contextlib.closing(sqlite3.connect(f"{tmp_path}/locstatus.db")) as db, db:
+            db.execute("UPDATE history SET data = ? WHERE location = ? AND version = ?",
+                       (text, location, version))
+
+    return Kit("sqlite", url, write_raw, write_raw_history)

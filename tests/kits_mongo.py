@@ -79,8 +79,24 @@ def mongo_kit(server: MongoHandle) -> Kit:
     def write_raw(location: str, text: str) -> None:
         write_raw_document(server, database, location, text)
 
-    return MongoKit("mongo", kit_url(server, database), write_raw, server=server,
-                    database=database)
+    def write_raw_history(location: str, version: int, text: str) -> None:
+        entries = json.loads(text)
+        client = server.client()
+        try:
+            db = client[database]
+            db[f"{COLLECTION}_history"].update_one(
+                {"location": location, "version": version}, {"$set": {"entries": entries}})
+            doc = db[COLLECTION].find_one({"_id": location}, {"recent_history": 1}) or {}
+            recent = [
+                {**w, "entries": entries} if w.get("version") == version else w
+                for w in doc.get("recent_history", [])
+            ]
+            db[COLLECTION].update_one({"_id": location}, {"$set": {"recent_history": recent}})
+        finally:
+            client.close()
+
+    return MongoKit("mongo", kit_url(server, database), write_raw, write_raw_history,
+                    server=server, database=database)
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
+from locstatus.backends.zookeeper import Layout, split_version
+
 from kits import Kit
 from servers import (
     DEFAULT_START_TIMEOUT,
@@ -133,7 +135,12 @@ def zk_kit(server: ZkServer) -> Kit:
             except NodeExistsError:
                 client.set(path, text.encode())
 
-    return Kit("zk", url, write_raw)
+    def write_raw_history(location: str, version: int, text: str) -> None:
+        inc, seq = split_version(version)
+        with raw_client(server.hosts) as client:
+            client.set(Layout(chroot).entry(location, inc, seq), text.encode())
+
+    return Kit("zk", url, write_raw, write_raw_history)
 
 
 # -- a TCP proxy for cutting and freezing connections --------------------------------------------

@@ -284,31 +284,55 @@ def test_a_stored_crr_key_reads_as_replication(kit: Kit) -> None:
         assert rec.services["replication"].state is State.PAUSED
 
 
-def test_a_scan_pairs_each_record_with_its_newest_history_write(kit: Kit) -> None:
+def test_a_scan_pairs_each_record_with_its_newest_history_writes(kit: Kit) -> None:
     """``scan_with_history`` (the check job's single pass) sees what ``read_all`` and
-    ``history(limit=1)`` see: every record in location order, corrupt ones as their error, each
-    with its newest write's entries (or None where the backend leaves paging to the caller)."""
+    ``history()`` see: every record in location order, corrupt ones as their error, each with
+    the entries of its newest writes, newest first (or None where the backend leaves paging to
+    the caller): at least the newest write, then older ones while a service of the record has
+    no entry yet, never part of a write."""
     b = kit.open()
     created = b.create(record("loc-b"), [entry("loc-b", "op-create", "create", "*")])
     b.compare_and_set(record("loc-b", State.PAUSING, 1), created.version,
                       [entry("loc-b", "op-pause"), entry("loc-b", "op-pause", "settle")])
     b.create(record("loc-a"), [entry("loc-a", "op-a", "create", "*")])
     b.create(record("loc-c"), [])  # no history at all
+    v = b.create(record("loc-d"), [entry("loc-d", "op-create", "create", "*")]).version
+    for i, svc in enumerate(["replication", "lifecycle", "replication"]):  # both covered
+        v = b.compare_and_set(record("loc-d"), v, [entry("loc-d", f"op-{i}", service=svc)]).version
     kit.write_raw("loc-0-bad", "{not json")
     scan = b.scan_with_history()
-    assert len(scan) == 4
+    assert len(scan) == 5
     items = list(scan)
-    assert [r.location for r, _ in items] == ["loc-0-bad", "loc-a", "loc-b", "loc-c"]
+    assert [r.location for r, _ in items] == ["loc-0-bad", "loc-a", "loc-b", "loc-c", "loc-d"]
     assert isinstance(items[0][0], CorruptRecord)
     assert [r for r, _ in items[1:]] == [r for r in b.read_all()[1:]]
     for rec, newest in items[1:]:
-        if newest is not None:
-            assert newest == b.history(rec.location, limit=1)
+        if newest is not None:  # a prefix of the history, whole writes only
+            assert newest == b.history(rec.location, limit=max(1, len(newest)))
     heads = {r.location: h for r, h in items}
     if heads["loc-b"] is not None:
         assert [(e.op_id, e.event) for e in heads["loc-b"]] == [
-            ("op-pause", "settle"), ("op-pause", "pause")]
+            ("op-pause", "settle"), ("op-pause", "pause"), ("op-create", "create")]
         assert heads["loc-c"] == []
+        assert [e.op_id for e in heads["loc-d"]] == ["op-2", "op-1"]  # lifecycle met at op-1
+
+
+def test_a_history_entry_naming_another_version_is_a_corrupt_write(kit: Kit) -> None:
+    """History entries carry the version their write produced; the backend's key for the
+    write is the truth. An entry edited to name another version (which would send anyone paging
+    by it past other writes) makes that write corrupt, named, and the others still read."""
+    b = kit.open()
+    v1 = b.create(record("h-loc"), [entry("h-loc", "op-create", "create", "*")]).version
+    v2 = b.compare_and_set(record("h-loc", State.PAUSING, 1), v1, [entry("h-loc", "op-p")]).version
+    b.compare_and_set(record("h-loc", State.PAUSED, 1), v2, [entry("h-loc", "op-s", "settle")])
+    [stored] = [e for e in b.history("h-loc", limit=100) if e.op_id == "op-p"]
+    kit.write_raw_history("h-loc", v2, "[" + stored.model_copy(update={"version": v1})
+                          .model_dump_json() + "]")
+    assert [e.op_id for e in b.history("h-loc", limit=1)] == ["op-s"]  # the newer write is fine
+    with pytest.raises(CorruptRecord) as exc:
+        b.history("h-loc", limit=100)
+    assert exc.value.location == "h-loc"
+    assert f"write at version {v2} holds an entry of version {v1}" in exc.value.detail
 
 
 # -- workers, leases, acknowledgements ----------------------------------------------------------

@@ -44,7 +44,7 @@ Unsubscribe = Callable[[], None]
 AckMap = dict[str, dict[str, int]]
 """worker_id -> service -> observed generation."""
 ScanItem = tuple[LocationStatus | CorruptRecord, list[HistoryEntry] | CorruptRecord | None]
-"""A record (or its error) and its newest history write, see :meth:`Backend.scan_with_history`."""
+"""A record (or its error) and its newest history writes, see :meth:`Backend.scan_with_history`."""
 
 
 def stale_ack(location: str, if_version: int) -> VersionConflict:
@@ -80,6 +80,11 @@ class Backend(ABC):
     (ZooKeeper ephemeral nodes): agents then register without a lease deadline and do not
     rewrite their registration to renew it (a rewrite would wake every watcher of the worker
     list). False: the lease is ``lease_expires_at``, renewed by heartbeats."""
+
+    two_history_copies: bool = False
+    """True when history is kept in two copies that may disagree after a crash (MongoDB: recent
+    writes embedded in the record and the history collection); the check job then compares
+    them through :meth:`history_gaps` for every record."""
 
     # -- location records -------------------------------------------------------------------
 
@@ -126,10 +131,14 @@ class Backend(ABC):
 
     def scan_with_history(self) -> Scan:
         """Every record (as :meth:`read_all`, sorted by location) paired with the entries of its
-        newest history write, newest first (what ``history(location, limit=1)`` returns), for
-        the check job's single pass. The history item is a :class:`CorruptRecord` when that write
-        does not parse, and ``None`` when this backend does not fetch it with the records (the
-        caller pages through :meth:`history` itself).
+        newest history writes, newest first, for the check job's single pass: at least the
+        newest write (what ``history(location, limit=1)`` returns), and older ones the backend
+        has at hand while some service of the record has no entry yet
+        (:func:`codec.decode_newest_writes`); never part of a write. The caller pages on with
+        :meth:`history` (``before_version`` = the oldest version returned) when it needs more.
+        The history item is a :class:`CorruptRecord` when the newest write does not parse, and
+        ``None`` when this backend does not fetch history with the records (the caller pages
+        through :meth:`history` itself).
 
         Backends that can read a record and its newest write in one query or snapshot override
         this, and may stream: records are then decoded while the caller iterates, so a scan of

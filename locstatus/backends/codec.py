@@ -19,6 +19,7 @@ from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
 from locstatus.names import LOCATION_RE, SERVICE_ALIASES
 
 _HISTORY_LIST = TypeAdapter(list[HistoryEntry])
+_VALIDATE_HISTORY = _HISTORY_LIST.validator.validate_json  # no Python frame per call
 
 
 def record_payload(record: LocationStatus) -> dict[str, Any]:
@@ -33,29 +34,14 @@ def encode_record(record: LocationStatus) -> str:
 
 def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]) -> LocationStatus:
     """Parse a stored payload. Raises :class:`CorruptRecord` naming ``location``."""
+    if type(raw) is str and raw[:2] == '{"':  # what encode_record writes
+        rec = _decode_fast(location, version, raw)
+        if rec is not None:
+            return rec
     try:
         if isinstance(raw, dict):
             return _validate_payload(location, version, raw)
         text = raw.decode() if isinstance(raw, bytes) else raw
-        if (
-            text[:2] == '{"'  # what encode_record writes; anything else takes the slow path
-            and '"location"' not in text  # a superset of "carries its own key": a false
-            and '"version"' not in text  # positive only costs the slow path below
-            and not any(alias in text for alias in _ALIAS_KEYS)  # mapped on the slow path
-            and LOCATION_RE.fullmatch(location)
-        ):
-            # Fast path: one pass of pydantic's JSON parser over the stored text, with the key
-            # and version (which live outside the payload) spliced in front.
-            joined = f'{{"location":"{location}","version":{int(version)},{text[1:]}'
-            try:
-                rec = LocationStatus.model_validate_json(joined)
-            except ValidationError:
-                pass  # re-parse below for an error message about the payload itself
-            else:
-                # A key spelled with JSON escapes ("\u006cocation") passes the text checks;
-                # the parser keeps the last of duplicate keys, so it would win over ours.
-                if rec.location == location and rec.version == version:
-                    return rec
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
@@ -64,6 +50,37 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
         raise CorruptRecord(location, "payload nested too deeply to parse") from None
     except (ValueError, ValidationError, TypeError) as exc:
         raise CorruptRecord(location, _short(exc)) from exc
+
+
+def _decode_fast(location: str, version: int, text: str) -> LocationStatus | None:
+    """One pass of pydantic's JSON parser over the stored text, with the key and version (which
+    live outside the payload) spliced in front; None when the slow path must decide (it names
+    the error, maps aliases, refuses a payload carrying its own key).
+
+    Every record read goes through here (scan, ``statuses()``, agents' snapshots, the check
+    job), so it calls the validator directly (``model_validate_json`` adds a Python frame) and
+    its guards are two substring searches and checks of the result."""
+    if '"location"' in text or '"version"' in text or not LOCATION_RE.fullmatch(location):
+        return None  # a payload never carries these keys; a bad key must not be spliced
+    try:
+        rec: LocationStatus = _VALIDATE_RECORD(
+            f'{{"location":"{location}","version":{int(version)},{text[1:]}'
+        )
+    except (ValueError, RecursionError):  # ValidationError is a ValueError
+        return None
+    # A key spelled with JSON escapes ("\u006cocation") passes the text checks; the parser
+    # keeps the last of duplicate keys, so it would win over ours. Alias keys ("crr") are
+    # mapped by the slow path.
+    if rec.location != location or rec.version != version or not _ALIASES.isdisjoint(rec.services):
+        return None
+    return rec
+
+
+_VALIDATE_RECORD = LocationStatus.__pydantic_validator__.validate_json
+_ALIASES = frozenset(SERVICE_ALIASES)
+"""Service aliases: a stored record never uses them as keys (the encoder writes canonical
+names), but one edited by hand may, and ``crr`` must read as ``replication`` (SPEC §2); the slow
+path maps them."""
 
 
 def decode_record_or_error(
@@ -75,12 +92,6 @@ def decode_record_or_error(
         return decode_record(location, version, raw)
     except CorruptRecord as exc:
         return exc
-
-
-_ALIAS_KEYS = tuple(f'"{alias}"' for alias in SERVICE_ALIASES)
-"""Service aliases as JSON strings: a stored record never uses them as keys (the encoder writes
-canonical names), but one edited by hand may, and ``crr`` must read as ``replication``
-(SPEC §2); the slow path maps them."""
 
 
 def _validate_payload(location: str, version: int, data: dict[str, Any]) -> LocationStatus:
@@ -97,30 +108,95 @@ def encode_history(entries: Sequence[HistoryEntry]) -> str:
     return _HISTORY_LIST.dump_json(list(entries)).decode()
 
 
-def decode_history(location: str, raw: str | bytes) -> list[HistoryEntry]:
-    """Parse the entries of one write. Raises :class:`CorruptRecord`."""
+def decode_history(location: str, raw: str | bytes, version: int) -> list[HistoryEntry]:
+    """Parse the entries of the write stored under ``version`` (the backend's own key).
+
+    Raises :class:`CorruptRecord` when they do not parse, and when an entry names another
+    version: a hand edit, and one that would mislead whoever pages through history by it."""
     try:
-        return _HISTORY_LIST.validate_json(raw)
+        entries: list[HistoryEntry] = _VALIDATE_HISTORY(raw)
     except ValidationError as exc:
         raise CorruptRecord(location, "history: " + _short(exc)) from exc
+    return check_write(location, entries, version)
 
 
-def decode_newest_write(
-    location: str, raw: object
-) -> list[HistoryEntry] | CorruptRecord:
-    """The entries of one stored write (``str``/``bytes``), newest first; an empty list when
-    ``raw`` is None (no history); the error in their place when they do not parse (for
+def check_write(location: str, entries: list[HistoryEntry], version: int) -> list[HistoryEntry]:
+    """``entries``, when each names ``version``, the key its write is stored under. Raises
+    :class:`CorruptRecord`."""
+    for e in entries:
+        if e.version != version:
+            raise CorruptRecord(
+                location, f"history: the write at version {version} holds an entry of version "
+                f"{e.version}"
+            )
+    return entries
+
+
+Write = tuple[int, object]
+"""A stored history write: the version it is stored under (the backend's key) and its text."""
+
+
+def decode_newest_write(location: str, write: Write | None) -> list[HistoryEntry] | CorruptRecord:
+    """The entries of one stored write (text as ``str``/``bytes``), newest first; an empty list
+    when ``write`` is None (no history); the error in their place when they do not parse (for
     :meth:`Backend.scan_with_history`)."""
-    if raw is None:
+    if write is None:
         return []
+    version, raw = write
     try:
         if not isinstance(raw, str | bytes):
             raise CorruptRecord(location, f"history: expected JSON text, got {type(raw).__name__}")
-        entries = decode_history(location, raw)
+        entries = decode_history(location, raw, version)
     except CorruptRecord as exc:
         return exc
     entries.reverse()
     return entries
+
+
+def decode_newest_writes(
+    location: str, record: LocationStatus | CorruptRecord, writes: Sequence[Write]
+) -> list[HistoryEntry] | CorruptRecord:
+    """What :meth:`Backend.scan_with_history` pairs with ``record``: the entries of its newest
+    stored ``writes`` (newest first; empty when it has no history), newest first: those of
+    the newest write, then of older ones for as long as some service of ``record`` has not met
+    an entry yet and no create entry was met. Enough for the check job to compare every service
+    with its newest entry without a query of its own, in the usual case.
+
+    The error in place of the entries when the newest write does not parse. An older write that
+    does not parse, or is not older than the ones before it, ends the list: the caller pages on
+    from the oldest entry returned with :meth:`Backend.history`, which reports it."""
+    if not writes:
+        return []
+    entries = decode_newest_write(location, writes[0])
+    if len(writes) == 1 or isinstance(entries, CorruptRecord) or not entries:
+        return entries
+    if isinstance(record, CorruptRecord):
+        return entries
+    pending = set(record.services)
+    if not _covered(pending, entries):
+        last = writes[0][0]
+        for write in writes[1:]:
+            if write[0] >= last:  # not older: let the caller page
+                break
+            more = decode_newest_write(location, write)
+            if isinstance(more, CorruptRecord) or not more:
+                break
+            entries.extend(more)
+            if _covered(pending, more):
+                break
+            last = write[0]
+    return entries
+
+
+def _covered(pending: set[str], entries: list[HistoryEntry]) -> bool:
+    """Discard from ``pending`` the services ``entries`` show; True once none is left or a
+    create entry (which shows every service) was met."""
+    for e in entries:
+        if e.service == "*" and e.event == "create":
+            pending.clear()
+            return True
+        pending.discard(e.service)
+    return not pending
 
 
 def stamp(entries: Sequence[HistoryEntry], version: int) -> list[HistoryEntry]:

@@ -103,17 +103,19 @@ class MemoryBackend(Backend):
         with self._store.lock:
             items = sorted(self._store.records.items())
             newest = (
-                {
-                    loc: writes[-1][1] if writes else None
-                    for loc, writes in self._store.history.items()
+                {  # the newest writes, newest first, as (version, text)
+                    loc: writes[-1:-5:-1] for loc, writes in self._store.history.items()
                 }
                 if with_history
                 else {}
             )
         out: list[ScanItem] = []
         for loc, (version, raw) in items:
-            head = codec.decode_newest_write(loc, newest.get(loc)) if with_history else None
-            out.append((codec.decode_record_or_error(loc, version, raw), head))
+            rec = codec.decode_record_or_error(loc, version, raw)
+            if not with_history:
+                out.append((rec, None))
+                continue
+            out.append((rec, codec.decode_newest_writes(loc, rec, newest.get(loc, ()))))
         return out
 
     def compare_and_set(
@@ -163,7 +165,7 @@ class MemoryBackend(Backend):
         for version, raw in reversed(writes):
             if before_version is not None and version >= before_version:
                 continue
-            out.extend(reversed(codec.decode_history(location, raw)))
+            out.extend(reversed(codec.decode_history(location, raw, version)))
             if len(out) >= limit:
                 break
         return out

@@ -237,6 +237,8 @@ class MongoBackend(Backend):
     (naming the server) when no server answers within ``serverSelectionTimeoutMS``.
     """
 
+    two_history_copies = True  # embedded recent history + the history collection
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.settings = s = parse_mongo_url(url)
@@ -360,11 +362,15 @@ class MongoBackend(Backend):
         payload = {k: v for k, v in doc.items() if k not in _META}
         return codec.decode_record(location, version, payload)
 
-    def _entries(self, location: str, raw: object) -> list[HistoryEntry]:
+    def _entries(self, location: str, raw: object, version: object) -> list[HistoryEntry]:
+        """The entries of the write stored as ``version`` (see :func:`codec.check_write`)."""
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise CorruptRecord(location, f"history: version {version!r} is not an integer")
         try:
-            return _ENTRIES.validate_python(raw)
+            entries = _ENTRIES.validate_python(raw)
         except ValidationError as exc:
             raise CorruptRecord(location, "history: " + codec._short(exc)) from exc
+        return codec.check_write(location, entries, version)
 
     @staticmethod
     def _writes(location: str, raw: object) -> list[tuple[int, object]]:
@@ -556,7 +562,7 @@ class MongoBackend(Backend):
         out: list[HistoryEntry] = []
         for v, raw in sorted(writes, key=lambda w: w[0], reverse=True):
             if v < upper:
-                out.extend(reversed(self._entries(location, raw)))
+                out.extend(reversed(self._entries(location, raw, v)))
                 if len(out) >= limit:
                     return out
         if len(writes) < self.settings.recent_history:
@@ -565,11 +571,13 @@ class MongoBackend(Backend):
         with self._io(f"history of {location!r}"):
             cursor = self._history.find(
                 {"location": location, "version": {"$gte": born, "$lt": below}},
-                {"_id": 0, "entries": 1}, max_time_ms=self._mt,
+                {"_id": 0, "version": 1, "entries": 1}, max_time_ms=self._mt,
             ).sort("version", -1).batch_size(max(2, min(limit, 1000)))
             try:
                 for hdoc in cursor:
-                    out.extend(reversed(self._entries(location, hdoc.get("entries"))))
+                    out.extend(reversed(
+                        self._entries(location, hdoc.get("entries"), hdoc.get("version"))
+                    ))
                     if len(out) >= limit:
                         break
             finally:

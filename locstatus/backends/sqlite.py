@@ -279,12 +279,14 @@ class SQLiteBackend(Backend):
         upper = before_version if before_version is not None else 2**62
         # Each row is one write; fetch rows until ``limit`` entries are gathered.
         rows = self._query(
-            "SELECT data FROM history WHERE location = ? AND version < ? "
+            "SELECT version, data FROM history WHERE location = ? AND version < ? "
             "ORDER BY version DESC LIMIT ?",
             (location, upper, max(1, limit)),
         )
-        for (data,) in rows:
-            out.extend(reversed(codec.decode_history(location, str(data))))
+        for version, data in rows:
+            if type(version) is not int:  # a hand edit: the column is declared INTEGER
+                raise CorruptRecord(location, f"history: version {version!r} is not an integer")
+            out.extend(reversed(codec.decode_history(location, str(data), version)))
             if len(out) >= limit:
                 break
         return out
@@ -436,14 +438,25 @@ class SQLiteBackend(Backend):
 
 class _ChunkedScan:
     """:meth:`SQLiteBackend.scan_with_history`: records in location order, ``batch`` at a time
-    (keyset pagination), each with its newest history row read by the same statement, so a
+    (keyset pagination), each with its newest history rows read by the same statement, so a
     record and its history always come from one snapshot. No read transaction stays open
     between batches (a long one would stop WAL checkpoints), and only one batch is held in
-    memory."""
+    memory.
 
+    Each row brings the newest history write and, for a record written since it was created
+    (the low bits of its version above 1, see ``_INCARNATION_SHIFT``), up to three older ones,
+    each as ``version US data``, joined by RS (ASCII unit and record separators: characters
+    valid JSON never holds); decoded only as far as the record's services need
+    (:func:`codec.decode_newest_writes`)."""
+
+    _OLDER = 3
     _SQL = (
-        "SELECT l.location, l.version, l.data, (SELECT h.data FROM history h "
-        "WHERE h.location = l.location ORDER BY h.version DESC LIMIT 1) "
+        "SELECT l.location, l.version, l.data, (SELECT h.version || char(31) || h.data "
+        "FROM history h WHERE h.location = l.location ORDER BY h.version DESC LIMIT 1), "
+        f"CASE WHEN (l.version & {(1 << _INCARNATION_SHIFT) - 1}) > 1 THEN "
+        "(SELECT group_concat(o.v || char(31) || o.data, char(30)) FROM (SELECT h.version v, "
+        "h.data FROM history h WHERE h.location = l.location ORDER BY h.version DESC "
+        f"LIMIT {_OLDER} OFFSET 1) o) END "
         "FROM locations l WHERE l.location > ? ORDER BY l.location LIMIT ?"
     )
 
@@ -459,10 +472,25 @@ class _ChunkedScan:
         after = ""
         while True:
             rows = self.backend._query(self._SQL, (after, self.batch))
-            for loc, version, data, newest in rows:
+            for loc, version, data, newest, older in rows:
                 location = str(loc)
                 rec = codec.decode_record_or_error(location, int(version), str(data))  # type: ignore[call-overload]
-                yield rec, codec.decode_newest_write(location, newest)
+                yield rec, codec.decode_newest_writes(location, rec, _writes(newest, older))
             if len(rows) < self.batch:
                 return
             after = str(rows[-1][0])
+
+
+def _writes(newest: object, older: object) -> list[codec.Write]:
+    """The ``(version, data)`` of the history rows the scan joined (see :class:`_ChunkedScan`),
+    newest first, up to the first that is not ``version US data`` with an integer version."""
+    out: list[codec.Write] = []
+    if newest is None:
+        return out
+    parts = [str(newest)] if older is None else [str(newest), *str(older).split("\x1e")]
+    for part in parts:
+        version, sep, data = part.partition("\x1f")
+        if not sep or not version.isdigit():
+            break
+        out.append((int(version), data))
+    return out

@@ -849,16 +849,14 @@ class ZooKeeperBackend(Backend):
         )
         if not seqs:
             return []
+        versions = {pa.entry(location, inc, s): join_version(inc, s) for s in seqs}
         nodes = self._call(
             f"read history of {location!r}",
-            lambda: self._bulk(
-                [pa.entry(location, inc, s) for s in seqs],
-                lambda p: self._client.get_async(p),
-            ),
+            lambda: self._bulk(list(versions), lambda p: self._client.get_async(p)),
         )
         out: list[HistoryEntry] = []
-        for _, (raw, _stat) in nodes:
-            out.extend(reversed(codec.decode_history(location, raw)))
+        for path, (raw, _stat) in nodes:
+            out.extend(reversed(codec.decode_history(location, raw, versions[path])))
             if len(out) >= limit:
                 break
         return out
