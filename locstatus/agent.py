@@ -111,6 +111,10 @@ H = TypeVar("H", bound=Callable[[str], Any])
 _Key = tuple[str, str]
 """(location, service); service is :data:`TOMBSTONE_ACK` for a removal."""
 
+UNREGISTER_GRACE = 1.0
+"""Seconds :meth:`Agent.stop` waits for the unregistration at least, when its ``timeout`` was
+spent on a running handler."""
+
 
 @dataclass(frozen=True)
 class HandlerRetry:
@@ -500,7 +504,14 @@ class Agent:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the threads (waiting up to ``timeout`` seconds for a running handler) and
         unregister the worker, which drops its acknowledgements so it stops counting for
-        settle at once. Idempotent."""
+        settle at once. Idempotent.
+
+        Returns within about ``timeout`` seconds (plus at most :data:`UNREGISTER_GRACE`) even
+        when the backend does not answer: an unregistration still pending then goes on in the
+        background, and if it never lands the registration ends as a crashed worker's does,
+        when its lease runs out (heartbeat backends) or its session ends (ZooKeeper), so a
+        worker shut down during an outage never hangs its process on the backend's own
+        timeouts."""
         if not self._started:
             return
         self._started = False
@@ -515,12 +526,31 @@ class Agent:
             if t is not threading.current_thread():
                 t.join(max(0.0, deadline - time.monotonic()))
         self._threads = []
-        self._teardown_registration()
+        self._teardown_registration(max(UNREGISTER_GRACE, deadline - time.monotonic()))
 
-    def _teardown_registration(self) -> None:
+    def _teardown_registration(self, wait: float | None = None) -> None:
+        """Unsubscribe and unregister; with ``wait``, give up waiting for the backend after
+        that many seconds (see :meth:`stop`)."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if wait is None:
+            self._unregister()
+            return
+        t = threading.Thread(
+            target=self._unregister, name=f"locstatus-unregister-{self.worker_id}", daemon=True
+        )
+        t.start()
+        t.join(wait)
+        if t.is_alive():
+            log.warning(
+                "agent %s: the backend did not confirm the unregistration within %.1fs; the "
+                "registration ends with its lease or session",
+                self.worker_id,
+                wait,
+            )
+
+    def _unregister(self) -> None:
         try:
             self.backend.remove_worker(self.worker_id)
         except LocstatusError as exc:

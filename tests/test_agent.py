@@ -33,12 +33,15 @@ from locstatus import (
     State,
     connect,
 )
-from locstatus.agent import Agent, HandlerRetry, _rendezvous
+from locstatus.agent import UNREGISTER_GRACE, Agent, HandlerRetry, _rendezvous
 from locstatus.backends import Backend, open_backend
 from locstatus.models import TOMBSTONE_ACK, tombstone_generation
 
 from agent_worker import Partition
 from kits import Kit
+from kits_mongo import fresh_database, kit_url
+from kits_zk import start_zk, zk_url
+from servers import start_mongo
 
 LOC = "us-east-1"
 SVC = "replication"
@@ -729,3 +732,27 @@ def test_worker_dropped_as_expired_acknowledges_again_when_it_comes_back(
     assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
     assert calls.count(("pause", f"{LOC}/{SVC}", 1)) == 1  # without running the handler again
     assert napper.metrics()["lease_lapses"] == 1
+
+
+@pytest.mark.parametrize("kind", ["zk", "mongo"])
+def test_stop_returns_in_time_while_the_backend_is_down(kind: str, tmp_path: Path) -> None:
+    """A worker shut down during an outage (SIGTERM while its ZooKeeper or MongoDB server is
+    gone) must not hang on the backend's own timeouts (10 s a ZooKeeper call, 5 s a MongoDB
+    server selection): ``stop(timeout)`` returns within ``timeout + UNREGISTER_GRACE`` and the
+    manager closes at once; the registration ends with the session or the lease."""
+    server = start_zk(tmp_path) if kind == "zk" else start_mongo(tmp_path)
+    try:
+        url = zk_url(server.hosts) if kind == "zk" else kit_url(server, fresh_database())
+        mgr = connect(url)
+        mgr.sync_locations([LOC])
+        agent = mgr.agent("w-outage", services=[SVC]).start()
+        assert [w.worker_id for w in mgr.workers()] == ["w-outage"]
+        server.kill()
+        t0 = time.monotonic()
+        agent.stop(timeout=1.0)
+        assert time.monotonic() - t0 < 1.0 + UNREGISTER_GRACE + 0.5
+        t0 = time.monotonic()
+        mgr.close()
+        assert time.monotonic() - t0 < 1.5
+    finally:
+        server.close()

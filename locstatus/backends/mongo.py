@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import pymongo
 from pydantic import TypeAdapter, ValidationError
 from pymongo import ASCENDING, IndexModel, MongoClient, ReturnDocument
 from pymongo.collection import Collection
@@ -110,6 +111,8 @@ _DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "appname": "locstatus",
 }
 _HINT_MODES = ("auto", "changestream", "poll")
+_CLOSE_TIMEOUT = 0.5
+"""Seconds :meth:`MongoBackend.close` lets the driver spend ending its server sessions."""
 _STREAM_LOST_CODES = {136, 260, 280, 286}  # capped position lost, bad token, fatal, history lost
 _NO_CHANGE_STREAMS_CODES = {40573}  # "$changeStream stage is only supported on replica sets"
 _INDEX_OPTIONS_CONFLICT = {85, 86}
@@ -717,6 +720,8 @@ class MongoBackend(Backend):
         return unsubscribe
 
     def _emit(self, hint: Hint) -> None:
+        if self._stop.is_set():
+            return  # closed: a watcher still winding down delivers nothing more
         with self._sub_lock:
             subscribers = list(self._subscribers)
         for cb in subscribers:
@@ -845,11 +850,17 @@ class MongoBackend(Backend):
             return
         self._stop.set()
         self._closed = True
-        with contextlib.suppress(PyMongoError):
-            self._client.close()  # also ends a server selection the hint thread waits in
+        # close() ends the client's server sessions with an endSessions command, which first
+        # selects a server: with the server down that waits serverSelectionTimeoutMS. The
+        # driver ignores that command's errors anyway; bound it (client-side operation timeout).
+        with contextlib.suppress(PyMongoError), pymongo.timeout(_CLOSE_TIMEOUT):
+            self._client.close()
+        # The hint thread ends at its next step; one waiting in server selection for a server
+        # that is down ends only at serverSelectionTimeoutMS, so close() does not wait for that
+        # (a process shutting down during an outage would hang), and _emit drops its hints.
         watcher = self._watcher
         if watcher is not None and watcher is not threading.current_thread():
-            watcher.join(timeout=5)
+            watcher.join(timeout=1)
 
 
 __all__ = ["MongoBackend", "MongoSettings", "parse_mongo_url"]
