@@ -12,6 +12,7 @@ report is exactly the one the full comparison gives for every record.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -69,6 +70,8 @@ operations = st.one_of(
     st.tuples(st.just("add"), loc, st.lists(svc, min_size=1, max_size=3, unique=True)),
 )
 rows = st.sampled_from([0, 0, 1, 2])  # which history write, newest first
+RETYPED = ["'7'", "'x'", "-1", "2.5", "CAST(data AS BLOB)", "X'00'", "version + 0.0", "NULL"]
+"""SQL expressions a column is set to by ``retype`` (``data`` and ``version`` are the row's)."""
 damage = st.one_of(
     st.tuples(st.just("edit_record"), loc, svc, field_values),
     st.tuples(st.just("skip_history"), loc, svc, field_values),
@@ -76,6 +79,9 @@ damage = st.one_of(
     st.tuples(st.just("drop_history"), loc, rows),
     st.tuples(st.just("garble_history"), loc, rows,
               st.sampled_from(["", "[]", "[{}]", "{", "null", "[]\x1e[]"])),
+    # SQLite columns are typed only by declaration: a hand edit may store any type anywhere.
+    st.tuples(st.just("retype"), loc, st.sampled_from(["locations", "history"]), rows,
+              st.sampled_from(["version", "data"]), st.sampled_from(RETYPED)),
 )
 expectations = st.one_of(
     st.none(),
@@ -137,11 +143,27 @@ def hand_edit(db: sqlite3.Connection, action: tuple[Any, ...]) -> None:
         if row is None:
             return
         data = json.loads(row[0])
-        if args[0] in data.get("services", {}):
+        services = data.get("services") if isinstance(data, dict) else None
+        if isinstance(services, dict) and isinstance(services.get(args[0]), dict):
             field, value = args[1]
             data["services"][args[0]][field] = value
             db.execute("UPDATE locations SET data = ? WHERE location = ?",
                        (json.dumps(data), location))
+        return
+    if kind == "retype":
+        table, row, column, value = args
+        with contextlib.suppress(sqlite3.IntegrityError):  # NOT NULL; (location, version) key
+            if table == "locations":
+                db.execute(f"UPDATE locations SET {column} = {value} WHERE location = ?",
+                           (location,))
+                return
+            found = db.execute(
+                "SELECT version FROM history WHERE location = ? ORDER BY version DESC "
+                "LIMIT 1 OFFSET ?", (location, row)
+            ).fetchone()
+            if found is not None:
+                db.execute(f"UPDATE history SET {column} = {value} "
+                           "WHERE location = ? AND version = ?", (location, found[0]))
         return
     row, *args = args
     found = db.execute(
@@ -159,8 +181,9 @@ def hand_edit(db: sqlite3.Connection, action: tuple[Any, ...]) -> None:
                    (args[0], location, version))
     elif kind == "edit_history":
         entries = json.loads(text)
-        if isinstance(entries, list) and entries:
-            index, (field, value) = args
+        index, (field, value) = args
+        if isinstance(entries, list) and entries and isinstance(entries[index % len(entries)],
+                                                                 dict):
             entries[index % len(entries)][field] = value
             db.execute("UPDATE history SET data = ? WHERE location = ? AND version = ?",
                        (json.dumps(entries), location, version))
@@ -193,6 +216,9 @@ def report_of(mgr: Manager, expected: dict[str, list[str]] | None) -> dict[str, 
          damages=[("edit_record", "loc-b", "ingestion", ("generation", 1))], expected=None)
 @example(steps=[("pause", "loc-a", "replication"), ("pause", "loc-a", "lifecycle")],
          damages=[("edit_history", "loc-a", 1, -1, ("generation", 3))], expected=None)
+@example(steps=[("pause", "loc-a", "replication")],
+         damages=[("retype", "loc-a", "history", 0, "data", "2.5"),
+                  ("retype", "loc-b", "locations", 0, "version", "'x'")], expected=None)
 def test_the_screen_reports_exactly_what_the_full_comparison_reports(
     store: Path, monkeypatch: pytest.MonkeyPatch, steps: list[tuple[Any, ...]],
     damages: list[tuple[Any, ...]], expected: dict[str, list[str]] | None,

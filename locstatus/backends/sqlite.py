@@ -215,15 +215,18 @@ class SQLiteBackend(Backend):
         if not rows:
             raise NotFound(f"unknown location {location!r}")
         version, data = rows[0]
-        return codec.decode_record(location, int(version), str(data))  # type: ignore[call-overload]
+        return _decode_row(location, version, data)
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
-        return [
-            codec.decode_record_or_error(str(loc), int(version), str(data))  # type: ignore[call-overload]
-            for loc, version, data in self._query(
-                "SELECT location, version, data FROM locations ORDER BY location"
-            )
-        ]
+        out: list[LocationStatus | CorruptRecord] = []
+        for loc, version, data in self._query(
+            "SELECT location, version, data FROM locations ORDER BY location"
+        ):
+            try:
+                out.append(_decode_row(str(loc), version, data))
+            except CorruptRecord as exc:
+                out.append(exc)
+        return out
 
     def scan_with_history(self) -> _ChunkedScan:
         return _ChunkedScan(self)
@@ -286,7 +289,11 @@ class SQLiteBackend(Backend):
         for version, data in rows:
             if type(version) is not int:  # a hand edit: the column is declared INTEGER
                 raise CorruptRecord(location, f"history: version {version!r} is not an integer")
-            out.extend(reversed(codec.decode_history(location, str(data), version)))
+            if not isinstance(data, str | bytes):
+                raise CorruptRecord(
+                    location, f"history: expected JSON text, got {type(data).__name__}"
+                )
+            out.extend(reversed(codec.decode_history(location, data, version)))
             if len(out) >= limit:
                 break
         return out
@@ -450,13 +457,16 @@ class _ChunkedScan:
     (:func:`codec.decode_newest_writes`)."""
 
     _OLDER = 3
+    _ROW = (  # a row as "version US text", or '' (not NULL) when it is not that
+        "CASE WHEN typeof(h.version) = 'integer' AND typeof(h.data) IN ('text', 'blob') "
+        "THEN h.version || char(31) || h.data ELSE '' END"
+    )
     _SQL = (
-        "SELECT l.location, l.version, l.data, (SELECT h.version || char(31) || h.data "
+        f"SELECT l.location, l.version, l.data, (SELECT {_ROW} "
         "FROM history h WHERE h.location = l.location ORDER BY h.version DESC LIMIT 1), "
         f"CASE WHEN (l.version & {(1 << _INCARNATION_SHIFT) - 1}) > 1 THEN "
-        "(SELECT group_concat(o.v || char(31) || o.data, char(30)) FROM (SELECT h.version v, "
-        "h.data FROM history h WHERE h.location = l.location ORDER BY h.version DESC "
-        f"LIMIT {_OLDER} OFFSET 1) o) END "
+        f"(SELECT group_concat(o.r, char(30)) FROM (SELECT {_ROW} r FROM history h "
+        f"WHERE h.location = l.location ORDER BY h.version DESC LIMIT {_OLDER} OFFSET 1) o) END "
         "FROM locations l WHERE l.location > ? ORDER BY l.location LIMIT ?"
     )
 
@@ -474,23 +484,42 @@ class _ChunkedScan:
             rows = self.backend._query(self._SQL, (after, self.batch))
             for loc, version, data, newest, older in rows:
                 location = str(loc)
-                rec = codec.decode_record_or_error(location, int(version), str(data))  # type: ignore[call-overload]
-                yield rec, codec.decode_newest_writes(location, rec, _writes(newest, older))
+                rec: LocationStatus | CorruptRecord
+                try:
+                    rec = _decode_row(location, version, data)
+                except CorruptRecord as exc:
+                    rec = exc
+                writes = _writes(newest, older)
+                yield rec, (
+                    None if writes is None else codec.decode_newest_writes(location, rec, writes)
+                )
             if len(rows) < self.batch:
                 return
             after = str(rows[-1][0])
 
 
-def _writes(newest: object, older: object) -> list[codec.Write]:
+def _decode_row(location: str, version: object, data: object) -> LocationStatus:
+    """A record from its row; the columns are typed only by declaration, so a hand edit may
+    have stored anything there. Raises :class:`CorruptRecord`."""
+    if type(version) is not int:
+        raise CorruptRecord(location, f"version {version!r} is not an integer")
+    if not isinstance(data, str | bytes):
+        raise CorruptRecord(location, f"expected JSON text, got {type(data).__name__}")
+    return codec.decode_record(location, version, data)
+
+
+def _writes(newest: object, older: object) -> list[codec.Write] | None:
     """The ``(version, data)`` of the history rows the scan joined (see :class:`_ChunkedScan`),
-    newest first, up to the first that is not ``version US data`` with an integer version."""
-    out: list[codec.Write] = []
+    newest first, up to the first that is not ``version US text`` with an integer version.
+    None when the newest row is not: the caller then pages through :meth:`SQLiteBackend.history`,
+    which names what is wrong with it."""
     if newest is None:
-        return out
+        return []
+    out: list[codec.Write] = []
     parts = [str(newest)] if older is None else [str(newest), *str(older).split("\x1e")]
     for part in parts:
         version, sep, data = part.partition("\x1f")
         if not sep or not version.isdigit():
             break
         out.append((int(version), data))
-    return out
+    return out or None
