@@ -313,7 +313,7 @@ def test_a_scan_pairs_each_record_with_its_newest_history_writes(kit: Kit) -> No
     if heads["loc-b"] is not None:
         assert [(e.op_id, e.event) for e in heads["loc-b"]] == [
             ("op-pause", "settle"), ("op-pause", "pause"), ("op-create", "create")]
-        assert heads["loc-c"] == []
+        assert heads["loc-c"] in ([], None)  # no history entry: the caller pages (and finds none)
         assert [e.op_id for e in heads["loc-d"]] == ["op-2", "op-1"]  # lifecycle met at op-1
 
 

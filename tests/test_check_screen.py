@@ -80,6 +80,8 @@ damage = st.one_of(
     st.tuples(st.just("garble_history"), loc, rows,
               st.sampled_from(["", "[]", "[{}]", "{", "null", "[]\x1e[]"])),
     # SQLite columns are typed only by declaration: a hand edit may store any type anywhere.
+    st.tuples(st.just("append_history"), loc, rows,
+              st.sampled_from(["\x1ejunk", "\x1e1\x1f[]", "\x1f", " ", "]"])),
     st.tuples(st.just("retype"), loc, st.sampled_from(["locations", "history"]), rows,
               st.sampled_from(["version", "data"]), st.sampled_from(RETYPED)),
 )
@@ -179,6 +181,9 @@ def hand_edit(db: sqlite3.Connection, action: tuple[Any, ...]) -> None:
     elif kind == "garble_history":
         db.execute("UPDATE history SET data = ? WHERE location = ? AND version = ?",
                    (args[0], location, version))
+    elif kind == "append_history":
+        db.execute("UPDATE history SET data = data || ? WHERE location = ? AND version = ?",
+                   (args[0], location, version))
     elif kind == "edit_history":
         entries = json.loads(text)
         index, (field, value) = args
@@ -216,6 +221,8 @@ def report_of(mgr: Manager, expected: dict[str, list[str]] | None) -> dict[str, 
          damages=[("edit_record", "loc-b", "ingestion", ("generation", 1))], expected=None)
 @example(steps=[("pause", "loc-a", "replication"), ("pause", "loc-a", "lifecycle")],
          damages=[("edit_history", "loc-a", 1, -1, ("generation", 3))], expected=None)
+@example(steps=[("pause", "loc-a", "lifecycle"), ("pause", "loc-a", "replication")],
+         damages=[("append_history", "loc-a", 1, "\x1ejunk")], expected=None)
 @example(steps=[("pause", "loc-a", "replication")],
          damages=[("retype", "loc-a", "history", 0, "data", "2.5"),
                   ("retype", "loc-b", "locations", 0, "version", "'x'")], expected=None)

@@ -76,3 +76,60 @@ def test_a_payload_stored_as_a_blob_reads_as_its_text(tmp_path: Path) -> None:
     assert [e.event for e in mgr.history("loc")] == ["settle", "pause", "create"]
     assert run_check(mgr).findings == []
     mgr.close()
+
+
+def _store(tmp_path: Path) -> tuple[Manager, Path]:
+    """loc-a: created (v1), lifecycle paused (v2), replication paused (v3)."""
+    path = tmp_path / "s.db"
+    mgr = Manager(SQLiteBackend(f"sqlite:///{path}"))
+    mgr.sync_locations({"loc-a": ["replication", "lifecycle"]})
+    mgr.pause("loc-a", "lifecycle")
+    mgr.pause("loc-a", "replication")
+    return mgr, path
+
+
+@pytest.mark.parametrize("tail", ["\x1ejunk", "\x1e1\x1f[]", "\x1f"])
+def test_separator_characters_in_an_older_history_row_do_not_hide_its_damage(
+    tmp_path: Path, tail: str
+) -> None:
+    """The check's scan joins older history rows with ASCII separators; a row that holds one
+    is not valid JSON, and must be reported as such (found by the reliability review: the row
+    was cut at the separator and its valid prefix passed)."""
+    mgr, path = _store(tmp_path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE history SET data = data || ? WHERE version = 2", (tail,))
+    with pytest.raises(CorruptRecord):
+        mgr.history("loc-a", limit=10)
+    [finding] = run_check(mgr).findings
+    assert (finding.kind, finding.location, finding.evidence["part"]) == (
+        "corrupt_record", "loc-a", "history"
+    )
+    mgr.close()
+
+
+def test_a_history_version_made_text_is_reported_not_skipped(tmp_path: Path) -> None:
+    """Text sorts above every number in SQLite, so ``version < ?`` used to skip such a row:
+    the write vanished from history() and the check blamed the record instead."""
+    mgr, path = _store(tmp_path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE history SET version = 'v3' WHERE version = 3")
+    with pytest.raises(CorruptRecord) as exc:
+        mgr.history("loc-a", limit=1)
+    assert exc.value.detail == "history: version 'v3' is not an integer"
+    [finding] = run_check(mgr).findings
+    assert (finding.kind, finding.evidence["detail"]) == ("corrupt_record", exc.value.detail)
+    mgr.close()
+
+
+def test_an_empty_history_write_does_not_hide_the_older_ones(tmp_path: Path) -> None:
+    """history(limit=n) returns at least n entries when there are that many: a write with no
+    entries (what SQLite stores for a record created without history, or a hand edit) does not
+    count as the page."""
+    mgr, path = _store(tmp_path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE history SET data = '[]' WHERE version = 3")
+    assert [e.event for e in mgr.backend.history("loc-a", limit=1)] == ["settle", "pause"]
+    assert [e.version for e in mgr.backend.history("loc-a", limit=1, before_version=3)] == [2, 2]
+    kinds = {(f.kind.value, f.service) for f in run_check(mgr).findings}
+    assert kinds == {("history_mismatch", None), ("history_mismatch", "replication")}
+    mgr.close()

@@ -137,8 +137,9 @@ class Backend(ABC):
         (:func:`codec.decode_newest_writes`); never part of a write. The caller pages on with
         :meth:`history` (``before_version`` = the oldest version returned) when it needs more.
         The history item is a :class:`CorruptRecord` when the newest write does not parse, and
-        ``None`` when this backend does not fetch history with the records (the caller pages
-        through :meth:`history` itself).
+        ``None`` when this backend does not fetch history with the records, or could not tell
+        from what it fetched (an empty or unreadable newest write): the caller then pages
+        through :meth:`history` itself.
 
         Backends that can read a record and its newest write in one query or snapshot override
         this, and may stream: records are then decoded while the caller iterates, so a scan of

@@ -155,20 +155,24 @@ def decode_newest_write(location: str, write: Write | None) -> list[HistoryEntry
 
 def decode_newest_writes(
     location: str, record: LocationStatus | CorruptRecord, writes: Sequence[Write]
-) -> list[HistoryEntry] | CorruptRecord:
+) -> list[HistoryEntry] | CorruptRecord | None:
     """What :meth:`Backend.scan_with_history` pairs with ``record``: the entries of its newest
     stored ``writes`` (newest first; empty when it has no history), newest first: those of
     the newest write, then of older ones for as long as some service of ``record`` has not met
     an entry yet and no create entry was met. Enough for the check job to compare every service
     with its newest entry without a query of its own, in the usual case.
 
-    The error in place of the entries when the newest write does not parse. An older write that
-    does not parse, or is not older than the ones before it, ends the list: the caller pages on
-    from the oldest entry returned with :meth:`Backend.history`, which reports it."""
+    The error in place of the entries when the newest write does not parse; None when it holds
+    no entry (a record created without history, or a hand edit), so the caller pages through
+    :meth:`Backend.history` itself. An older write that does not parse, holds no entry, or is not
+    older than the ones before it, ends the list: the caller pages on from the oldest entry
+    returned, and :meth:`Backend.history` reports or skips that write."""
     if not writes:
         return []
     entries = decode_newest_write(location, writes[0])
-    if len(writes) == 1 or isinstance(entries, CorruptRecord) or not entries:
+    if not entries and not isinstance(entries, CorruptRecord):
+        return None
+    if len(writes) == 1 or isinstance(entries, CorruptRecord):
         return entries
     if isinstance(record, CorruptRecord):
         return entries

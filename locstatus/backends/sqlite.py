@@ -280,23 +280,31 @@ class SQLiteBackend(Backend):
     ) -> list[HistoryEntry]:
         out: list[HistoryEntry] = []
         upper = before_version if before_version is not None else 2**62
-        # Each row is one write; fetch rows until ``limit`` entries are gathered.
-        rows = self._query(
-            "SELECT version, data FROM history WHERE location = ? AND version < ? "
-            "ORDER BY version DESC LIMIT ?",
-            (location, upper, max(1, limit)),
-        )
-        for version, data in rows:
-            if type(version) is not int:  # a hand edit: the column is declared INTEGER
-                raise CorruptRecord(location, f"history: version {version!r} is not an integer")
-            if not isinstance(data, str | bytes):
-                raise CorruptRecord(
-                    location, f"history: expected JSON text, got {type(data).__name__}"
-                )
-            out.extend(reversed(codec.decode_history(location, data, version)))
-            if len(out) >= limit:
-                break
-        return out
+        want = max(1, limit)
+        # Each row is one write (a record created without history has an empty one): fetch rows
+        # until ``limit`` entries are gathered. A version a hand edit made text sorts above
+        # every number, so it comes first and is reported, not skipped.
+        while True:
+            rows = self._query(
+                "SELECT version, data FROM history WHERE location = ? AND (version < ? OR "
+                "typeof(version) NOT IN ('integer', 'real')) ORDER BY version DESC LIMIT ?",
+                (location, upper, want),
+            )
+            for version, data in rows:
+                if type(version) is not int:  # a hand edit: the column is declared INTEGER
+                    raise CorruptRecord(
+                        location, f"history: version {version!r} is not an integer"
+                    )
+                if not isinstance(data, str | bytes):
+                    raise CorruptRecord(
+                        location, f"history: expected JSON text, got {type(data).__name__}"
+                    )
+                out.extend(reversed(codec.decode_history(location, data, version)))
+                if len(out) >= limit:
+                    return out
+                upper = version
+            if len(rows) < want:
+                return out
 
     # -- workers -------------------------------------------------------------------------
 
@@ -457,8 +465,9 @@ class _ChunkedScan:
     (:func:`codec.decode_newest_writes`)."""
 
     _OLDER = 3
-    _ROW = (  # a row as "version US text", or '' (not NULL) when it is not that
+    _ROW = (  # a row as "version US data", or '' (not NULL) when it cannot be joined so
         "CASE WHEN typeof(h.version) = 'integer' AND typeof(h.data) IN ('text', 'blob') "
+        "AND instr(h.data, char(30)) = 0 AND instr(h.data, char(31)) = 0 "
         "THEN h.version || char(31) || h.data ELSE '' END"
     )
     _SQL = (
@@ -519,7 +528,7 @@ def _writes(newest: object, older: object) -> list[codec.Write] | None:
     parts = [str(newest)] if older is None else [str(newest), *str(older).split("\x1e")]
     for part in parts:
         version, sep, data = part.partition("\x1f")
-        if not sep or not version.isdigit():
+        if not sep or not (version.isascii() and version.isdigit()):
             break
         out.append((int(version), data))
     return out or None
