@@ -115,6 +115,20 @@ UNREGISTER_GRACE = 1.0
 """Seconds :meth:`Agent.stop` waits for the unregistration at least, when its ``timeout`` was
 spent on a running handler."""
 
+_unregistering: dict[tuple[int, str], threading.Thread] = {}
+"""Unregistrations :meth:`Agent.stop` left running in the background, by (backend, worker id)."""
+_unregistering_lock = threading.Lock()
+
+
+def _wait_for_unregistration(backend: object, worker_id: str) -> None:
+    """Let a pending unregistration of ``worker_id`` on ``backend`` land before the worker
+    registers again (a restart of the same agent, or a new one with its id): landing after the
+    new registration, it would remove a live worker, and a pause would settle without it."""
+    with _unregistering_lock:
+        pending = _unregistering.get((id(backend), worker_id))
+    if pending is not None and pending is not threading.current_thread():
+        pending.join()
+
 
 @dataclass(frozen=True)
 class HandlerRetry:
@@ -443,7 +457,8 @@ class Agent:
         once (a failing one is then retried in the background). Idempotent while running.
 
         Raises :class:`BackendUnavailable` (nothing is left registered) when the backend
-        cannot be reached.
+        cannot be reached. An unregistration an earlier :meth:`stop` left pending (backend
+        slow or down) lands first, so it can never remove this registration.
         """
         if self._started:
             return self
@@ -461,6 +476,7 @@ class Agent:
             self._dirty.clear()
             self._settle_due.clear()
             self._want_resync = self._want_settle = False
+        _wait_for_unregistration(self.backend, self.worker_id)
         self._started_at = self.manager.clock()
         info = self._info()
         self.backend.put_worker(info)
@@ -540,6 +556,8 @@ class Agent:
         t = threading.Thread(
             target=self._unregister, name=f"locstatus-unregister-{self.worker_id}", daemon=True
         )
+        with _unregistering_lock:
+            _unregistering[(id(self.backend), self.worker_id)] = t
         t.start()
         t.join(wait)
         if t.is_alive():
@@ -555,6 +573,11 @@ class Agent:
             self.backend.remove_worker(self.worker_id)
         except LocstatusError as exc:
             log.warning("agent %s: could not unregister: %s", self.worker_id, exc)
+        finally:
+            with _unregistering_lock:
+                key = (id(self.backend), self.worker_id)
+                if _unregistering.get(key) is threading.current_thread():
+                    del _unregistering[key]
 
     def __enter__(self) -> Agent:
         return self.start()

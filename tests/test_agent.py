@@ -756,3 +756,42 @@ def test_stop_returns_in_time_while_the_backend_is_down(kind: str, tmp_path: Pat
         assert time.monotonic() - t0 < 1.5
     finally:
         server.close()
+
+
+class SlowUnregister(Partition):
+    """The real backend, whose remove_worker waits for ``gate`` (a backend slow to answer)."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.gate = threading.Event()
+
+    def remove_worker(self, worker_id: str) -> None:
+        self.gate.wait(30)
+        super().remove_worker(worker_id)
+
+
+def test_a_restart_waits_for_the_unregistration_stop_left_pending(kit: Kit) -> None:
+    """stop() may return before the backend confirmed the unregistration. If that
+    unregistration landed after the restarted agent registered again, it would remove a live
+    worker, and a pause would settle to paused before the worker applied it (SPEC §3).
+    start() lets it land first."""
+    slow = SlowUnregister(kit.open())
+    mgr = Manager(slow)
+    mgr.sync_locations([LOC])
+    agent = mgr.agent("w-restart", services=[SVC])
+    agent.on_pause(SVC)(lambda location: None)
+    agent.start()
+    t0 = time.monotonic()
+    agent.stop(timeout=0.2)  # the unregistration is still waiting on the backend
+    assert time.monotonic() - t0 < 0.2 + UNREGISTER_GRACE + 0.5
+    restart = threading.Thread(target=agent.start)
+    restart.start()
+    time.sleep(0.3)
+    slow.gate.set()  # the backend answers: the old unregistration lands
+    restart.join(10)
+    assert not restart.is_alive()
+    assert [w.worker_id for w in mgr.workers()] == ["w-restart"]
+    mgr.pause(LOC, SVC)
+    assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
+    assert mgr.backend.acks(LOC)["w-restart"][SVC] == mgr.status(LOC).services[SVC].generation
+    agent.stop()
