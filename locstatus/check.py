@@ -650,8 +650,10 @@ class _Scan:
             plan = RepairPlan(
                 action=None,
                 description=(
-                    f"none while {', '.join(live)} lag with live leases: fix or stop those "
-                    "workers (a stopped worker's lease expires, then --repair settles)"
+                    f"none while {', '.join(live)} {'lags' if len(live) == 1 else 'lag'} "
+                    "with a live lease: fix or stop "
+                    f"{'that worker' if len(live) == 1 else 'those workers'} "
+                    "(a stopped worker's lease expires, then --repair settles)"
                 ),
             )
         else:
@@ -858,12 +860,12 @@ class _Scan:
             try:
                 if isinstance(newest, CorruptRecord):
                     raise newest
-                problems, entered, newer = _compare_history(self.backend, rec, newest)
+                problems, entered = _compare_history(self.backend, rec, newest)
             except CorruptRecord as exc:
                 self._corrupt(rec.location, exc.detail, part="history")
                 return {}
             newest = None  # a confirming pass reads the history afresh
-            if not problems and not newer:
+            if not problems:
                 return entered
             try:  # changed while read, or drift: confirm with a fresh read
                 fresh = self.backend.read(rec.location)
@@ -871,8 +873,8 @@ class _Scan:
                 return None
             except CorruptRecord:
                 return entered  # reported by the next run's scan
-            if fresh.version == rec.version and not newer:
-                break
+            if fresh.version == rec.version:
+                break  # the record did not move: the drift is real (history ahead included)
             rec = fresh
         else:
             return entered  # kept changing: nothing can be concluded now
@@ -885,13 +887,20 @@ class _Scan:
                     if svc != "*"
                     else f"record version {rec.version} has no history"
                 )
-            else:
+            elif svc == "*" and entry.version > rec.version:
+                message = (
+                    f"the history holds a write at version {entry.version}, newer than the "
+                    f"record (version {rec.version}): its next write will be refused"
+                )
+            elif svc == "*":
                 message = (
                     f"record version {rec.version} has no history entry (newest is version "
                     f"{entry.version})"
-                    if svc == "*"
-                    else f"{', '.join(fields)} differ from the newest history entry "
-                    f"({entry.event} at version {entry.version})"
+                )
+            else:
+                message = (
+                    f"{', '.join(fields)} {'differs' if len(fields) == 1 else 'differ'} from "
+                    f"the newest history entry ({entry.event} at version {entry.version})"
                 )
             self._add(
                 Kind.HISTORY_MISMATCH,
@@ -961,13 +970,14 @@ _Problem = tuple[str, list[str], dict[str, Any], HistoryEntry | None]
 
 def _compare_history(
     backend: Backend, rec: LocationStatus, head: list[HistoryEntry] | None = None
-) -> tuple[list[_Problem], dict[str, datetime], bool]:
+) -> tuple[list[_Problem], dict[str, datetime]]:
     """Walk ``rec``'s history newest first until each service met its newest entry, starting
     with ``head`` (the newest writes' entries, already read with the record) when given.
 
-    Returns (problems, entered, newer): ``entered`` maps each transitional service to when it
-    entered its state (when found); ``newer`` is True when the history is ahead of ``rec`` (the
-    record changed after it was read: nothing is concluded). Raises :class:`CorruptRecord`."""
+    Returns (problems, entered): ``entered`` maps each transitional service to when it entered
+    its state (when found). A history ahead of ``rec`` is one problem, alone: the record changed
+    after it was read, or the history was written without it (the caller re-reads the record to
+    tell which). Raises :class:`CorruptRecord`."""
     loc = rec.location
     services = rec.services
     pending = set(services)
@@ -986,8 +996,8 @@ def _compare_history(
         if first:
             first = False
             newest = page[0].version
-            if newest > rec.version:
-                return [], entered, True
+            if newest > rec.version:  # changed after it was read, or drift: the caller re-reads
+                return [("*", ["version"], {"version": rec.version}, page[0])], entered
             if newest != rec.version:
                 problems.append(("*", ["version"], {"version": rec.version}, page[0]))
         for entry in page:
@@ -1015,15 +1025,15 @@ def _compare_history(
                 pending.clear()
                 entering.clear()
             if not pending and not entering:
-                return problems, entered, False
+                return problems, entered
         before = page[-1].version
         if len(page) < size:
             break
     if first:  # no history at all: one finding for the record, not one per service
-        return [("*", ["version"], {"version": rec.version}, None)], entered, False
+        return [("*", ["version"], {"version": rec.version}, None)], entered
     for s in sorted(pending):
         problems.append((s, ["op_id"], _status_view(rec.services[s]), None))
-    return problems, entered, False
+    return problems, entered
 
 
 def _head_agrees(services: Mapping[str, ServiceStatus], head: list[HistoryEntry]) -> bool:

@@ -133,3 +133,30 @@ def test_an_empty_history_write_does_not_hide_the_older_ones(tmp_path: Path) -> 
     kinds = {(f.kind.value, f.service) for f in run_check(mgr).findings}
     assert kinds == {("history_mismatch", None), ("history_mismatch", "replication")}
     mgr.close()
+
+
+def test_a_history_write_ahead_of_the_record_is_reported_and_refuses_the_next_write(
+    tmp_path: Path,
+) -> None:
+    """A history row at a version the record has not reached (a hand edit, a restore of one
+    table but not the other) used to pass the check as "changed while read", and the next
+    write failed with an unexpected IntegrityError. Now the check names it, and the write is
+    refused as corrupt with nothing written."""
+    mgr, path = _store(tmp_path)
+    [entry] = [e for e in mgr.backend.history("loc-a", limit=1) if e.event == "settle"]
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO history (location, version, data) VALUES ('loc-a', 4, ?)",
+                   ("[" + entry.model_copy(update={"version": 4}).model_dump_json() + "]",))
+    report = run_check(mgr)
+    [finding] = report.findings
+    assert (finding.kind, finding.location, finding.service) == (
+        "history_mismatch", "loc-a", None
+    )
+    assert "version 4, newer than the record (version 3)" in finding.message
+    assert report.exit_code == 1
+    with pytest.raises(CorruptRecord) as exc:
+        mgr.resume("loc-a", "lifecycle")
+    assert "already holds a write at version 4" in exc.value.detail
+    assert mgr.status("loc-a").version == 3
+    assert mgr.status("loc-a").services["lifecycle"].state.value == "paused"
+    mgr.close()

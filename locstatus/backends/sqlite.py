@@ -204,10 +204,7 @@ class SQLiteBackend(Backend):
                 "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)",
                 (loc, version, codec.encode_record(record)),
             )
-            db.execute(
-                "INSERT INTO history (location, version, data) VALUES (?, ?, ?)",
-                (loc, version, codec.encode_history(codec.stamp(history, version))),
-            )
+            _insert_history(db, loc, version, history)
         return record.model_copy(update={"version": version})
 
     def read(self, location: str) -> LocationStatus:
@@ -251,10 +248,7 @@ class SQLiteBackend(Backend):
                     f"location {loc!r} is at version {row[0]}, expected {expected_version}"
                 )
             if history:
-                db.execute(
-                    "INSERT INTO history (location, version, data) VALUES (?, ?, ?)",
-                    (loc, version, codec.encode_history(codec.stamp(history, version))),
-                )
+                _insert_history(db, loc, version, history)
         return record.model_copy(update={"version": version})
 
     def delete(self, location: str, expected_version: int) -> None:
@@ -505,6 +499,24 @@ class _ChunkedScan:
             if len(rows) < self.batch:
                 return
             after = str(rows[-1][0])
+
+
+def _insert_history(
+    db: sqlite3.Connection, location: str, version: int, history: Sequence[HistoryEntry]
+) -> None:
+    """The history row of the write making ``version``, in the caller's transaction. A row
+    already there (a hand edit put the history ahead of the record) refuses the write, which
+    the caller's transaction rolls back: :class:`CorruptRecord`, nothing written."""
+    try:
+        db.execute(
+            "INSERT INTO history (location, version, data) VALUES (?, ?, ?)",
+            (location, version, codec.encode_history(codec.stamp(history, version))),
+        )
+    except sqlite3.IntegrityError:
+        raise CorruptRecord(
+            location, f"the history already holds a write at version {version}, which this "
+            "write would make: nothing written (see 'locstatus check')"
+        ) from None
 
 
 def _decode_row(location: str, version: object, data: object) -> LocationStatus:
