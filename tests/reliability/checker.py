@@ -291,7 +291,15 @@ def divergence(
             continue
         for svc, st in r.services.items():
             if st.state.transitional:
-                why.append(f"{r.location}/{svc} is {st.state.value}")
+                try:  # who it waits for, and what is stored: the first thing to look at
+                    lagging = mgr.lagging(r.location, svc)
+                    acks = mgr.backend.acks(r.location)
+                    workers = [w.worker_id for w in mgr.workers()]
+                except Exception as exc:
+                    lagging, acks, workers = [f"({type(exc).__name__})"], {}, []
+                why.append(f"{r.location}/{svc} is {st.state.value} at generation "
+                           f"{st.generation}, version {r.version}; lagging {lagging}; "
+                           f"workers {workers}; acks {acks}")
             if st.resume_at is not None and st.resume_at <= now + SOON:
                 why.append(f"{r.location}/{svc} resume due at {st.resume_at} (now {now})")
     if why:
