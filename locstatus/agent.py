@@ -281,6 +281,7 @@ class Agent:
                 "heartbeat_errors",
                 "reconnects",
                 "lease_lapses",
+                "sessions_lost",
                 "corrupt_records",
             ),
             0,
@@ -623,6 +624,12 @@ class Agent:
                 self._want_settle = True
             else:  # resync, or anything this agent does not know: re-read everything
                 self._want_resync = True
+                if hint.session_lost:
+                    # Acknowledgements held by the old session are gone: acknowledge again
+                    # what was applied (after the resync), without running the handlers again.
+                    self._metrics["sessions_lost"] += 1
+                    self._handled.update(self._applied)
+                    self._applied.clear()
         self._wake.set()
 
     # -- heartbeat thread ----------------------------------------------------------------------

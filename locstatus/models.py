@@ -264,3 +264,7 @@ class Hint(_Frozen):
     """For a ``location`` hint, the record as the backend read it while producing the hint
     (ZooKeeper reads it when it sets its watch again), or None. Subscribers may use it in place
     of a read of their own; it is never older than the change hinted."""
+    session_lost: bool = False
+    """For a ``resync`` hint: the backend's session was replaced by a new one (a ZooKeeper
+    session expiry), so the acknowledgements it held for this process are gone; an agent
+    acknowledges again what it applied."""

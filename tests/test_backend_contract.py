@@ -332,7 +332,7 @@ def test_a_history_entry_naming_another_version_is_a_corrupt_write(kit: Kit) -> 
     with pytest.raises(CorruptRecord) as exc:
         b.history("h-loc", limit=100)
     assert exc.value.location == "h-loc"
-    assert f"write at version {v2} holds an entry of version {v1}" in exc.value.detail
+    assert exc.value.detail == f"history write at version {v2}: holds an entry of version {v1}"
 
 
 # -- workers, leases, acknowledgements ----------------------------------------------------------

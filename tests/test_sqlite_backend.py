@@ -26,8 +26,8 @@ from locstatus.check import run_check
         ("locations", "data", "X'00ff'", "'utf-8' codec can't decode byte 0xff in position 1: "
                                          "invalid start byte"),
         ("history", "version", "2.5", "history: version 2.5 is not an integer"),
-        ("history", "data", "X'5b5d00'", "history: record: Invalid JSON: trailing characters "
-                                         "at line 1 column 3"),
+        ("history", "data", "X'5b5d00'", "history write at version 2: entries: Invalid JSON: "
+                                         "trailing characters at line 1 column 3"),
     ],
 )
 def test_a_column_holding_another_type_is_a_corrupt_record_not_a_crash(

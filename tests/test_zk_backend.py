@@ -514,10 +514,14 @@ def _unreachable(b: ZooKeeperBackend) -> bool:
     return False
 
 
-def test_a_real_session_expiry_drops_ephemerals_and_the_backend_restores_them(
+def test_a_real_session_expiry_drops_ephemerals_the_backend_re_registers_and_says_so(
     proxy: TcpProxy, zk_server: ZkServer, chroot: str, raw: KazooClient,
     opened: Callable[[str], ZooKeeperBackend],
 ) -> None:
+    """The registration comes back on the new session; the acknowledgements do not, from the
+    backend: written back from its copy they raced the agent's newer ones and could put a
+    generation back (a location then stayed pausing for good). The resync hint says
+    session_lost, and agents acknowledge again (next test, and test_agent)."""
     b = opened(zk_url(proxy.hosts, chroot, timeout=20, session_timeout=2))
     b.create(record("loc"), [])
     b.put_worker(worker("w-1"))
@@ -531,9 +535,12 @@ def test_a_real_session_expiry_drops_ephemerals_and_the_backend_restores_them(
     proxy.thaw()
     wait_until(lambda: (raw.exists(f"{chroot}/workers/w-1") or _NO).ephemeralOwner not in (0, owner), 30,
                what="re-registration on a new session")
-    wait_until(lambda: raw.exists(f"{chroot}/acks/loc/w-1") is not None, 10, what="acks restored")
+    wait_until(lambda: Hint(kind="resync", session_lost=True) in got, 10,
+               what="a resync hint saying the session was lost")
+    time.sleep(1.0)
+    assert raw.exists(f"{chroot}/acks/loc/w-1") is None  # left to the agent
+    b.ack("w-1", "loc", "replication", 4)  # what an agent does on that hint
     assert json.loads(raw.get(f"{chroot}/acks/loc/w-1")[0]) == {"replication": 4}
-    wait_until(lambda: Hint(kind="resync") in got, 10, what="a resync hint")
     got.clear()
     writer = opened(zk_url(zk_server.hosts, chroot))
     writer.compare_and_set(record("loc", State.PAUSING, 1), writer.read("loc").version, [])
@@ -587,7 +594,8 @@ def test_a_worker_whose_session_expires_re_registers_resyncs_and_loses_no_acknow
         wait_until(lambda: not agent.is_paused("site-a", "replication"), 30, what="the worker to resync")
         wait_until(lambda: operator.backend.acks("site-a").get("w-1", {}).get("replication") == 2, 30,
                    what="the worker to acknowledge generation 2")
-        wait_until(lambda: Hint(kind="resync") in hints, 10, what="a resync hint")
+        wait_until(lambda: Hint(kind="resync", session_lost=True) in hints, 10,
+                   what="a resync hint saying the session was lost")
         assert applied[-1] == ("resume", 2)
         final = operator.status("site-a").services["replication"]
         assert (final.state, final.generation, final.op_id) == (State.RUNNING, 2, "op-resume")
@@ -601,6 +609,43 @@ def test_a_worker_whose_session_expires_re_registers_resyncs_and_loses_no_acknow
         ]
         assert [e.op_id for e in hist].count("op-pause") == 1
         assert [e.op_id for e in hist].count("op-resume") == 2
+    finally:
+        agent.stop()
+        wmgr.close()
+        operator.close()
+
+
+def test_after_a_session_expiry_the_agent_acknowledges_again_what_it_applied(
+    proxy: TcpProxy, zk_server: ZkServer, chroot: str, raw: KazooClient
+) -> None:
+    """A worker's acknowledgements live in its session; when the session expires they go, and
+    the worker must put them back itself (the backend does not: see above), or a later
+    pause of another service there would wait for it for good. It does so from the resync hint
+    that says session_lost, against the records as they are, without running its handlers
+    again."""
+    operator = connect(zk_url(zk_server.hosts, chroot))
+    operator.sync_locations({"site-a": ["replication"], "site-b": ["replication"]})
+    wmgr = connect(zk_url(proxy.hosts, chroot, timeout=20, session_timeout=2))
+    runs: list[str] = []
+    agent = wmgr.agent("w-1", services=["replication"], lease_seconds=30, resync_interval=120)
+    agent.on_pause("replication")(runs.append)
+    agent.start()
+    try:
+        for loc in ("site-a", "site-b"):
+            assert operator.pause(loc, "replication", wait=20).services["replication"].generation == 1
+        path = f"{chroot}/workers/w-1"
+        owner = raw.exists(path).ephemeralOwner
+        proxy.freeze()
+        wait_until(lambda: raw.exists(path) is None, 30, what="the server to expire the session")
+        assert operator.backend.acks("site-a") == {} == operator.backend.acks("site-b")
+        proxy.thaw()
+        wait_until(lambda: (raw.exists(path) or _NO).ephemeralOwner not in (0, owner), 30,
+                   what="re-registration on a new session")
+        wait_until(lambda: all(operator.backend.acks(loc).get("w-1") == {"replication": 1}
+                               for loc in ("site-a", "site-b")), 30,
+                   what="the worker to acknowledge again")
+        assert agent.metrics()["sessions_lost"] == 1
+        assert sorted(runs) == ["site-a", "site-b"]  # applied once each, acknowledged twice
     finally:
         agent.stop()
         wmgr.close()

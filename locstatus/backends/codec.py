@@ -116,8 +116,14 @@ def decode_history(location: str, raw: str | bytes, version: int) -> list[Histor
     try:
         entries: list[HistoryEntry] = _VALIDATE_HISTORY(raw)
     except ValidationError as exc:
-        raise CorruptRecord(location, "history: " + _short(exc)) from exc
+        raise CorruptRecord(location, history_error(version, _short(exc, "entries"))) from exc
     return check_write(location, entries, version)
+
+
+def history_error(version: int, detail: str) -> str:
+    """The detail of a :class:`CorruptRecord` for the history write at ``version``: it names
+    the write, so an operator knows which one to look at (``locstatus history`` stops there)."""
+    return f"history write at version {version}: {detail}"
 
 
 def check_write(location: str, entries: list[HistoryEntry], version: int) -> list[HistoryEntry]:
@@ -126,8 +132,7 @@ def check_write(location: str, entries: list[HistoryEntry], version: int) -> lis
     for e in entries:
         if e.version != version:
             raise CorruptRecord(
-                location, f"history: the write at version {version} holds an entry of version "
-                f"{e.version}"
+                location, history_error(version, f"holds an entry of version {e.version}")
             )
     return entries
 
@@ -145,7 +150,9 @@ def decode_newest_write(location: str, write: Write | None) -> list[HistoryEntry
     version, raw = write
     try:
         if not isinstance(raw, str | bytes):
-            raise CorruptRecord(location, f"history: expected JSON text, got {type(raw).__name__}")
+            raise CorruptRecord(
+                location, history_error(version, f"expected JSON text, got {type(raw).__name__}")
+            )
         entries = decode_history(location, raw, version)
     except CorruptRecord as exc:
         return exc
@@ -216,10 +223,12 @@ def decode_worker(raw: str | bytes) -> WorkerInfo:
     return WorkerInfo.model_validate_json(raw)
 
 
-def _short(exc: BaseException) -> str:
+def _short(exc: BaseException, root: str = "record") -> str:
+    """One line for a validation error: up to three ``field.path: message`` parts, ``root``
+    naming the document when the error is about it as a whole."""
     if isinstance(exc, ValidationError):
         errs = exc.errors()
-        parts = [f"{'.'.join(str(p) for p in e['loc']) or 'record'}: {e['msg']}" for e in errs[:3]]
+        parts = [f"{'.'.join(str(p) for p in e['loc']) or root}: {e['msg']}" for e in errs[:3]]
         more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
         return "; ".join(parts) + more
     return str(exc)

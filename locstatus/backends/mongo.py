@@ -372,7 +372,9 @@ class MongoBackend(Backend):
         try:
             entries = _ENTRIES.validate_python(raw)
         except ValidationError as exc:
-            raise CorruptRecord(location, "history: " + codec._short(exc)) from exc
+            raise CorruptRecord(
+                location, codec.history_error(version, codec._short(exc, "entries"))
+            ) from exc
         return codec.check_write(location, entries, version)
 
     @staticmethod

@@ -290,9 +290,9 @@ class SQLiteBackend(Backend):
                         location, f"history: version {version!r} is not an integer"
                     )
                 if not isinstance(data, str | bytes):
-                    raise CorruptRecord(
-                        location, f"history: expected JSON text, got {type(data).__name__}"
-                    )
+                    raise CorruptRecord(location, codec.history_error(
+                        version, f"expected JSON text, got {type(data).__name__}"
+                    ))
                 out.extend(reversed(codec.decode_history(location, data, version)))
                 if len(out) >= limit:
                     return out

@@ -1032,9 +1032,6 @@ class ZooKeeperBackend(Backend):
         written = self._write_ack(location, worker_id, {service: generation}, znode_version)
         if not written and if_version is not None:
             raise stale_ack(location, if_version)
-        if written:
-            with self._lock:
-                self._my_acks.setdefault((location, worker_id), {})[service] = generation
 
     def _write_ack(
         self, location: str, worker_id: str, update: dict[str, int], record_version: int = -1
@@ -1056,20 +1053,23 @@ class ZooKeeperBackend(Backend):
                     known = self._ack_nodes.pop(key, None)
                     mine = dict(self._my_acks.get(key, {}))
                 if known is not None and session is not None and known[0] == session[0]:
-                    # Our own node, at the version our last write left it: no read needed.
-                    # Anything else (another session took it over, it was removed with the
-                    # record) fails the version, and the next pass reads it.
-                    new_version = known[1] + 1
-                    txn.set_data("ack", node, json.dumps({**mine, **update}).encode(), known[1])
+                    # Our own node, at the version our last write left it, holding ``mine``:
+                    # no read needed. Anything else (another session took it over, it was
+                    # removed with the record) fails the version, and the next pass reads it.
+                    new_version, content = known[1] + 1, {**mine, **update}
+                    txn.set_data("ack", node, json.dumps(content).encode(), known[1])
                 else:
-                    new_version, session = self._read_ack_op(txn, node, update)
+                    new_version, session, content = self._read_ack_op(txn, node, update)
                 txn.set_data("parent", parent, _ACKS_HINT)
                 failure = self._commit(f"ack of {worker_id}/{location}", txn)
                 if failure is None:
                     owner = client.client_id
-                    if owner is not None and session is not None and owner[0] == session[0]:
-                        with self._lock:
+                    with self._lock:
+                        if owner is not None and session is not None and owner[0] == session[0]:
                             self._ack_nodes[key] = (owner[0], new_version)
+                            self._my_acks[key] = content  # what the node holds now
+                        else:
+                            self._my_acks.pop(key, None)
                     return True
                 label, exc = failure
                 if label == "location":
@@ -1084,28 +1084,31 @@ class ZooKeeperBackend(Backend):
         except AmbiguousCommit:  # acks are idempotent: write it again
             return self._call(f"ack {worker_id}/{location}", attempt)
 
-    def _read_ack_op(self, txn: _Txn, node: str, update: dict[str, int]) -> tuple[int, Any]:
+    def _read_ack_op(
+        self, txn: _Txn, node: str, update: dict[str, int]
+    ) -> tuple[int, Any, dict[str, int]]:
         """Read ack node ``node`` and add its write to ``txn``: create it, merge ``update`` into
         it, or take it over from another session. Returns (the node's version after the write,
-        this client's session)."""
+        this client's session, what the node will hold)."""
         client = self._client
         try:
             raw, stat = self._get(client.get_async(node))
         except NoNodeError:
             txn.create("ack", node, json.dumps(update).encode(), ephemeral=True)
-            return 0, client.client_id
-        merged = json.dumps({**(_decode_acks(raw) or {}), **update}).encode()
+            return 0, client.client_id, dict(update)
+        content = {**(_decode_acks(raw) or {}), **update}
+        merged = json.dumps(content).encode()
         session = client.client_id
         if session is None:
             raise ConnectionLoss()  # retried once connected again
         if stat.ephemeralOwner == session[0]:
             txn.set_data("ack", node, merged, stat.version)
-            return stat.version + 1, session
+            return stat.version + 1, session, content
         # Held by another session (this worker before a restart): take it over, or the ack
         # would vanish when that session expires.
         txn.delete("ack", node, stat.version)
         txn.create("ack", node, merged, ephemeral=True)
-        return 0, session
+        return 0, session, content
 
     def acks(self, location: str) -> AckMap:
         parent = self.paths.acks(location)
@@ -1189,9 +1192,10 @@ class ZooKeeperBackend(Backend):
                 session = self._client.client_id if arg == KazooState.CONNECTED else None
                 if session is not None:  # None: disconnected again already, wait for the next
                     if self._session_id is not None:
-                        hints[("resync", None)] = Hint(kind="resync")
-                        if session[0] != self._session_id:
+                        lost = session[0] != self._session_id
+                        if lost:
                             self._need_restore = True
+                        _add_resync(hints, session_lost=lost)
                     self._session_id = session[0]
                 self._disarm()  # kazoo drops every watch when a connection breaks
             elif kind == "watch":
@@ -1220,7 +1224,7 @@ class ZooKeeperBackend(Backend):
             self._arm_all()
             if self._armed and self._missed:
                 self._missed = False
-                hints[("resync", None)] = Hint(kind="resync")
+                _add_resync(hints)
         else:
             if not self._acks_armed and self._wants_acks():
                 # A subscriber that wants acks joined: watch every acknowledgement node now,
@@ -1388,23 +1392,24 @@ class ZooKeeperBackend(Backend):
             self._watches_lost()
 
     def _restore_ephemerals(self) -> None:
-        """A new session: put back the registrations and acks this backend wrote."""
+        """A new session: put back the worker registrations this backend wrote.
+
+        Not their acknowledgements: written back from here they would race the agent's own
+        (a copy taken before an acknowledgement, written after it, put the generation back
+        and left a location pausing for good). The ``resync`` hint of a new session says
+        ``session_lost``; agents acknowledge again what they applied, each against the
+        record as it is then."""
         with self._lock:
             workers = list(self._my_workers.values())
-            acks = {k: dict(v) for k, v in self._my_acks.items()}
         try:
             for info in workers:
                 self._put_worker_node(self.paths.worker(info.worker_id), self._worker_bytes(info))
-            for (location, worker_id), acked in acks.items():
-                if not self._write_ack(location, worker_id, acked):
-                    with self._lock:
-                        self._my_acks.pop((location, worker_id), None)
         except (LocstatusError, KazooException, KazooTimeoutError) as exc:
             log.warning("zookeeper backend %s: re-registration after session loss failed, "
                         "will retry: %s", self.paths.root, exc)
             return
-        log.info("zookeeper backend %s: new session, re-registered %d worker(s) and %d ack(s)",
-                 self.paths.root, len(workers), len(acks))
+        log.info("zookeeper backend %s: new session, re-registered %d worker(s)",
+                 self.paths.root, len(workers))
         self._need_restore = False
         self._forget_workers()
 
@@ -1475,6 +1480,13 @@ class ZooKeeperBackend(Backend):
         with contextlib.suppress(Exception):
             self._client.close()
         self._live.clear()
+
+
+def _add_resync(hints: dict[tuple[str, str | None], Hint], *, session_lost: bool = False) -> None:
+    """Add a ``resync`` hint to a batch; one that says ``session_lost`` stays so."""
+    earlier = hints.get(("resync", None))
+    lost = session_lost or (earlier is not None and earlier.session_lost)
+    hints[("resync", None)] = Hint(kind="resync", session_lost=lost)
 
 
 def _wants(kinds: frozenset[str] | None, kind: str) -> bool:
