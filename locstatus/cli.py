@@ -34,6 +34,7 @@ from __future__ import annotations
 import getpass
 import importlib
 import json
+import logging
 import math
 import os
 import re
@@ -492,10 +493,20 @@ class _Mutation:
     def describe(self, location: str, rec: LocationStatus, changed: list[str]) -> str:
         if changed:
             names = ", ".join(changed)
-            if self.kind == "pause":
-                return f"{location}: paused {names}"
-            if self.kind == "resume":
-                return f"{location}: resumed {names}"
+            if self.kind in ("pause", "resume"):
+                # Say what the store says: a change waits in pausing/resuming until every live
+                # worker applied it (SPEC §3); only then is the service paused/running.
+                done = "paused" if self.kind == "pause" else "resumed"
+                waiting = [s for s in changed if rec.services[s].state.transitional]
+                if not waiting:
+                    return f"{location}: {done} {names}"
+                going = "pausing" if self.kind == "pause" else "resuming"
+                settled = [s for s in changed if s not in waiting]
+                return (
+                    f"{location}: {going} {', '.join(waiting)} (until every live worker has "
+                    "applied it; --wait SECONDS waits for that)"
+                    + (f"; {done} {', '.join(settled)}" if settled else "")
+                )
             if self.kind == "schedule":
                 when = rec.services[changed[0]].resume_at
                 return f"{location}: resume of {names} scheduled at {_iso(when)}"
@@ -1063,7 +1074,8 @@ def check(
     ctx: typer.Context,
     repair: Annotated[bool, typer.Option("--repair", help="Fix what is safe to fix.")] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="With --repair: show the repairs only.")
+        bool,
+        typer.Option("--dry-run", help="Plan the repairs --repair would make; write nothing."),
     ] = False,
     as_json: JsonOpt = False,
     stuck_after: Annotated[
@@ -1112,6 +1124,8 @@ def check(
         if locations is not None
         else None
     )
+    if metrics_file is not None:
+        _check_writable(metrics_file, "--metrics-file")  # before the scan, not after it
     run_check, render_report, write_metrics = _feature(
         "locstatus.check", "check", "run_check", "render_report", "write_metrics"
     )
@@ -1132,6 +1146,18 @@ def check(
     if metrics_file is not None:
         write_metrics(report, metrics_file)
     raise typer.Exit(int(report.exit_code))
+
+
+def _check_writable(path: str, option: str) -> None:
+    """Refuse (InvalidInput, exit 2) a file that cannot be written: its directory is missing or
+    not writable, or it is a directory itself."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InvalidInput(f"{option} {path!r} is a directory")
+    if not os.path.isdir(directory):
+        raise InvalidInput(f"{option} {path!r}: directory {directory!r} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InvalidInput(f"{option} {path!r}: directory {directory!r} is not writable")
 
 
 @app.command()
@@ -1158,6 +1184,7 @@ def serve(
     ] = None,
 ) -> None:
     """Run the HTTP sidecar (SPEC §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
+    logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
     port_number = _port(port)
     reconcile = _interval("--reconcile-interval", reconcile_interval)
     check_every = _interval("--check-interval", check_interval)
@@ -1346,13 +1373,17 @@ def _report_corrupt(corrupt: Sequence[CorruptRecord]) -> None:
     for bad in corrupt:
         typer.echo(f"error: {bad.message}", err=True)
     typer.echo(
-        f"error: {len(corrupt)} corrupt record(s) not shown; run 'locstatus check'", err=True
+        f"error: {len(corrupt)} corrupt record(s); run 'locstatus check' for details", err=True
     )
     raise typer.Exit(2)
 
 
 def main() -> None:
     """Console entry point (``locstatus``)."""
+    if not os.environ.get("LOCSTATUS_DEBUG"):
+        # kazoo logs every failed connection attempt on stderr; a one-shot command reports the
+        # outcome in its own one line (docs/cli.md). ``serve`` turns them back on.
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     app(prog_name="locstatus")
 
 

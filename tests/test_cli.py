@@ -407,6 +407,17 @@ def test_wait_times_out_naming_the_lagging_worker_then_settles_when_acked(synced
     assert rec.services["replication"].state is State.PAUSED
 
 
+def test_a_pause_that_waits_for_workers_says_pausing_not_paused(synced: Cli) -> None:
+    """Found by the new-user review: with a live worker that had not applied it yet, the CLI
+    printed 'paused' while the table under it said pausing."""
+    register(synced.url, "worker-7")
+    out = synced.ok("pause", "dr-site-a", "--reason", "test").stdout
+    assert "dr-site-a: pausing replication (until every live worker has applied it" in out
+    assert "paused replication" not in out
+    assert synced.status("dr-site-a").services["replication"].state is State.PAUSING
+    assert "us-east-1: paused " in synced.ok("pause", "us-east-1").stdout  # nobody applies it
+
+
 def test_workers_shows_lease_state_lag_and_handler_errors(synced: Cli) -> None:
     register(synced.url, "worker-a", errors={"dr-site-a/replication": "boom: disk full"})
     register(synced.url, "worker-b", alive=False, locations=("eu-west-par",))
@@ -546,6 +557,42 @@ def test_check_passes_parsed_options_and_exits_with_the_report_code(
     human = synced("check", "--no-progress")
     assert human.exit_code == 1 and "rendered report" in human.stdout
     assert fake_modules["check"]["expected"] is None and fake_modules["check"]["progress"] is False
+
+
+def test_check_refuses_a_metrics_file_it_cannot_write_before_it_scans(
+    synced: Cli, tmp_path: Path
+) -> None:
+    """Found by the new-user review: the report said clean (exit_code 0) and the process then
+    exited 2 on the metrics file. Now the option is refused first, with no report printed."""
+    for path, why in ((tmp_path / "missing" / "x.prom", "does not exist"),
+                      (tmp_path, "is a directory")):
+        result = synced("check", "--json", "--metrics-file", str(path))
+        assert result.exit_code == 2
+        assert result.stdout == ""
+        assert why in result.stderr and "--metrics-file" in result.stderr
+
+
+def test_check_dry_run_alone_plans_the_repairs(synced: Cli) -> None:
+    register(synced.url, "worker-gone", alive=False)
+    report = json.loads(synced("check", "--dry-run", "--json").stdout)
+    assert report["options"]["dry_run"] is True
+    assert [r["outcome"] for r in report["repairs"]] == ["planned"]
+    assert report["exit_code"] == 1
+    assert [w.worker_id for w in connect(synced.url).workers()] == ["worker-gone"]  # unwritten
+
+
+def test_a_zookeeper_that_does_not_answer_is_one_error_line(tmp_path: Path) -> None:
+    """kazoo logs every failed connection attempt; the CLI says the outcome once (docs/cli.md:
+    errors are one line on stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "locstatus", "--backend", "zk://127.0.0.1:1/x?timeout=1", "check"],
+        capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "LOCSTATUS_DEBUG"},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: cannot connect"), (
+        proc.stderr
+    )
 
 
 def test_serve_and_demo_wiring(
