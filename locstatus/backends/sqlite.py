@@ -459,13 +459,18 @@ class _ChunkedScan:
     (:func:`codec.decode_newest_writes`)."""
 
     _OLDER = 3
-    _ROW = (  # a row as "version US data", or '' (not NULL) when it cannot be joined so
+    _HEAD = (  # the newest row as "version US data", or '' (not NULL) when it is not that:
+        # split once, at the first US, so its data may hold anything (history() reads the same)
+        "CASE WHEN typeof(h.version) = 'integer' AND typeof(h.data) IN ('text', 'blob') "
+        "THEN h.version || char(31) || h.data ELSE '' END"
+    )
+    _ROW = (  # an older row likewise, joined by RS: its data must hold neither separator
         "CASE WHEN typeof(h.version) = 'integer' AND typeof(h.data) IN ('text', 'blob') "
         "AND instr(h.data, char(30)) = 0 AND instr(h.data, char(31)) = 0 "
         "THEN h.version || char(31) || h.data ELSE '' END"
     )
     _SQL = (
-        f"SELECT l.location, l.version, l.data, (SELECT {_ROW} "
+        f"SELECT l.location, l.version, l.data, (SELECT {_HEAD} "
         "FROM history h WHERE h.location = l.location ORDER BY h.version DESC LIMIT 1), "
         f"CASE WHEN (l.version & {(1 << _INCARNATION_SHIFT) - 1}) > 1 THEN "
         f"(SELECT group_concat(o.r, char(30)) FROM (SELECT {_ROW} r FROM history h "
@@ -536,8 +541,11 @@ def _writes(newest: object, older: object) -> list[codec.Write] | None:
     which names what is wrong with it."""
     if newest is None:
         return []
+    if older is None:  # the usual row: a record not written since it was created
+        version, sep, data = str(newest).partition("\x1f")
+        return [(int(version), data)] if sep and version.isascii() and version.isdigit() else None
     out: list[codec.Write] = []
-    parts = [str(newest)] if older is None else [str(newest), *str(older).split("\x1e")]
+    parts = [str(newest), *str(older).split("\x1e")]
     for part in parts:
         version, sep, data = part.partition("\x1f")
         if not sep or not (version.isascii() and version.isdigit()):
