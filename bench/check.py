@@ -122,9 +122,14 @@ def count(path: Path) -> int:
             return -1
 
 
-def bare_read(path: Path) -> Callable[[], int]:
+def _open(path: Path) -> sqlite3.Connection:
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
+    return db
+
+
+def bare_read(path: Path) -> Callable[[], int]:
+    db = _open(path)
 
     def run() -> int:
         n = 0
@@ -136,18 +141,20 @@ def bare_read(path: Path) -> Callable[[], int]:
     return run
 
 
+WITH_NEWEST_HISTORY = (
+    "SELECT l.location, l.version, l.data, (SELECT h.data FROM history h "
+    "WHERE h.location = l.location ORDER BY h.version DESC LIMIT 1) "
+    "FROM locations l ORDER BY l.location"
+)
+"""Every record with its newest history row: what the baselines below read."""
+
+
 def bare_read_with_history(path: Path) -> Callable[[], int]:
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    sql = (
-        "SELECT l.location, l.version, l.data, (SELECT h.data FROM history h "
-        "WHERE h.location = l.location ORDER BY h.version DESC LIMIT 1) "
-        "FROM locations l ORDER BY l.location"
-    )
+    db = _open(path)
 
     def run() -> int:
         n = 0
-        for _loc, _version, data, newest in db.execute(sql):
+        for _loc, _version, data, newest in db.execute(WITH_NEWEST_HISTORY):
             json.loads(data)
             json.loads(newest)
             n += 1
@@ -160,19 +167,13 @@ def validated_read(path: Path) -> Callable[[], int]:
     """The same rows as :func:`bare_read_with_history`, each record and history write validated
     into the pydantic models (one ``validate_json`` call each, straight to pydantic-core) and
     nothing else: the least a check that validates what it compares can do."""
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    sql = (
-        "SELECT l.location, l.version, l.data, (SELECT h.data FROM history h "
-        "WHERE h.location = l.location ORDER BY h.version DESC LIMIT 1) "
-        "FROM locations l ORDER BY l.location"
-    )
+    db = _open(path)
     record = LocationStatus.__pydantic_validator__.validate_json
     history = TypeAdapter(list[HistoryEntry]).validator.validate_json
 
     def run() -> int:
         n = 0
-        for loc, version, data, newest in db.execute(sql):
+        for loc, version, data, newest in db.execute(WITH_NEWEST_HISTORY):
             record(f'{{"location":"{loc}","version":{version},{data[1:]}')
             history(newest)
             n += 1
