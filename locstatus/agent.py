@@ -625,12 +625,17 @@ class Agent:
             else:  # resync, or anything this agent does not know: re-read everything
                 self._want_resync = True
                 if hint.session_lost:
-                    # Acknowledgements held by the old session are gone: acknowledge again
-                    # what was applied (after the resync), without running the handlers again.
+                    # Acknowledgements held by the old session are gone.
                     self._metrics["sessions_lost"] += 1
-                    self._handled.update(self._applied)
-                    self._applied.clear()
+                    self._acknowledge_again()
         self._wake.set()
+
+    def _acknowledge_again(self) -> None:
+        """Acknowledge again, after the next read, everything applied so far, without running
+        the handlers again (the backend may have dropped the acknowledgements). Caller holds
+        the lock."""
+        self._handled.update(self._applied)
+        self._applied.clear()
 
     # -- heartbeat thread ----------------------------------------------------------------------
 
@@ -687,8 +692,7 @@ class Agent:
                 # check job; a lost ZooKeeper session), and its acknowledgements with it:
                 # acknowledge again what it applied, without running the handlers again.
                 self._metrics["lease_lapses"] += 1
-                self._handled.update(self._applied)
-                self._applied.clear()
+                self._acknowledge_again()
         self._last_beat_ok = now
         if reconnected:
             self._wake.set()
