@@ -108,11 +108,17 @@ def encode_history(entries: Sequence[HistoryEntry]) -> str:
     return _HISTORY_LIST.dump_json(list(entries)).decode()
 
 
-def decode_history(location: str, raw: str | bytes, version: int) -> list[HistoryEntry]:
-    """Parse the entries of the write stored under ``version`` (the backend's own key).
+def decode_history(location: str, raw: object, version: int) -> list[HistoryEntry]:
+    """Parse the entries of the write stored under ``version`` (the backend's own key) from
+    its stored text (``str``/``bytes``).
 
-    Raises :class:`CorruptRecord` when they do not parse, and when an entry names another
-    version: a hand edit, and one that would mislead whoever pages through history by it."""
+    Raises :class:`CorruptRecord` when they are not text or do not parse, and when an entry
+    names another version: a hand edit, and one that would mislead whoever pages through
+    history by it."""
+    if not isinstance(raw, str | bytes):
+        raise CorruptRecord(
+            location, history_error(version, f"expected JSON text, got {type(raw).__name__}")
+        )
     try:
         entries: list[HistoryEntry] = _VALIDATE_HISTORY(raw)
     except ValidationError as exc:
@@ -124,6 +130,14 @@ def history_error(version: int, detail: str) -> str:
     """The detail of a :class:`CorruptRecord` for the history write at ``version``: it names
     the write, so an operator knows which one to look at (``locstatus history`` stops there)."""
     return f"history write at version {version}: {detail}"
+
+
+def write_version(location: str, version: object) -> int:
+    """The key a history write is stored under, when it is an integer (a hand edit may have
+    stored anything there). Raises :class:`CorruptRecord`."""
+    if type(version) is not int:
+        raise CorruptRecord(location, f"history: version {version!r} is not an integer")
+    return version
 
 
 def check_write(location: str, entries: list[HistoryEntry], version: int) -> list[HistoryEntry]:
@@ -149,10 +163,6 @@ def decode_newest_write(location: str, write: Write | None) -> list[HistoryEntry
         return []
     version, raw = write
     try:
-        if not isinstance(raw, str | bytes):
-            raise CorruptRecord(
-                location, history_error(version, f"expected JSON text, got {type(raw).__name__}")
-            )
         entries = decode_history(location, raw, version)
     except CorruptRecord as exc:
         return exc
@@ -177,11 +187,11 @@ def decode_newest_writes(
     if not writes:
         return []
     entries = decode_newest_write(location, writes[0])
-    if not entries and not isinstance(entries, CorruptRecord):
-        return None
-    if len(writes) == 1 or isinstance(entries, CorruptRecord):
+    if isinstance(entries, CorruptRecord):
         return entries
-    if isinstance(record, CorruptRecord):
+    if not entries:
+        return None
+    if len(writes) == 1 or isinstance(record, CorruptRecord):
         return entries
     pending = set(record.services)
     if not _covered(pending, entries):

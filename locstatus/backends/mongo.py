@@ -367,15 +367,14 @@ class MongoBackend(Backend):
 
     def _entries(self, location: str, raw: object, version: object) -> list[HistoryEntry]:
         """The entries of the write stored as ``version`` (see :func:`codec.check_write`)."""
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise CorruptRecord(location, f"history: version {version!r} is not an integer")
+        key = codec.write_version(location, version)
         try:
             entries = _ENTRIES.validate_python(raw)
         except ValidationError as exc:
             raise CorruptRecord(
-                location, codec.history_error(version, codec._short(exc, "entries"))
+                location, codec.history_error(key, codec._short(exc, "entries"))
             ) from exc
-        return codec.check_write(location, entries, version)
+        return codec.check_write(location, entries, key)
 
     @staticmethod
     def _writes(location: str, raw: object) -> list[tuple[int, object]]:

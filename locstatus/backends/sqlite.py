@@ -215,15 +215,12 @@ class SQLiteBackend(Backend):
         return _decode_row(location, version, data)
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
-        out: list[LocationStatus | CorruptRecord] = []
-        for loc, version, data in self._query(
-            "SELECT location, version, data FROM locations ORDER BY location"
-        ):
-            try:
-                out.append(_decode_row(str(loc), version, data))
-            except CorruptRecord as exc:
-                out.append(exc)
-        return out
+        return [
+            _decode_row_or_error(str(loc), version, data)
+            for loc, version, data in self._query(
+                "SELECT location, version, data FROM locations ORDER BY location"
+            )
+        ]
 
     def scan_with_history(self) -> _ChunkedScan:
         return _ChunkedScan(self)
@@ -284,15 +281,8 @@ class SQLiteBackend(Backend):
                 "typeof(version) NOT IN ('integer', 'real')) ORDER BY version DESC LIMIT ?",
                 (location, upper, want),
             )
-            for version, data in rows:
-                if type(version) is not int:  # a hand edit: the column is declared INTEGER
-                    raise CorruptRecord(
-                        location, f"history: version {version!r} is not an integer"
-                    )
-                if not isinstance(data, str | bytes):
-                    raise CorruptRecord(location, codec.history_error(
-                        version, f"expected JSON text, got {type(data).__name__}"
-                    ))
+            for key, data in rows:
+                version = codec.write_version(location, key)  # the column is declared INTEGER
                 out.extend(reversed(codec.decode_history(location, data, version)))
                 if len(out) >= limit:
                     return out
@@ -492,11 +482,7 @@ class _ChunkedScan:
             rows = self.backend._query(self._SQL, (after, self.batch))
             for loc, version, data, newest, older in rows:
                 location = str(loc)
-                rec: LocationStatus | CorruptRecord
-                try:
-                    rec = _decode_row(location, version, data)
-                except CorruptRecord as exc:
-                    rec = exc
+                rec = _decode_row_or_error(location, version, data)
                 writes = _writes(newest, older)
                 yield rec, (
                     None if writes is None else codec.decode_newest_writes(location, rec, writes)
@@ -534,6 +520,16 @@ def _decode_row(location: str, version: object, data: object) -> LocationStatus:
     return codec.decode_record(location, version, data)
 
 
+def _decode_row_or_error(
+    location: str, version: object, data: object
+) -> LocationStatus | CorruptRecord:
+    """:func:`_decode_row`, with the error in place of the record (whole scans)."""
+    try:
+        return _decode_row(location, version, data)
+    except CorruptRecord as exc:
+        return exc
+
+
 def _writes(newest: object, older: object) -> list[codec.Write] | None:
     """The ``(version, data)`` of the history rows the scan joined (see :class:`_ChunkedScan`),
     newest first, up to the first that is not ``version US text`` with an integer version.
@@ -541,14 +537,23 @@ def _writes(newest: object, older: object) -> list[codec.Write] | None:
     which names what is wrong with it."""
     if newest is None:
         return []
+    head = _write_of(str(newest))
+    if head is None:
+        return None
     if older is None:  # the usual row: a record not written since it was created
-        version, sep, data = str(newest).partition("\x1f")
-        return [(int(version), data)] if sep and version.isascii() and version.isdigit() else None
-    out: list[codec.Write] = []
-    parts = [str(newest), *str(older).split("\x1e")]
-    for part in parts:
-        version, sep, data = part.partition("\x1f")
-        if not sep or not (version.isascii() and version.isdigit()):
+        return [head]
+    out = [head]
+    for part in str(older).split("\x1e"):
+        write = _write_of(part)
+        if write is None:
             break
-        out.append((int(version), data))
-    return out or None
+        out.append(write)
+    return out
+
+
+def _write_of(part: str) -> codec.Write | None:
+    """``(version, data)`` of one joined ``version US data`` row, or None when it is not that."""
+    version, sep, data = part.partition("\x1f")
+    if not sep or not (version.isascii() and version.isdigit()):
+        return None
+    return int(version), data
