@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from locstatus.backends import open_backend
-from locstatus.manager import Clock, Manager, RetryPolicy
+from locstatus.clock import Clock
+from locstatus.manager import Manager, RetryPolicy
 from locstatus.models import utcnow
 from locstatus.settings import Settings
 

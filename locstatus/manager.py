@@ -41,6 +41,7 @@ from tenacity import (
 )
 
 from locstatus.backends.base import AckMap, Backend
+from locstatus.clock import CallerClock, Clock, TimeSource
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -68,7 +69,6 @@ from locstatus.names import DEFAULT_SERVICES, canonical_service, check_location
 if TYPE_CHECKING:
     from locstatus.agent import Agent
 
-Clock = Callable[[], datetime]
 ServiceArg = str | Iterable[str] | None
 Plan = tuple[LocationStatus, list[HistoryEntry]] | None
 
@@ -207,12 +207,14 @@ class Manager:
         backend: Backend,
         *,
         services: Iterable[str] = DEFAULT_SERVICES,
-        clock: Clock = utcnow,
+        clock: Clock | TimeSource = utcnow,
         retry: RetryPolicy | None = None,
     ) -> None:
         self.backend = backend
         self.services: tuple[str, ...] = tuple(services)
-        self.clock = clock
+        self.time: TimeSource = clock if isinstance(clock, TimeSource) else CallerClock(clock)
+        """The backend's time (docs/time.md): every deadline is judged on it."""
+        self.clock: Clock = self.time.now
         self.retry = retry or RetryPolicy()
         self.stats = {"writes": 0, "conflicts": 0, "ambiguous": 0, "stale_hints": 0}
         self._hints = _VersionHints()

@@ -243,6 +243,9 @@ class WorkerInfo(_Frozen):
     ephemeral node) and the worker is alive while it is listed."""
     errors: dict[str, str] = Field(default_factory=dict)
     """Last handler error per ``location/service`` (cleared on success)."""
+    clock_offset_seconds: float | None = None
+    """The worker process's wall clock minus the backend's time, in seconds, as it last
+    measured it (docs/time.md); None when not measured. Reported, never trusted."""
 
     def alive(self, now: datetime) -> bool:
         """True while the lease holds at ``now`` (an aware datetime)."""

@@ -38,8 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from locstatus.clock import Clock
 from locstatus.errors import LocstatusError
-from locstatus.manager import Clock, Manager
+from locstatus.manager import Manager
 from locstatus.models import Hint, LocationStatus, State
 
 log = logging.getLogger("locstatus.reconciler")

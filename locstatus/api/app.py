@@ -57,6 +57,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route as StarletteRoute
 
 from locstatus import __version__
+from locstatus.clock import Clock
 from locstatus.errors import (
     InvalidInput,
     LocstatusError,
@@ -64,7 +65,7 @@ from locstatus.errors import (
     PreconditionFailed,
     Unauthorized,
 )
-from locstatus.manager import Clock, Manager
+from locstatus.manager import Manager
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
 from locstatus.names import BULK_LOCATION, LOCATION_RE, SERVICE_ALIASES, check_location
 

@@ -30,8 +30,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from locstatus.clock import Clock
 from locstatus.errors import LocstatusError
-from locstatus.manager import Clock, Manager, lagging_workers
+from locstatus.manager import Manager, lagging_workers
 from locstatus.models import LocationStatus, State, WorkerInfo
 
 if TYPE_CHECKING:

@@ -20,9 +20,10 @@ import math
 from collections import Counter
 from datetime import datetime
 
+from locstatus.clock import Clock
 from locstatus.errors import LocstatusError
 from locstatus.fsm import table
-from locstatus.manager import Clock, Manager, lagging_workers
+from locstatus.manager import Manager, lagging_workers
 from locstatus.models import LocationStatus, WorkerInfo
 
 from .problems import redact
