@@ -19,7 +19,7 @@ backend error retries the key shortly without running the handler again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers
@@ -52,8 +52,11 @@ class Applier:
         worker_id: str,
         handlers: Handlers,
         retry: HandlerRetry,
+        on_interrupt: Callable[[], None],
     ) -> None:
         self.state = state
+        self.on_interrupt = on_interrupt
+        """Called when a handler raised KeyboardInterrupt: the agent stops (docs/agent.md)."""
         self.manager = manager
         self.backend = manager.backend
         self.worker_id = worker_id
@@ -179,14 +182,16 @@ class Applier:
         self, key: Key, handlers: Iterable[Handler], status: ServiceStatus | None, generation: int
     ) -> bool:
         """Run ``handlers`` for ``key``; on failure record the error, schedule a retry with
-        backoff and return False."""
+        backoff and return False. Any exception a handler raises is a handler error, including
+        a ``BaseException`` (``asyncio.CancelledError``, ``SystemExit``): the apply thread
+        never dies of one. ``KeyboardInterrupt`` is recorded, then stops the agent."""
         s = self.state
         location, service = key
         self.applying = Applying(location, service, status)
         try:
             for fn in handlers:
                 self.handlers.call(fn, location)
-        except Exception as exc:
+        except BaseException as exc:
             self.applying = None
             with s.cond:
                 s.metrics["handler_errors"] += 1
@@ -204,6 +209,11 @@ class Applier:
                 exc_info=exc,
             )
             s.beat_now.set()  # publish the error now, not at the next heartbeat
+            if isinstance(exc, KeyboardInterrupt):
+                log.warning(
+                    "agent %s: a handler raised KeyboardInterrupt: stopping", self.worker_id
+                )
+                self.on_interrupt()
             return False
         self.applying = None
         with s.lock:

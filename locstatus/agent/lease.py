@@ -128,17 +128,21 @@ class Lease:
 
     def renew(self, errors: Mapping[str, str]) -> Renewal:
         """Renew the lease (ZooKeeper: ping, rewriting the node only when ``errors`` changed).
-        A backend error is logged and reported as ``ok=False``; it is never raised."""
-        info = self.info(errors)
+        Any error (a backend's, or one no backend mapped) is logged and reported as
+        ``ok=False``; it is never raised, so the heartbeat thread never dies of it."""
         try:
+            info = self.info(errors)
             if self.backend.session_leases and info == self._registered:
                 self.backend.ping()  # the session holds the lease: nothing to rewrite
             else:
                 self.backend.put_worker(info)
                 self._registered = info
-        except LocstatusError as exc:
+        except Exception as exc:
             self.connected = False
-            log.warning("agent %s: heartbeat failed: %s", self.worker_id, exc)
+            if isinstance(exc, LocstatusError):
+                log.warning("agent %s: heartbeat failed: %s", self.worker_id, exc)
+            else:
+                log.exception("agent %s: heartbeat failed (unexpected error)", self.worker_id)
             return Renewal(ok=False, reconnected=False, lapsed=False)
         now = self._monotonic()
         lapsed = now - self.last_ok > self.lease_seconds

@@ -37,6 +37,7 @@ COUNTERS = (
     "lease_lapses",
     "sessions_lost",
     "corrupt_records",
+    "thread_errors",
 )
 """The agent's counters (:meth:`Agent.metrics`, docs/agent.md "Reading the state locally")."""
 

@@ -56,7 +56,19 @@ class Watcher:
     # -- hints (a backend thread) --------------------------------------------------------------
 
     def on_hint(self, hint: Hint) -> None:
-        """Record what to look at, wake the watch thread, return."""
+        """Record what to look at, wake the watch thread, return. Never raises into the
+        backend's thread: whatever goes wrong turns into a full re-read."""
+        try:
+            if not self._on_hint(hint):
+                return
+        except Exception:
+            log.exception("agent %s: hint %s could not be recorded", self.worker_id, hint.kind)
+            with self.state.lock:
+                self.state.want_resync = True
+        self.state.wake.set()
+
+    def _on_hint(self, hint: Hint) -> bool:
+        """Record ``hint``; False when the watch thread has nothing to do for it."""
         s = self.state
         with s.lock:
             s.metrics["hints"] += 1
@@ -64,7 +76,7 @@ class Watcher:
                 if self.locations is None or hint.location in self.locations:
                     if hint.record is not None and hint.record.location == hint.location:
                         s.store_locked(hint.record)  # read by the backend: no read of our own
-                        return
+                        return False
                     s.dirty.add(hint.location)
             elif hint.kind == "acks" and hint.location is not None:
                 # Others are still acknowledging: put off this worker's settle until they are
@@ -78,7 +90,7 @@ class Watcher:
                     # Acknowledgements held by the old session are gone.
                     s.metrics["sessions_lost"] += 1
                     s.copy.acknowledge_again()
-        s.wake.set()
+        return True
 
     # -- the watch thread ------------------------------------------------------------------------
 
@@ -130,14 +142,19 @@ class Watcher:
                     next_fire = now + s.settle.settle_interval  # at most one attempt per period
                     self._fire_due_resumes()
                 failures = 0
-            except LocstatusError as exc:
+            except Exception as exc:  # a backend's error, or one nobody mapped: never fatal
                 failures += 1
                 with s.lock:
                     s.metrics["backend_errors"] += 1
                     s.want_resync = True  # whatever was missed, re-read it all
                     s.dirty |= dirty
                     s.settle.retry(settle_now, now=now)
-                log.warning("agent %s: backend read failed: %s", self.worker_id, exc)
+                if isinstance(exc, LocstatusError):
+                    log.warning("agent %s: backend read failed: %s", self.worker_id, exc)
+                else:
+                    log.exception(
+                        "agent %s: backend read failed (unexpected error)", self.worker_id
+                    )
                 if s.stopping.wait(min(2.0, 0.05 * 2**failures)):
                     return
                 s.wake.set()

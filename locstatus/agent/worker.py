@@ -143,9 +143,7 @@ class Agent:
 
         self._handlers = Handlers(loop)
         self._state = AgentState(self.services, self.settle_interval)
-        self._lease = Lease(
-            manager, worker_id, self.services, self.locations, lease_seconds=lease
-        )
+        self._lease = Lease(manager, worker_id, self.services, self.locations, lease_seconds=lease)
         self._watcher = Watcher(
             self._state,
             manager,
@@ -154,7 +152,14 @@ class Agent:
             resync_interval=self.resync_interval,
             fire_scheduled_resumes=fire_scheduled_resumes,
         )
-        self._applier = Applier(self._state, manager, worker_id, self._handlers, self.handler_retry)
+        self._applier = Applier(
+            self._state,
+            manager,
+            worker_id,
+            self._handlers,
+            self.handler_retry,
+            on_interrupt=self._stop_in_background,
+        )
         self._threads: list[threading.Thread] = []
         self._unsubscribe: Callable[[], None] | None = None
         self._started = False
@@ -397,11 +402,41 @@ class Agent:
         self.stop()
 
     def _run_thread(self, target: Callable[[], None]) -> None:
-        try:
-            target()
-        except Exception:  # pragma: no cover - a bug; keep it visible
-            log.exception("agent %s: thread %s died", self.worker_id, target.__name__)
-            raise
+        """Run one of the agent's loops until the agent stops. A loop catches what it expects
+        itself; anything that still escapes (a bug, a ``BaseException`` out of a library) is
+        logged, counted (``thread_errors``) and the loop starts again after a backoff: no
+        agent thread ever dies. ``KeyboardInterrupt`` stops the agent instead."""
+        s = self._state
+        failures = 0
+        while not s.stopping.is_set():
+            try:
+                target()
+                return  # the loops return only when the agent stops
+            except KeyboardInterrupt:
+                log.warning(
+                    "agent %s: KeyboardInterrupt in %s: stopping",
+                    self.worker_id,
+                    threading.current_thread().name,
+                )
+                self._stop_in_background()
+                return
+            except BaseException:
+                failures += 1
+                s.count("thread_errors")
+                log.exception(
+                    "agent %s: %s failed (restarting it, attempt %d)",
+                    self.worker_id,
+                    threading.current_thread().name,
+                    failures,
+                )
+                if s.stopping.wait(min(5.0, 0.1 * 2**failures)):
+                    return
+
+    def _stop_in_background(self) -> None:
+        """Stop the agent from one of its own threads (which stop() would wait for)."""
+        threading.Thread(
+            target=self.stop, name=f"locstatus-stop-{self.worker_id}", daemon=True
+        ).start()
 
     # -- heartbeat thread ----------------------------------------------------------------------
 

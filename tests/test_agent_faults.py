@@ -1,0 +1,149 @@
+"""The worker agent under faults (docs/agent.md, "Failures"): on every backend kit, in-process.
+
+- no agent thread dies: raw errors out of the backend (what an unmapped driver error looks like),
+  handlers raising ``BaseException`` (``asyncio.CancelledError``, ``SystemExit``), and a
+  ``KeyboardInterrupt`` that stops the agent cleanly;
+- what the worker does with a corrupt record, a location purged while it was cut off, other
+  services' scheduled resumes, and what its registration publishes.
+
+Self-fencing with real server faults is tests/test_agent_fencing.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from locstatus import Client, State
+from locstatus.agent import Agent, HandlerRetry
+
+from agent_worker import Partition
+from kits import Kit
+
+LOC = "us-east-1"
+OTHER = "eu-west-1"
+SVC = "replication"
+FAST: dict[str, Any] = {"lease_seconds": 2.0, "handler_retry": HandlerRetry(base=0.05, cap=0.2)}
+
+
+def eventually(check: Callable[[], Any], timeout: float = 20.0, every: float = 0.02) -> Any:
+    """Poll ``check`` until it returns a truthy value; fail with its last value after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
+        time.sleep(every)
+
+
+@pytest.fixture
+def agents() -> Iterator[list[Agent]]:
+    started: list[Agent] = []
+    yield started
+    for a in started:
+        a.stop()
+
+
+def acked(mgr: Client, worker: str, location: str = LOC, service: str = SVC) -> int | None:
+    return mgr.backend.acks(location).get(worker, {}).get(service)
+
+
+def state(mgr: Client, location: str = LOC, service: str = SVC) -> State:
+    return mgr.status(location).services[service].state
+
+
+class RawErrors(Partition):
+    """The real backend behind a switch: while :meth:`cut`, every call raises a bare
+    ``RuntimeError`` (a driver error nobody mapped, e.g. pymongo's ``DocumentTooLarge``
+    before it was) and hints are dropped."""
+
+    def _check(self) -> None:
+        if self._cut.is_set():
+            raise RuntimeError("raw driver error (test fault injector)")
+
+
+# -- no agent thread dies -----------------------------------------------------------------------
+
+
+def test_raw_backend_errors_kill_no_thread(kit: Kit, agents: list[Agent]) -> None:
+    """Heartbeat, watch and apply threads all meet an error that is not a LocstatusError; once
+    the backend answers again the worker is alive, reads the change it missed, applies it and
+    acknowledges it (before: the heartbeat thread died, the worker read as dead, and the next
+    pause settled without its handler running)."""
+    link = RawErrors(kit.open())
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC])
+    calls: list[str] = []
+    agent = Client(link).agent("w1", services=[SVC], resync_interval=0.3, **FAST)
+    agents.append(agent)
+    agent.on_pause(SVC)(lambda location: calls.append(f"pause {location}"))
+    agent.on_resume(SVC)(lambda location: calls.append(f"resume {location}"))
+    agent.start()
+    link.cut()
+    time.sleep(1.0)  # several heartbeats, resyncs and retries fail
+    link.heal()
+    time.sleep(FAST["lease_seconds"] + 0.5)  # past a lease: only a live heartbeat keeps it
+    assert any(w.worker_id == "w1" and w.alive(mgr.clock()) for w in mgr.workers())
+    assert mgr.pause(LOC, SVC, wait=10).services[SVC].state is State.PAUSED
+    assert acked(mgr, "w1") == 1 and calls[-1] == f"pause {LOC}"
+    assert agent.metrics()["backend_errors"] + agent.metrics()["heartbeat_errors"] > 0
+
+
+@pytest.mark.parametrize("error", [asyncio.CancelledError, SystemExit, GeneratorExit])
+def test_a_handler_raising_base_exception_is_a_handler_error_and_retried(
+    kit: Kit, agents: list[Agent], error: type[BaseException]
+) -> None:
+    """Before: the BaseException killed the apply thread for good; the worker stayed
+    registered, never acknowledged again, and agent.errors() was empty."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER])
+    agent = mgr.agent("w1", services=[SVC], **FAST)
+    agents.append(agent)
+    left = [3]
+
+    @agent.on_pause(SVC)
+    def stop(location: str) -> None:
+        if location == LOC and left[0] > 0:
+            left[0] -= 1
+            raise error("handler gave up")
+
+    agent.start()
+    mgr.pause(LOC, SVC)
+    key = f"{LOC}/{SVC}"
+    eventually(lambda: key in agent.errors())
+    assert agent.errors()[key].startswith(error.__name__)
+    info = eventually(lambda: [w for w in mgr.workers() if w.errors])[0]
+    assert info.errors[key].startswith(error.__name__)
+    assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
+    assert left == [0] and acked(mgr, "w1") == 1
+    eventually(lambda: agent.errors() == {})
+    assert mgr.pause(OTHER, SVC, wait=10).services[SVC].state is State.PAUSED  # still applying
+
+
+def test_a_handler_raising_keyboard_interrupt_stops_the_agent_cleanly(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """KeyboardInterrupt in a handler is a request to stop (docs/agent.md "Failures"): the
+    agent unregisters, as stop() does, so it never blocks a pause it does not apply."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC])
+    agent = mgr.agent("w1", services=[SVC], **FAST)
+    agents.append(agent)
+
+    @agent.on_pause(SVC)
+    def stop(location: str) -> None:
+        raise KeyboardInterrupt
+
+    agent.start()
+    assert [w.worker_id for w in mgr.workers()] == ["w1"]
+    mgr.pause(LOC, SVC)
+    eventually(lambda: mgr.workers() == [])
+    assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
+    assert acked(mgr, "w1") is None
