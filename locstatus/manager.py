@@ -346,11 +346,24 @@ class Manager:
 
     # -- reconcile primitives (agents, sidecar, check job) -----------------------------------
 
-    def fire_due_resumes(self, location: str, *, actor: str = "scheduler") -> LocationStatus:
-        """Fire every scheduled resume of ``location`` that is due (SPEC §3.3). The guard
-        (``resume_at`` still equals the value read) makes exactly one transition happen
-        however many processes call this."""
+    def fire_due_resumes(
+        self,
+        location: str,
+        *,
+        services: Iterable[str] | None = None,
+        actor: str = "scheduler",
+    ) -> LocationStatus:
+        """Fire every scheduled resume of ``location`` that is due (SPEC §3.3); with
+        ``services``, only those of these services (an agent fires only the resumes of the
+        services it applies, docs/agent.md "Scheduled resumes"). The guard (``resume_at``
+        still equals the value read) makes exactly one transition happen however many
+        processes call this."""
         check_location(location)
+        if isinstance(services, str):
+            services = [services]
+        only = (
+            None if services is None else {canonical_service(s, self.services) for s in services}
+        )
         op_id = new_op_id()
 
         def plan(rec: LocationStatus, now: datetime) -> Plan:
@@ -359,7 +372,9 @@ class Manager:
             due = {
                 s: st.resume_at
                 for s, st in rec.services.items()
-                if st.resume_at is not None and st.resume_at <= now
+                if st.resume_at is not None
+                and st.resume_at <= now
+                and (only is None or s in only)
             }
             return self._plan(
                 rec, now, op_id, list(due),

@@ -14,14 +14,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from locstatus import Client, State
 from locstatus.agent import Agent, HandlerRetry
+from locstatus.clock import CallerClock
+from locstatus.models import utcnow
 
 from agent_worker import Partition
+from fakeclock import FakeClock
 from kits import Kit
 
 LOC = "us-east-1"
@@ -147,3 +151,54 @@ def test_a_handler_raising_keyboard_interrupt_stops_the_agent_cleanly(
     eventually(lambda: mgr.workers() == [])
     assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
     assert acked(mgr, "w1") is None
+
+
+# -- what the worker publishes and fires ------------------------------------------------------
+
+
+class Skewed(CallerClock):
+    """The caller's clock, reporting a measured offset of +2.5 s to the backend."""
+
+    def offset_seconds(self) -> float | None:
+        return 2.5
+
+
+def test_the_registration_carries_the_clock_offset(kit: Kit, agents: list[Agent]) -> None:
+    plain = Client(kit.open()).agent("w-plain", services=[SVC], **FAST)
+    skewed = Client(kit.open(), clock=Skewed(utcnow)).agent("w-skewed", services=[SVC], **FAST)
+    agents.extend([plain, skewed])
+    plain.start()
+    skewed.start()
+    mgr = Client(kit.open())
+    offsets = {w.worker_id: w.clock_offset_seconds for w in mgr.workers()}
+    assert offsets == {"w-plain": 0.0, "w-skewed": 2.5}
+
+
+def test_an_agent_fires_only_the_resumes_of_the_services_it_applies(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """An agent registered for lifecycle only must not fire a due replication resume
+    (docs/agent.md "Scheduled resumes"); one that applies replication does."""
+    clock = FakeClock()
+    mgr = Client(kit.open(), clock=clock)
+    mgr.sync_locations({LOC: [SVC, "lifecycle"]})
+    mgr.pause(LOC, [SVC, "lifecycle"])  # no worker yet: settles at once
+    mgr.resume(LOC, SVC, at=timedelta(hours=2))
+    mgr.resume(LOC, "lifecycle", at=timedelta(hours=5))
+    life = Client(kit.open(), clock=clock).agent(
+        "w-life", services=["lifecycle"], resync_interval=0.2, settle_interval=0.1, **FAST
+    )
+    agents.append(life)
+    life.start()
+    clock.advance(hours=3)  # replication's resume is due, lifecycle's is not
+    time.sleep(1.5)  # several passes of the agent's watch loop
+    assert state(mgr) is State.PAUSED and state(mgr, service="lifecycle") is State.PAUSED
+    repl = Client(kit.open(), clock=clock).agent(
+        "w-repl", services=[SVC], resync_interval=0.2, settle_interval=0.1, **FAST
+    )
+    agents.append(repl)
+    repl.start()
+    eventually(lambda: state(mgr) is State.RUNNING)
+    assert state(mgr, service="lifecycle") is State.PAUSED
+    fired = [e for e in mgr.history(LOC, limit=10) if e.event == "resume_due"]
+    assert [(e.service, e.actor) for e in fired] == [(SVC, "agent:w-repl")]

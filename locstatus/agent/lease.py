@@ -51,6 +51,16 @@ def _wait_for_unregistration(backend: object, worker_id: str) -> None:
         pending.join()
 
 
+OFFSET_DECIMALS = 1
+"""The published clock offset is rounded to 0.1 s, so that on ZooKeeper (where a
+renewal rewrites the registration only when it changed) a measured offset that wanders by a
+few milliseconds does not rewrite it, and wake every watcher of the worker list, each time."""
+
+
+def _rounded(offset: float | None) -> float | None:
+    return None if offset is None else round(offset, OFFSET_DECIMALS)
+
+
 class Renewal(NamedTuple):
     """What a renewal found (:meth:`Lease.renew`)."""
 
@@ -114,6 +124,7 @@ class Lease:
             if self.backend.session_leases
             else self.manager.clock() + timedelta(seconds=self.lease_seconds),
             errors=dict(errors),
+            clock_offset_seconds=_rounded(self.manager.time.offset_seconds()),
         )
 
     def register(self, errors: Mapping[str, str]) -> None:

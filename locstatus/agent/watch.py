@@ -13,6 +13,7 @@ resync, the settle schedule, the next scheduled resume), or for a hint.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from locstatus.agent.state import AgentState
@@ -30,9 +31,10 @@ log = logging.getLogger("locstatus.agent")
 class Watcher:
     """Keeps the local copy of ``state`` fresh for one worker and settles what it applied.
 
-    ``locations``: the worker's location filter (None: every location). ``resync_interval``:
-    seconds between full re-reads. ``fire_scheduled_resumes``: fire due resumes of watched
-    locations (docs/agent.md, "Scheduled resumes").
+    ``services``: the services the worker applies; ``locations``: its location filter (None:
+    every location). ``resync_interval``: seconds between full re-reads.
+    ``fire_scheduled_resumes``: fire the due resumes of the worker's services at watched
+    locations, and of no other service (docs/agent.md, "Scheduled resumes").
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class Watcher:
         manager: Manager,
         worker_id: str,
         *,
+        services: tuple[str, ...],
         locations: frozenset[str] | None,
         resync_interval: float,
         fire_scheduled_resumes: bool,
@@ -49,6 +52,7 @@ class Watcher:
         self.manager = manager
         self.backend = manager.backend
         self.worker_id = worker_id
+        self.services = services
         self.locations = locations
         self.resync_interval = resync_interval
         self.fire_scheduled_resumes = fire_scheduled_resumes
@@ -238,35 +242,38 @@ class Watcher:
 
     # -- scheduled resumes -----------------------------------------------------------------------
 
+    def _resume_dues(self) -> dict[str, datetime]:
+        """Earliest scheduled resume per watched location, among the services this worker
+        applies (a resume of another service is its own workers' or the sidecar's to fire)."""
+        dues: dict[str, datetime] = {}
+        with self.state.lock:
+            for loc, rec in self.state.copy.records.items():
+                if rec.deleted:
+                    continue
+                mine = [rec.services.get(svc) for svc in self.services]
+                ats = [
+                    x.resume_at
+                    for x in mine
+                    if x is not None and x.resume_at is not None and x.state.desired_paused
+                ]
+                if ats:
+                    dues[loc] = min(ats)
+        return dues
+
     def _next_resume_due(self) -> float:
-        """Seconds until the earliest scheduled resume of a watched record (inf if none)."""
+        """Seconds until the earliest scheduled resume this worker fires (inf if none)."""
         if not self.fire_scheduled_resumes:
             return float("inf")
-        with self.state.lock:
-            dues = [
-                x.resume_at
-                for rec in self.state.copy.records.values()
-                if not rec.deleted
-                for x in rec.services.values()
-                if x.resume_at is not None and x.state.desired_paused
-            ]
+        dues = self._resume_dues()
         if not dues:
             return float("inf")
-        return max(0.0, (min(dues) - self.manager.clock()).total_seconds())
+        return max(0.0, (min(dues.values()) - self.manager.clock()).total_seconds())
 
     def _fire_due_resumes(self) -> None:
-        now = self.manager.clock()
-        with self.state.lock:
-            due = [
-                loc
-                for loc, rec in self.state.copy.records.items()
-                if not rec.deleted
-                and any(
-                    x.resume_at is not None and x.resume_at <= now and x.state.desired_paused
-                    for x in rec.services.values()
-                )
-            ]
+        due = [loc for loc, at in self._resume_dues().items() if self.manager.time.is_past(at)]
         for loc in sorted(due):
-            rec = self.manager.fire_due_resumes(loc, actor=f"agent:{self.worker_id}")
+            rec = self.manager.fire_due_resumes(
+                loc, services=self.services, actor=f"agent:{self.worker_id}"
+            )
             with self.state.cond:
                 self.state.store_locked(rec)

@@ -148,6 +148,7 @@ class Agent:
             self._state,
             manager,
             worker_id,
+            services=self.services,
             locations=self._location_set,
             resync_interval=self.resync_interval,
             fire_scheduled_resumes=fire_scheduled_resumes,
