@@ -202,3 +202,62 @@ def test_an_agent_fires_only_the_resumes_of_the_services_it_applies(
     assert state(mgr, service="lifecycle") is State.PAUSED
     fired = [e for e in mgr.history(LOC, limit=10) if e.event == "resume_due"]
     assert [(e.service, e.actor) for e in fired] == [(SVC, "agent:w-repl")]
+# -- corrupt records and purged locations ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ["{not json", '{"services": {"replication": {"state": "exploded", "generation": 9}}}'],
+)
+def test_a_corrupt_record_keeps_the_last_state_applied_and_is_reported(
+    kit: Kit, agents: list[Agent], payload: str
+) -> None:
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER])
+    calls: list[str] = []
+    agent = mgr.agent("w1", services=[SVC], resync_interval=0.3, **FAST)
+    agents.append(agent)
+    agent.on_pause(SVC)(lambda location: calls.append(f"pause {location}"))
+    agent.on_resume(SVC)(lambda location: calls.append(f"resume {location}"))
+    agent.start()
+    mgr.pause(LOC, SVC, wait=10)
+    eventually(lambda: agent.state(LOC, SVC) is State.PAUSED)  # read the settled record
+    good = mgr.status(LOC).model_dump_json(include={"services", "deleted_at"})
+    before = list(calls)
+    kit.write_raw(LOC, payload)
+    key = f"{LOC}/*"
+    eventually(lambda: key in agent.errors())
+    assert agent.errors()[key].startswith("CorruptRecord")
+    eventually(lambda: key in mgr.workers()[0].errors)  # published in the registration
+    time.sleep(0.7)  # a couple more re-reads
+    assert agent.is_paused(LOC, SVC) and agent.state(LOC, SVC) is State.PAUSED
+    assert calls == before  # no handler ran for it
+    assert agent.metrics()["corrupt_records"] >= 1
+    assert mgr.pause(OTHER, SVC, wait=10).services[SVC].state is State.PAUSED  # others go on
+    kit.write_raw(LOC, good)  # repaired by hand: reported no more
+    eventually(lambda: key not in agent.errors())
+    eventually(lambda: key not in mgr.workers()[0].errors)
+
+
+def test_on_remove_runs_for_a_location_removed_and_purged_while_the_worker_was_cut_off(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """A worker that misses both the removal and the purge (a freeze, a partition) still runs
+    on_remove for the location it applied, when it finds it gone (before: it only forgot it)."""
+    link = Partition(kit.open())
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER])
+    removed: list[str] = []
+    agent = Client(link).agent("w1", services=[SVC], resync_interval=0.3, lease_seconds=60)
+    agents.append(agent)
+    agent.on_remove(removed.append)
+    agent.start()
+    assert agent.locations_seen() == sorted([LOC, OTHER])
+    link.cut()
+    mgr.sync_locations([OTHER])  # LOC becomes a tombstone ...
+    mgr.purge_location(LOC, mgr.backend.read(LOC).version)  # ... and is purged
+    link.heal()
+    eventually(lambda: removed == [LOC])
+    assert agent.locations_seen() == [OTHER]
+    time.sleep(0.7)
+    assert removed == [LOC]  # once

@@ -246,6 +246,17 @@ def test_a_tombstone_plans_its_removal_and_a_restore_plans_the_services_again() 
     assert ("x", TOMBSTONE_ACK) not in copy.applied
 
 
+def test_forgetting_an_applied_location_makes_its_on_remove_due_once() -> None:
+    copy = LocalCopy(("replication",))
+    copy.store(record("x", 1, replication=0))
+    copy.store(record("y", 1, replication=0))
+    copy.applied[("x", "replication")] = 0  # applied x; y never applied
+    assert copy.forget("x") and copy.purged == {"x"}
+    assert not copy.forget("y") and copy.purged == {"x"}
+    copy.applied[("z", TOMBSTONE_ACK)] = 5  # z's removal already ran on_remove
+    assert not copy.forget("z")
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

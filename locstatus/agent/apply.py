@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 
 from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers
 from locstatus.agent.queue import Key
+from locstatus.agent.replica import PURGED
 from locstatus.agent.settle import is_settler
 from locstatus.agent.state import AgentState
-from locstatus.errors import LocstatusError, NotFound, VersionConflict
+from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
 from locstatus.models import (
     TOMBSTONE_ACK,
     LocationStatus,
@@ -104,6 +105,10 @@ class Applier:
         location, service = key
         with s.lock:
             rec = s.copy.records.get(location)
+            purged = service == TOMBSTONE_ACK and location in s.copy.purged
+        if purged:
+            self._apply_purge(key)
+            return
         if rec is None:
             return
         if service == TOMBSTONE_ACK:
@@ -178,6 +183,22 @@ class Applier:
             return  # purged, unreachable (retried), restored or removed again (due again)
         self._acknowledge(key, removal)
 
+    def _apply_purge(self, key: Key) -> None:
+        """``on_remove`` for a location that disappeared before this worker saw its removal
+        (nothing to acknowledge: the record is gone). If it was created again meanwhile, its
+        pause/resume handlers run again after this."""
+        s = self.state
+        location = key[0]
+        if not self._run_handlers(key, self.handlers.for_removal(), None, PURGED):
+            return
+        with s.cond:
+            s.copy.purged.discard(location)
+            s.copy.handled.pop(key, None)
+            s.copy.removed(location)
+            again = s.copy.records.get(location)
+            if again is not None:
+                s.store_locked(again)
+
     def _run_handlers(
         self, key: Key, handlers: Iterable[Handler], status: ServiceStatus | None, generation: int
     ) -> bool:
@@ -232,6 +253,11 @@ class Applier:
             with s.cond:
                 s.forget_locked(location)
             return None
+        except CorruptRecord as exc:  # keep what was applied; nothing is acknowledged
+            with s.lock:
+                s.corrupt_locked(exc)
+            log.warning("agent %s: %s", self.worker_id, exc)
+            return None
         except LocstatusError as exc:
             self._backend_retry(key, generation, exc)
             return None
@@ -252,6 +278,10 @@ class Applier:
             self.backend.ack(self.worker_id, location, service, generation, if_version=if_version)
         except VersionConflict:
             return None
+        except CorruptRecord as exc:
+            with s.lock:
+                s.corrupt_locked(exc)
+            return False
         except LocstatusError as exc:
             self._backend_retry(key, generation, exc)
             return False

@@ -13,7 +13,11 @@ from __future__ import annotations
 from locstatus.agent.queue import Key
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
-__all__ = ["LocalCopy"]
+__all__ = ["PURGED", "LocalCopy"]
+
+PURGED = -2
+"""The generation a removal key ``(location, TOMBSTONE_ACK)`` is queued with when the record
+disappeared (purged) before this worker ran ``on_remove`` for it: nothing to acknowledge."""
 
 
 class LocalCopy:
@@ -23,6 +27,9 @@ class LocalCopy:
     - ``handled``: the generation whose handlers succeeded, acknowledgement still due.
 
     A removal is the key ``(location, TOMBSTONE_ACK)`` with the tombstone's generation.
+    ``purged``: locations that disappeared (purged) while this worker had applied some of their
+    services and not run ``on_remove`` yet (a freeze, a partition, a lost session): it runs
+    ``on_remove`` for them all the same (docs/agent.md "Tombstones").
 
     Usage::
 
@@ -35,6 +42,7 @@ class LocalCopy:
         self.records: dict[str, LocationStatus] = {}
         self.applied: dict[Key, int] = {}
         self.handled: dict[Key, int] = {}
+        self.purged: set[str] = set()
 
     def store(self, rec: LocationStatus) -> list[tuple[Key, int]]:
         """Keep ``rec`` unless a newer version is already known; return the work it implies:
@@ -59,12 +67,19 @@ class LocalCopy:
                 work.append(((loc, svc), st.generation))
         return work
 
-    def forget(self, location: str) -> None:
-        """The record is gone (purged): drop it and what was applied of it."""
+    def forget(self, location: str) -> bool:
+        """The record is gone (purged): drop it and what was applied of it. Returns True when
+        ``on_remove`` is due for it (some of its services were applied, its removal was not):
+        the location joins :attr:`purged`."""
         self.records.pop(location, None)
+        due = False
         for table in (self.applied, self.handled):
             for key in [k for k in table if k[0] == location]:
+                due = due or key[1] != TOMBSTONE_ACK
                 del table[key]
+        if due:
+            self.purged.add(location)
+        return due
 
     def removed(self, location: str) -> None:
         """The ``on_remove`` handlers ran: the consumers of ``location`` were torn down, so if
@@ -92,3 +107,4 @@ class LocalCopy:
         self.records.clear()
         self.applied.clear()
         self.handled.clear()
+        self.purged.clear()

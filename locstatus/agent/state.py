@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Iterable
 
 from locstatus.agent.queue import DueQueue, Key
-from locstatus.agent.replica import LocalCopy
+from locstatus.agent.replica import PURGED, LocalCopy
 from locstatus.agent.settle import SettleSchedule
-from locstatus.models import LocationStatus
+from locstatus.errors import CorruptRecord
+from locstatus.models import TOMBSTONE_ACK, LocationStatus
 
-__all__ = ["COUNTERS", "AgentState"]
+__all__ = ["COUNTERS", "AgentState", "corrupt_key"]
 
 COUNTERS = (
     "handler_runs",
@@ -40,6 +41,11 @@ COUNTERS = (
     "thread_errors",
 )
 """The agent's counters (:meth:`Agent.metrics`, docs/agent.md "Reading the state locally")."""
+
+
+def corrupt_key(location: str) -> str:
+    """The key a corrupt record of ``location`` is reported under in the errors."""
+    return f"{location}/*"
 
 
 class AgentState:
@@ -96,8 +102,20 @@ class AgentState:
 
     def store_locked(self, rec: LocationStatus) -> None:
         """Keep ``rec`` in the local copy and queue the work it implies."""
+        if self.errors.pop(corrupt_key(rec.location), None) is not None:
+            self.beat_now.set()  # readable again: no longer reported
         for key, generation in self.copy.store(rec):
             self.schedule_locked(key, generation)
+
+    def corrupt_locked(self, exc: CorruptRecord) -> None:
+        """The stored record of ``exc.location`` is corrupt: keep the last state read and
+        applied (nothing runs, nothing is acknowledged for it) and report it with the
+        handler errors (``agent.errors()``, ``WorkerInfo.errors``), keyed ``location/*``."""
+        self.metrics["corrupt_records"] += 1
+        text = f"CorruptRecord: {exc.detail} (keeping the last state applied)"[:1000]
+        if self.errors.get(corrupt_key(exc.location)) != text:
+            self.errors[corrupt_key(exc.location)] = text
+            self.beat_now.set()
 
     def schedule_locked(self, key: Key, generation: int, delay: float = 0.0) -> None:
         """Make ``key`` due now (or after ``delay`` seconds) and wake the apply thread."""
@@ -105,13 +123,16 @@ class AgentState:
             self.cond.notify()
 
     def forget_locked(self, location: str) -> None:
-        """The record is gone (purged): forget it everywhere."""
-        self.copy.forget(location)
+        """The record is gone (purged): forget it everywhere; queue its ``on_remove`` when the
+        worker applied it and never ran that (it missed the removal)."""
+        on_remove_due = self.copy.forget(location)
         self.settle.settled(location)
         self.queue.discard_location(location)
         for name in [k for k in self.errors if k.startswith(location + "/")]:
             del self.errors[name]
         self.first_pass_discard_locked({k for k in self.first_pass if k[0] == location})
+        if on_remove_due:
+            self.schedule_locked((location, TOMBSTONE_ACK), PURGED)
 
     def first_pass_discard_locked(self, keys: Iterable[Key]) -> None:
         self.first_pass.difference_update(keys)

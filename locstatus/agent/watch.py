@@ -169,14 +169,14 @@ class Watcher:
         records = self.backend.read_all()
         seen: set[str] = set()
         good: list[LocationStatus] = []
+        corrupt: list[CorruptRecord] = []
         for rec in records:
             loc = rec.location
             if self.locations is not None and loc not in self.locations:
                 continue
             seen.add(loc)
             if isinstance(rec, CorruptRecord):
-                s.count("corrupt_records")
-                log.warning("agent %s: %s", self.worker_id, rec)
+                corrupt.append(rec)
             else:
                 good.append(rec)
         with s.cond:
@@ -185,6 +185,10 @@ class Watcher:
                 s.forget_locked(loc)
             for rec in good:
                 s.store_locked(rec)
+            for exc in corrupt:
+                s.corrupt_locked(exc)  # the last state read is kept: seen, so not forgotten
+        for exc in corrupt:
+            log.warning("agent %s: %s", self.worker_id, exc)
 
     def refresh(self, location: str) -> None:
         """Read one record a hint named."""
@@ -196,11 +200,15 @@ class Watcher:
                 s.forget_locked(location)
             return
         except CorruptRecord as exc:
-            s.count("corrupt_records")
-            log.warning("agent %s: %s", self.worker_id, exc)
+            self._corrupt(exc)
             return
         with s.cond:
             s.store_locked(rec)
+
+    def _corrupt(self, exc: CorruptRecord) -> None:
+        with self.state.lock:
+            self.state.corrupt_locked(exc)
+        log.warning("agent %s: %s", self.worker_id, exc)
 
     # -- settling --------------------------------------------------------------------------------
 
@@ -216,6 +224,9 @@ class Watcher:
                 return
         try:
             rec = self.manager.settle(location)
+        except CorruptRecord as exc:
+            self._corrupt(exc)
+            return
         except LocstatusError as exc:
             s.count("backend_errors")
             log.warning("agent %s: settle %s failed: %s", self.worker_id, location, exc)
@@ -235,7 +246,11 @@ class Watcher:
         with s.lock:
             targets = s.copy.transitional()
         for loc in targets:
-            rec = self.manager.settle(loc)
+            try:
+                rec = self.manager.settle(loc)
+            except CorruptRecord as exc:  # that location only; the others are still settled
+                self._corrupt(exc)
+                continue
             s.count("settles")
             with s.cond:
                 s.store_locked(rec)
@@ -272,8 +287,12 @@ class Watcher:
     def _fire_due_resumes(self) -> None:
         due = [loc for loc, at in self._resume_dues().items() if self.manager.time.is_past(at)]
         for loc in sorted(due):
-            rec = self.manager.fire_due_resumes(
-                loc, services=self.services, actor=f"agent:{self.worker_id}"
-            )
+            try:
+                rec = self.manager.fire_due_resumes(
+                    loc, services=self.services, actor=f"agent:{self.worker_id}"
+                )
+            except CorruptRecord as exc:
+                self._corrupt(exc)
+                continue
             with self.state.cond:
                 self.state.store_locked(rec)
