@@ -83,7 +83,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.manager import Manager, lagging_workers
+from locstatus.manager import Manager, lagging_workers, stuck_handlers
 from locstatus.models import (
     TOMBSTONE_ACK,
     HistoryEntry,
@@ -627,6 +627,7 @@ class _Scan:
             if w.applies(loc, svc) and acks.get(w.worker_id, {}).get(svc, -1) < st.generation
         ]
         live = [w.worker_id for w in lagging if w.alive(self.now)]
+        stuck = stuck_handlers(lagging, live, self.now)
         evidence = {
             "state": st.state.value,
             "generation": st.generation,
@@ -637,6 +638,7 @@ class _Scan:
                     "lease_alive": w.alive(self.now),
                     "lease_expires_at": _iso(w.lease_expires_at),
                     "acked_generation": acks.get(w.worker_id, {}).get(svc),
+                    "stuck": stuck.get(w.worker_id),
                 }
                 for w in lagging
             ],
@@ -645,7 +647,8 @@ class _Scan:
         if live:
             message = (
                 f"{st.state.value} generation {st.generation} for {_human_age(self._age(since))}; "
-                f"live workers not acknowledged: {', '.join(live)}"
+                f"live workers not acknowledged: "
+                + ", ".join(w + (f" ({stuck[w]})" if w in stuck else "") for w in live)
             )
             plan = RepairPlan(
                 action=None,

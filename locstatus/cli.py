@@ -67,7 +67,7 @@ from locstatus.errors import (
     SettleTimeout,
 )
 from locstatus.locations import load_locations, load_sample
-from locstatus.manager import Manager, SyncReport
+from locstatus.manager import Manager, SyncReport, stuck_handlers
 from locstatus.models import (
     HistoryEntry,
     LocationStatus,
@@ -820,7 +820,8 @@ def history(
 
 @app.command()
 def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List registered workers: lease, services, location filter, lag and handler errors."""
+    """List registered workers: lease, services, location filter, lag, stuck handlers (past
+    the agent's handler deadline) and handler errors."""
     mgr = _opts(ctx).manager()
     now = mgr.clock()
     infos = mgr.workers()
@@ -860,7 +861,8 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         _console().print("no workers registered")
         return
     table = Table(title="workers", title_justify="left")
-    for col in ("Worker", "Host/pid", "Lease", "Services", "Locations", "Lagging", "Errors"):
+    for col in ("Worker", "Host/pid", "Lease", "Services", "Locations", "Lagging", "Stuck",
+                "Errors"):
         table.add_column(col)
     for w, alive, lag in rows:
         if w.lease_expires_at is None:
@@ -873,6 +875,7 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             f"{x['location']}/{x['service']} ({x['acked']}<{x['generation']})" for x in lag
         )
         errors = "; ".join(f"{k}: {v}" for k, v in sorted(w.errors.items()))
+        stuck = stuck_handlers([w], [w.worker_id], now).get(w.worker_id, "")
         table.add_row(
             Text(w.worker_id),
             Text(f"{w.host}/{w.pid}"),
@@ -880,6 +883,7 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             Text(", ".join(w.services)),
             Text("all" if w.locations is None else ", ".join(w.locations)),
             Text(lagging or "-", style="yellow" if lag else ""),
+            Text(stuck or "-", style="bold red" if stuck else ""),
             Text(errors or "-", style="red" if errors else ""),
         )
     _console().print(table)

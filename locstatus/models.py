@@ -227,6 +227,18 @@ def tombstone_generation(deleted_at: datetime) -> int:
     return int(deleted_at.timestamp() * 1000)
 
 
+class StuckHandler(_Frozen):
+    """A worker's handler that has been running past the agent's ``handler_deadline``
+    (docs/agent.md "Handlers"): where the worker is stuck."""
+
+    event: str
+    """What the handler applies: ``pause``, ``resume``, ``remove`` or ``fence``."""
+    handler: str = Field(max_length=256)
+    """The handler function (``module.qualname``)."""
+    since: UTCDateTime
+    """When it started (UTC, the manager's time source)."""
+
+
 class WorkerInfo(_Frozen):
     """A registered worker process (SPEC §2) and its lease."""
 
@@ -246,6 +258,9 @@ class WorkerInfo(_Frozen):
     clock_offset_seconds: float | None = None
     """The worker process's wall clock minus the backend's time, in seconds, as it last
     measured it (docs/time.md); None when not measured. Reported, never trusted."""
+    stuck: dict[str, StuckHandler] = Field(default_factory=dict)
+    """Handlers running past the worker's handler deadline, per ``location/service``
+    (docs/agent.md "Handlers"); cleared when they return."""
 
     def alive(self, now: datetime) -> bool:
         """True while the lease holds at ``now`` (an aware datetime)."""

@@ -12,15 +12,21 @@ Self-fencing with real server faults is tests/test_agent_fencing.py.
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from rich.console import Console
+from typer.testing import CliRunner
 
-from locstatus import Client, State
+from locstatus import Client, SettleTimeout, State
 from locstatus.agent import Agent, HandlerRetry
+from locstatus.check import render_report, run_check
+from locstatus.cli import app
 from locstatus.clock import CallerClock
 from locstatus.models import utcnow
 
@@ -30,6 +36,7 @@ from kits import Kit
 
 LOC = "us-east-1"
 OTHER = "eu-west-1"
+THIRD = "ap-south-1"
 SVC = "replication"
 FAST: dict[str, Any] = {"lease_seconds": 2.0, "handler_retry": HandlerRetry(base=0.05, cap=0.2)}
 
@@ -261,3 +268,93 @@ def test_on_remove_runs_for_a_location_removed_and_purged_while_the_worker_was_c
     assert agent.locations_seen() == [OTHER]
     time.sleep(0.7)
     assert removed == [LOC]  # once
+
+
+# -- handlers of different locations run at once; a hung one is reported ---------------------
+
+
+def test_a_hung_handler_on_one_location_does_not_stop_the_others_and_is_reported(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """Before: the worker ran its handlers one at a time, so one hung on_pause kept every
+    later pause anywhere ``pausing``, naming the worker but not where it was stuck."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER, THIRD])
+    gate = threading.Event()
+    agent = mgr.agent("w1", services=[SVC], handler_deadline=0.5, **FAST)
+    agents.append(agent)
+
+    @agent.on_pause(SVC)
+    def hang_at_us_east(location: str) -> None:
+        if location == LOC:
+            gate.wait(60)
+
+    agent.start()
+    try:
+        mgr.pause(LOC, SVC)  # its handler hangs
+        assert mgr.pause(OTHER, SVC, wait=10).services[SVC].state is State.PAUSED
+        assert mgr.resume(OTHER, SVC, wait=10).services[SVC].state is State.RUNNING
+        assert mgr.pause(THIRD, SVC, wait=10).services[SVC].state is State.PAUSED
+        key = f"{LOC}/{SVC}"
+        info = eventually(lambda: [w for w in mgr.workers() if key in w.stuck])[0]
+        assert info.stuck[key].event == "pause"
+        assert info.stuck[key].handler.endswith("hang_at_us_east")
+        assert agent.metrics()["stuck"] == 1
+        with pytest.raises(SettleTimeout) as err:
+            mgr.wait_settled(LOC, SVC, timeout=0.5)
+        assert err.value.lagging == ["w1"] and err.value.stuck == {"w1": [key]}
+        assert f"pause handler {info.stuck[key].handler} at {key}" in str(err.value)
+        # the check's human table and `locstatus workers` say where it is stuck
+        console = Console(record=True, width=400)
+        render_report(run_check(mgr, stuck_after=0.0), console)
+        table = console.export_text()
+        assert "stuck_transition" in table and "hang_at_us_east" in table
+        shown = CliRunner().invoke(
+            app, ["--backend", kit.url, "workers"], env={"COLUMNS": "400"}
+        )
+        assert shown.exit_code == 0 and "hang_at_us_east" in shown.stdout, shown.stdout
+        listed = CliRunner().invoke(app, ["--backend", kit.url, "workers", "--json"])
+        assert json.loads(listed.stdout)[0]["stuck"][key]["event"] == "pause"
+    finally:
+        gate.set()
+    assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
+    eventually(lambda: mgr.workers()[0].stuck == {})
+    assert agent.metrics()["stuck"] == 0
+
+
+def test_handlers_of_one_location_run_one_at_a_time_and_of_different_locations_at_once(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    mgr = Client(kit.open())
+    services = [SVC, "lifecycle"]
+    mgr.sync_locations({LOC: services, OTHER: services, THIRD: services})
+    agent = mgr.agent("w1", services=services, handler_concurrency=4, **FAST)
+    agents.append(agent)
+    lock = threading.Lock()
+    active: dict[str, int] = {}
+    peak = {"total": 0, LOC: 0, OTHER: 0, THIRD: 0}
+    wrong: list[str] = []
+
+    def slow(location: str) -> None:
+        what = agent.applying
+        if what is None or what.location != location:  # each handler sees its own
+            wrong.append(f"{location}: {what}")
+        with lock:
+            active[location] = active.get(location, 0) + 1
+            peak[location] = max(peak[location], active[location])
+            peak["total"] = max(peak["total"], sum(active.values()))
+        time.sleep(0.3)
+        with lock:
+            active[location] -= 1
+
+    for svc in services:
+        agent.on_pause(svc)(slow)
+    agent.start()
+    for loc in (LOC, OTHER, THIRD):
+        mgr.pause(loc)  # both services of the location, one write
+    for loc in (LOC, OTHER, THIRD):
+        rec = mgr.wait_settled(loc, timeout=20)
+        assert all(st.state is State.PAUSED for st in rec.services.values())
+    assert peak[LOC] == peak[OTHER] == peak[THIRD] == 1  # one location: one at a time
+    assert peak["total"] >= 2  # different locations: at once
+    assert wrong == []

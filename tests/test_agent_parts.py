@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from locstatus import Manager, connect
+from locstatus.agent.guard import Guard
 from locstatus.agent.lease import Lease
 from locstatus.agent.queue import DueQueue
 from locstatus.agent.replica import LocalCopy
@@ -32,9 +33,17 @@ from locstatus.agent.settle import (
     is_settler,
     rendezvous,
 )
+from locstatus.agent.state import AgentState, Running
 from locstatus.backends import open_backend
 from locstatus.errors import BackendUnavailable
-from locstatus.models import TOMBSTONE_ACK, LocationStatus, ServiceStatus, State, WorkerInfo
+from locstatus.models import (
+    TOMBSTONE_ACK,
+    LocationStatus,
+    ServiceStatus,
+    State,
+    StuckHandler,
+    WorkerInfo,
+)
 
 A = ("us-east-1", "replication")
 B = ("eu-west-1", "replication")
@@ -97,6 +106,27 @@ def test_queue_forgets_a_location_entirely() -> None:
     assert q.keys() == {B}
     assert q.pop(now=10.5) is None and q.pop(now=11.0) == B
     assert q.failed(A, 1) == 1  # the failure count went with it
+
+
+def test_queue_parks_the_keys_of_a_busy_location_until_it_is_released() -> None:
+    q = DueQueue()
+    same = (A[0], "lifecycle")
+    q.schedule(A, 1, now=10.0)
+    q.schedule(same, 1, now=10.0)
+    q.schedule(B, 1, now=10.0)
+    assert q.pop(now=10.0) == A
+    # A's location is busy: its other key waits, another location's goes first
+    assert q.pop(now=10.0, busy={A[0]}) == B
+    assert q.pop(now=10.0, busy={A[0]}) is None and q.next_at() is None and same in q
+    q.release(A[0])
+    assert q.next_at() == 10.0 and q.pop(now=10.0) == same
+
+
+def test_a_forced_schedule_does_not_wait_for_a_backoff() -> None:
+    q = DueQueue()
+    q.schedule(A, 1, now=10.0, delay=30.0)
+    assert not q.schedule(A, 1, now=10.0) and q.pop(now=10.0) is None
+    assert q.schedule(A, 1, now=10.0, force=True) and q.pop(now=10.0) == A
 
 
 # -- the settle schedule ----------------------------------------------------------------------
@@ -295,6 +325,46 @@ def test_the_copy_keeps_the_newest_record_and_plans_exactly_what_differs(
     applied = dict(copy.applied)
     copy.acknowledge_again()
     assert copy.applied == {} and all(copy.handled[k] == g for k, g in applied.items())
+
+
+def test_the_guard_reports_a_handler_past_its_deadline_once() -> None:
+    mono = Monotonic()
+    state = AgentState(("replication",), 1.0, monotonic=mono)
+    guard = Guard(state, "w1", deadline=5.0)
+    since = datetime(2030, 1, 1, tzinfo=UTC)
+    state.running[A] = Running(mono.now, since, "pause", "mod.stop")
+    assert guard.next_deadline() == mono.now + 5.0
+    mono.now += 4.9
+    guard.check()
+    assert state.stuck_locked() == {} and not state.beat_now.is_set()
+    mono.now += 0.2
+    guard.check()
+    assert state.stuck_locked() == {
+        "us-east-1/replication": StuckHandler(event="pause", handler="mod.stop", since=since)
+    }
+    assert state.beat_now.is_set() and state.metrics["stuck_handlers"] == 1
+    guard.check()
+    assert state.metrics["stuck_handlers"] == 1 and guard.next_deadline() is None
+
+
+def test_the_guard_fences_when_the_lease_runs_out_by_the_monotonic_clock() -> None:
+    mono = Monotonic()
+    state = AgentState(("replication",), 1.0, monotonic=mono)
+    lapsed: list[float] = []
+    until = mono.now + 3.0
+    guard = Guard(
+        state,
+        "w1",
+        deadline=60.0,
+        lease_until=lambda: until,
+        on_lapse=lambda: lapsed.append(mono.now),
+    )
+    assert guard.next_deadline() == until
+    guard.check()
+    assert lapsed == []
+    mono.now = until
+    guard.check()
+    assert lapsed == [until]
 
 
 # -- the lease --------------------------------------------------------------------------------

@@ -22,11 +22,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers
+from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers, handler_name
 from locstatus.agent.queue import Key
 from locstatus.agent.replica import PURGED
 from locstatus.agent.settle import is_settler
-from locstatus.agent.state import AgentState
+from locstatus.agent.state import AgentState, Running
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
 from locstatus.models import (
     TOMBSTONE_ACK,
@@ -44,7 +44,11 @@ log = logging.getLogger("locstatus.agent")
 
 
 class Applier:
-    """Runs one worker's handlers for the work queued in ``state`` and acknowledges it."""
+    """Runs one worker's handlers for the work queued in ``state`` and acknowledges it.
+
+    ``deadline``: seconds after which a running handler is reported as stuck (the guard
+    thread marks it, :mod:`.guard`).
+    """
 
     def __init__(
         self,
@@ -53,6 +57,8 @@ class Applier:
         worker_id: str,
         handlers: Handlers,
         retry: HandlerRetry,
+        *,
+        deadline: float,
         on_interrupt: Callable[[], None],
     ) -> None:
         self.state = state
@@ -63,11 +69,11 @@ class Applier:
         self.worker_id = worker_id
         self.handlers = handlers
         self.retry = retry
-        self.applying: Applying | None = None
-        """Inside a handler: what it applies (:attr:`Agent.applying`)."""
+        self.deadline = deadline
 
     def run(self) -> None:
-        """The apply loop, until the agent stops."""
+        """One apply thread's loop, until the agent stops. Several run at once; each takes
+        the earliest due key of a location no other thread is working on."""
         s = self.state
         try:
             while True:
@@ -82,18 +88,22 @@ class Applier:
                     with s.cond:
                         s.schedule_locked(key, -1, delay=self.retry.delay(3))
                 finally:
-                    with s.lock:
+                    with s.cond:
                         s.first_pass_discard_locked((key,))
+                        s.busy.discard(key[0])
+                        s.queue.release(key[0])
+                        s.cond.notify()
         finally:
             self.handlers.close()
 
     def _next_due(self) -> Key | None:
-        """Wait for the earliest due key and pop it; None when stopping. Caller holds the
-        lock (through the condition)."""
+        """Wait for the earliest due key of a location not busy, pop it and mark its location
+        busy; None when stopping. Caller holds the lock (through the condition)."""
         s = self.state
         while not s.stopping.is_set():
-            key = s.queue.pop(now=s.monotonic())
+            key = s.queue.pop(now=s.monotonic(), busy=s.busy)
             if key is not None:
+                s.busy.add(key[0])
                 return key
             at = s.queue.next_at()
             s.cond.wait(None if at is None else max(0.0, at - s.monotonic()))
@@ -200,7 +210,13 @@ class Applier:
                 s.store_locked(again)
 
     def _run_handlers(
-        self, key: Key, handlers: Iterable[Handler], status: ServiceStatus | None, generation: int
+        self,
+        key: Key,
+        handlers: Iterable[Handler],
+        status: ServiceStatus | None,
+        generation: int,
+        *,
+        fenced: bool = False,
     ) -> bool:
         """Run ``handlers`` for ``key``; on failure record the error, schedule a retry with
         backoff and return False. Any exception a handler raises is a handler error, including
@@ -208,12 +224,17 @@ class Applier:
         never dies of one. ``KeyboardInterrupt`` is recorded, then stops the agent."""
         s = self.state
         location, service = key
-        self.applying = Applying(location, service, status)
+        what = Applying(location, service, status, fenced)
+        if fenced:
+            event = "fence"
+        else:
+            event = "remove" if status is None else "pause" if status.paused else "resume"
         try:
             for fn in handlers:
-                self.handlers.call(fn, location)
+                self._started(key, event, fn)
+                self.handlers.call(fn, location, what)
         except BaseException as exc:
-            self.applying = None
+            self._ended(key)
             with s.cond:
                 s.metrics["handler_errors"] += 1
                 count = s.queue.failed(key, generation)
@@ -236,11 +257,36 @@ class Applier:
                 )
                 self.on_interrupt()
             return False
-        self.applying = None
+        self._ended(key)
         with s.lock:
             s.metrics["handler_runs"] += 1
             s.copy.handled[key] = generation
         return True
+
+    def _started(self, key: Key, event: str, fn: Handler) -> None:
+        """A handler starts for ``key``: the guard watches its deadline."""
+        s = self.state
+        run = Running(s.monotonic(), self.manager.clock(), event, handler_name(fn))
+        with s.lock:
+            was_stuck = s.running.get(key, run).stuck
+            s.running[key] = run
+        s.guard_wake.set()
+        if was_stuck:
+            s.beat_now.set()  # the previous handler of this key was reported: it returned
+
+    def _ended(self, key: Key) -> None:
+        s = self.state
+        with s.lock:
+            run = s.running.pop(key, None)
+        if run is not None and run.stuck:
+            log.warning(
+                "agent %s: handler %s for %s/%s returned after %.1fs (was stuck)",
+                self.worker_id,
+                run.handler,
+                *key,
+                s.monotonic() - run.started,
+            )
+            s.beat_now.set()  # no longer stuck: publish now
 
     def _reread(self, key: Key, generation: int) -> LocationStatus | None:
         """Read the record again after a handler ran. None: gone, or unreachable (then the key

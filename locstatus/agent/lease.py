@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from locstatus.errors import LocstatusError
-from locstatus.models import WorkerInfo
+from locstatus.models import StuckHandler, WorkerInfo
 
 if TYPE_CHECKING:
     from locstatus.manager import Manager
@@ -111,8 +111,11 @@ class Lease:
         """Monotonic time of the last successful registration or renewal."""
         self._registered: WorkerInfo | None = None  # what the backend holds, as last written
 
-    def info(self, errors: Mapping[str, str]) -> WorkerInfo:
-        """The registration as it would be written now, publishing ``errors``."""
+    def info(
+        self, errors: Mapping[str, str], stuck: Mapping[str, StuckHandler] | None = None
+    ) -> WorkerInfo:
+        """The registration as it would be written now, publishing ``errors`` and ``stuck``
+        handlers."""
         return WorkerInfo(
             worker_id=self.worker_id,
             services=self.services,
@@ -125,6 +128,7 @@ class Lease:
             else self.manager.clock() + timedelta(seconds=self.lease_seconds),
             errors=dict(errors),
             clock_offset_seconds=_rounded(self.manager.time.offset_seconds()),
+            stuck=dict(stuck or {}),
         )
 
     def register(self, errors: Mapping[str, str]) -> None:
@@ -137,12 +141,15 @@ class Lease:
         self.last_ok = self._monotonic()
         self.connected = True
 
-    def renew(self, errors: Mapping[str, str]) -> Renewal:
-        """Renew the lease (ZooKeeper: ping, rewriting the node only when ``errors`` changed).
+    def renew(
+        self, errors: Mapping[str, str], stuck: Mapping[str, StuckHandler] | None = None
+    ) -> Renewal:
+        """Renew the lease (ZooKeeper: ping, rewriting the node only when what it publishes
+        changed).
         Any error (a backend's, or one no backend mapped) is logged and reported as
         ``ok=False``; it is never raised, so the heartbeat thread never dies of it."""
         try:
-            info = self.info(errors)
+            info = self.info(errors, stuck)
             if self.backend.session_leases and info == self._registered:
                 self.backend.ping()  # the session holds the lease: nothing to rewrite
             else:

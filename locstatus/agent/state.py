@@ -14,14 +14,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
 from locstatus.agent.queue import DueQueue, Key
 from locstatus.agent.replica import PURGED, LocalCopy
 from locstatus.agent.settle import SettleSchedule
 from locstatus.errors import CorruptRecord
-from locstatus.models import TOMBSTONE_ACK, LocationStatus
+from locstatus.models import TOMBSTONE_ACK, LocationStatus, StuckHandler
 
-__all__ = ["COUNTERS", "AgentState", "corrupt_key"]
+__all__ = ["COUNTERS", "AgentState", "Running", "corrupt_key"]
 
 COUNTERS = (
     "handler_runs",
@@ -39,8 +41,25 @@ COUNTERS = (
     "sessions_lost",
     "corrupt_records",
     "thread_errors",
+    "stuck_handlers",
 )
 """The agent's counters (:meth:`Agent.metrics`, docs/agent.md "Reading the state locally")."""
+
+
+@dataclass
+class Running:
+    """A handler running now, for the stuck-handler report (docs/agent.md "Handlers")."""
+
+    started: float
+    """Monotonic time it started (seconds)."""
+    since: datetime
+    """When it started, on the manager's time source (published)."""
+    event: str
+    """``pause``, ``resume``, ``remove`` or ``fence``."""
+    handler: str
+    """``module.qualname`` of the function."""
+    stuck: bool = False
+    """Past the deadline: reported in the registration."""
 
 
 def corrupt_key(location: str) -> str:
@@ -83,6 +102,12 @@ class AgentState:
         """Wakes the watch thread."""
         self.beat_now = threading.Event()
         """Wakes the heartbeat thread (publish a changed error now)."""
+        self.guard_wake = threading.Event()
+        """Wakes the guard thread (a handler started: a new deadline)."""
+        self.busy: set[str] = set()
+        """Locations an apply thread is working on (one thread per location at a time)."""
+        self.running: dict[Key, Running] = {}
+        """Handlers running now, by key."""
 
     def reset(self) -> None:
         """Start from scratch (a restarted agent: stop() dropped its acknowledgements)."""
@@ -95,6 +120,16 @@ class AgentState:
             self.dirty.clear()
             self.settle.clear()
             self.want_resync = False
+            self.busy.clear()
+            self.running.clear()
+
+    def stuck_locked(self) -> dict[str, StuckHandler]:
+        """The handlers running past their deadline, as the registration publishes them."""
+        return {
+            f"{loc}/{svc}": StuckHandler(event=r.event, handler=r.handler, since=r.since)
+            for (loc, svc), r in self.running.items()
+            if r.stuck
+        }
 
     def count(self, name: str, n: int = 1) -> None:
         with self.lock:
@@ -117,9 +152,11 @@ class AgentState:
             self.errors[corrupt_key(exc.location)] = text
             self.beat_now.set()
 
-    def schedule_locked(self, key: Key, generation: int, delay: float = 0.0) -> None:
-        """Make ``key`` due now (or after ``delay`` seconds) and wake the apply thread."""
-        if self.queue.schedule(key, generation, now=self.monotonic(), delay=delay):
+    def schedule_locked(
+        self, key: Key, generation: int, delay: float = 0.0, *, force: bool = False
+    ) -> None:
+        """Make ``key`` due now (or after ``delay`` seconds) and wake an apply thread."""
+        if self.queue.schedule(key, generation, now=self.monotonic(), delay=delay, force=force):
             self.cond.notify()
 
     def forget_locked(self, location: str) -> None:

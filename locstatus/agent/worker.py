@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypedDict, overload
 
 from locstatus.agent.apply import Applier
-from locstatus.agent.handlers import Applying, H, HandlerRetry, Handlers
+from locstatus.agent.guard import Guard
+from locstatus.agent.handlers import Applying, H, HandlerRetry, Handlers, applying
 from locstatus.agent.lease import UNREGISTER_GRACE, Lease
 from locstatus.agent.state import AgentState
 from locstatus.agent.watch import Watcher
@@ -28,9 +29,14 @@ from locstatus.settings import Settings
 if TYPE_CHECKING:
     from locstatus.manager import Manager
 
-__all__ = ["Agent", "AgentSettings"]
+__all__ = ["HANDLER_CONCURRENCY", "HANDLER_DEADLINE", "Agent", "AgentSettings"]
 
 log = logging.getLogger("locstatus.agent")
+
+HANDLER_CONCURRENCY = 8
+"""Default number of locations whose handlers may run at once (apply threads)."""
+HANDLER_DEADLINE = 60.0
+"""Default seconds after which a running handler is reported as stuck."""
 
 
 class AgentSettings(TypedDict, total=False):
@@ -41,6 +47,8 @@ class AgentSettings(TypedDict, total=False):
     resync_interval: float
     settle_interval: float | None
     handler_retry: HandlerRetry | None
+    handler_concurrency: int
+    handler_deadline: float
     fire_scheduled_resumes: bool
     loop: asyncio.AbstractEventLoop | None
 
@@ -60,15 +68,22 @@ class Agent:
     - ``settle_interval``: at most one settle attempt per this period on worker changes
       (default ``min(1, heartbeat_interval)``).
     - ``handler_retry``: :class:`HandlerRetry` backoff of failing handlers.
+    - ``handler_concurrency``: locations whose handlers may run at once (default
+      :data:`HANDLER_CONCURRENCY`); the handlers of one location always run one at a time.
+    - ``handler_deadline``: a handler running longer is reported as stuck (in the
+      registration, ``locstatus workers``, ``locstatus check`` and the ``wait=`` error); default
+      :data:`HANDLER_DEADLINE`.
     - ``fire_scheduled_resumes``: fire due scheduled resumes of watched locations (any number
       of processes may do this, exactly one transition happens). Default True.
     - ``loop``: an event loop (running in another thread) to run coroutine handlers on; by
       default they run to completion on a private loop in the agent's apply thread.
 
-    Handlers run one at a time in the agent's apply thread and must be idempotent: a handler may
-    run again for the same desired state (after a restart, a reconnection, or when the state
-    flipped and flipped back while it ran). On :meth:`start` every handler runs once for the
-    current state of every watched (location, service), so the worker starts from the truth.
+    Handlers of different locations run concurrently, in up to ``handler_concurrency`` apply
+    threads; the handlers of one location run one at a time, in the order their work became
+    due. They must be idempotent: a handler may run again for the same desired state (after a
+    restart, a reconnection, or when the state flipped and flipped back while it ran). On
+    :meth:`start` every handler runs once for the current state of every watched (location,
+    service), so the worker starts from the truth.
 
     Raises :class:`InvalidInput` for a bad worker id, service or location name.
 
@@ -96,6 +111,8 @@ class Agent:
         resync_interval: float = 30.0,
         settle_interval: float | None = None,
         handler_retry: HandlerRetry | None = None,
+        handler_concurrency: int = HANDLER_CONCURRENCY,
+        handler_deadline: float = HANDLER_DEADLINE,
         fire_scheduled_resumes: bool = True,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
@@ -139,6 +156,18 @@ class Agent:
             min(1.0, self.heartbeat_interval) if settle_interval is None else settle_interval
         )
         self.handler_retry = handler_retry or HandlerRetry()
+        if isinstance(handler_concurrency, bool) or not isinstance(handler_concurrency, int):
+            raise InvalidInput(
+                f"handler_concurrency must be an integer, got {handler_concurrency!r}"
+            )
+        if not 1 <= handler_concurrency <= 1024:
+            raise InvalidInput(
+                f"handler_concurrency must be in [1, 1024], got {handler_concurrency}"
+            )
+        self.handler_concurrency = handler_concurrency
+        self.handler_deadline = float(handler_deadline)
+        if not self.handler_deadline > 0:
+            raise InvalidInput(f"handler_deadline must be > 0 seconds, got {handler_deadline}")
         self.fire_scheduled_resumes = fire_scheduled_resumes
 
         self._handlers = Handlers(loop)
@@ -159,8 +188,10 @@ class Agent:
             worker_id,
             self._handlers,
             self.handler_retry,
+            deadline=self.handler_deadline,
             on_interrupt=self._stop_in_background,
         )
+        self._guard = Guard(self._state, worker_id, deadline=self.handler_deadline)
         self._threads: list[threading.Thread] = []
         self._unsubscribe: Callable[[], None] | None = None
         self._started = False
@@ -274,8 +305,9 @@ class Agent:
 
     @property
     def applying(self) -> Applying | None:
-        """Inside a handler: the (location, service, status) it applies; else None."""
-        return self._applier.applying
+        """Inside a handler: the (location, service, status) it applies; else None. Each
+        handler sees its own (handlers of different locations run at once)."""
+        return applying()
 
     def errors(self) -> dict[str, str]:
         """Last error of each failing handler, keyed ``location/service``."""
@@ -284,7 +316,8 @@ class Agent:
 
     def metrics(self) -> dict[str, int]:
         """Counters (handler runs, errors, acks, settles, resyncs, hints, heartbeats, ...) and
-        gauges (``pending`` work items, ``failing`` handlers, ``locations``, ``connected``)."""
+        gauges (``pending`` work items, ``failing`` handlers, ``locations``, ``connected``,
+        ``running`` and ``stuck`` handlers)."""
         s = self._state
         with s.lock:
             out = dict(s.metrics)
@@ -292,6 +325,8 @@ class Agent:
             out["failing"] = len(s.errors)
             out["locations"] = len(s.copy.records)
             out["connected"] = int(self._lease.connected)
+            out["running"] = len(s.running)
+            out["stuck"] = sum(r.stuck for r in s.running.values())
         return out
 
     def _unknown(self, location: str) -> str:
@@ -341,6 +376,12 @@ class Agent:
             s.first_pass = s.queue.keys()
             if not s.first_pass:
                 s.first_pass_done.set()
+        loops: list[tuple[str, Callable[[], None]]] = [
+            ("heartbeat", self._heartbeat_loop),
+            ("watch", self._watcher.run),
+            ("guard", self._guard.run),
+        ]
+        loops += [(f"apply{i}", self._applier.run) for i in range(self.handler_concurrency)]
         self._threads = [
             threading.Thread(
                 target=self._run_thread,
@@ -348,11 +389,7 @@ class Agent:
                 name=f"locstatus-{name}-{self.worker_id}",
                 daemon=True,
             )
-            for name, fn in (
-                ("heartbeat", self._heartbeat_loop),
-                ("watch", self._watcher.run),
-                ("apply", self._applier.run),
-            )
+            for name, fn in loops
         ]
         for t in self._threads:
             t.start()
@@ -379,6 +416,7 @@ class Agent:
         s.stopping.set()
         s.wake.set()
         s.beat_now.set()
+        s.guard_wake.set()
         s.first_pass_done.set()
         with s.cond:
             s.cond.notify_all()
@@ -452,7 +490,9 @@ class Agent:
 
     def _beat(self) -> None:
         s = self._state
-        renewal = self._lease.renew(self.errors())
+        with s.lock:
+            errors, stuck = dict(s.errors), s.stuck_locked()
+        renewal = self._lease.renew(errors, stuck)
         with s.lock:
             if not renewal.ok:
                 s.metrics["heartbeat_errors"] += 1

@@ -12,8 +12,10 @@ w1.json --events w1.jsonl``). Every ``--every`` seconds (default 0.1) the proces
 
 Each handler call appends ``{"ev": "start" | "end", "location", "service", "generation", "t"}``
 to ``--events`` before and after it runs (``--slow`` seconds of work in between, randomised),
-so the suite can ``kill -9`` the process while a handler is running. SIGTERM stops the agent
-cleanly (``agent.stop()``: unregister) and exits 0.
+so the suite can ``kill -9`` the process while a handler is running. With ``--hang-worker ID
+--hang-location LOC --hang-release FILE``, worker ID's pause handler for LOC hangs until FILE
+exists (the hung-handler scenario). SIGTERM stops the agent cleanly (``agent.stop()``:
+unregister) and exits 0.
 
 This file imports only the standard library and locstatus: it runs as a plain script.
 """
@@ -45,6 +47,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow", type=float, default=0.02, help="max seconds a handler works")
     p.add_argument("--every", type=float, default=0.1, help="state file period, seconds")
     p.add_argument("--no-fire", action="store_true", help="leave scheduled resumes to others")
+    p.add_argument("--handler-deadline", type=float, default=None,
+                   help="seconds after which a running handler is reported stuck")
+    p.add_argument("--hang-worker", default=None,
+                   help="this worker's on_pause for --hang-location hangs until --hang-release")
+    p.add_argument("--hang-location", default=None)
+    p.add_argument("--hang-release", default=None, help="file whose existence ends the hang")
     return p.parse_args(argv)
 
 
@@ -62,7 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         resync_interval=args.resync,
         handler_retry=HandlerRetry(base=0.05, cap=1.0),
         fire_scheduled_resumes=not args.no_fire,
+        **({} if args.handler_deadline is None else {"handler_deadline": args.handler_deadline}),
     )
+    hangs = args.hang_worker == args.id and args.hang_location is not None
     applied: dict[str, dict[str, str]] = {}
     lock = threading.Lock()
     events_fd = os.open(args.events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -76,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             applying = agent.applying
             gen = applying.status.generation if applying and applying.status else None
             event(ev="start", location=location, service=service, generation=gen, to=state)
+            if hangs and state == "paused" and location == args.hang_location:
+                while not (args.hang_release and os.path.exists(args.hang_release)):
+                    time.sleep(0.05)  # a consumer that never stops, until released
             if args.slow > 0:
                 time.sleep(rng.uniform(0, args.slow))
             with lock:
