@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from locstatus import Manager, connect
 from locstatus.agent.guard import Guard
-from locstatus.agent.lease import Lease
+from locstatus.agent.lease import Lease, lease_window
 from locstatus.agent.queue import DueQueue
 from locstatus.agent.replica import LocalCopy
 from locstatus.agent.settle import (
@@ -35,7 +35,8 @@ from locstatus.agent.settle import (
 )
 from locstatus.agent.state import AgentState, Running
 from locstatus.backends import open_backend
-from locstatus.errors import BackendUnavailable
+from locstatus.clock import CallerClock
+from locstatus.errors import BackendUnavailable, InvalidInput
 from locstatus.models import (
     TOMBSTONE_ACK,
     LocationStatus,
@@ -43,6 +44,7 @@ from locstatus.models import (
     State,
     StuckHandler,
     WorkerInfo,
+    utcnow,
 )
 
 A = ("us-east-1", "replication")
@@ -280,10 +282,11 @@ def test_forgetting_an_applied_location_makes_its_on_remove_due_once() -> None:
     copy = LocalCopy(("replication",))
     copy.store(record("x", 1, replication=0))
     copy.store(record("y", 1, replication=0))
-    copy.applied[("x", "replication")] = 0  # applied x; y never applied
+    copy.touched.add("x")  # handlers ran for x; y was never applied
     assert copy.forget("x") and copy.purged == {"x"}
     assert not copy.forget("y") and copy.purged == {"x"}
-    copy.applied[("z", TOMBSTONE_ACK)] = 5  # z's removal already ran on_remove
+    copy.touched.add("z")
+    copy.removed("z")  # z's removal already ran on_remove
     assert not copy.forget("z")
 
 
@@ -414,6 +417,58 @@ def test_lease_refuses_to_register_on_a_backend_that_is_down() -> None:
     lease = Lease(Manager(backend), "w1", ("replication",), None, lease_seconds=10.0)  # type: ignore[arg-type]
     with pytest.raises(BackendUnavailable):
         lease.register({})
+
+
+class Uncertain(CallerClock):
+    def uncertainty_seconds(self) -> float:
+        return 0.4
+
+
+def test_the_lease_holds_from_when_the_renewal_was_sent_less_margin_and_uncertainty() -> None:
+    backend = FlakyWorkers()
+    mono = Monotonic()
+    lease = Lease(
+        Manager(backend, clock=Uncertain(utcnow)),  # type: ignore[arg-type]
+        "w1",
+        ("replication",),
+        None,
+        lease_seconds=10.0,
+        margin=2.5,
+        monotonic=mono,
+    )
+    assert lease.good_until is None
+    lease.register({})
+    assert lease.good_until == pytest.approx(1000.0 + 10 - 2.5 - 0.4)
+    mono.now += 3
+    assert lease.renew({}).ok and lease.good_until == pytest.approx(1003.0 + 7.1)
+    backend.down = True
+    mono.now += 3
+    assert not lease.renew({}).ok and lease.good_until == pytest.approx(1010.1)  # unchanged
+
+
+def test_the_lease_window_is_the_session_timeout_where_sessions_are_leases() -> None:
+    class Sessions:
+        session_leases = True
+        session_timeout = 4.0
+
+    class Heartbeats:
+        session_leases = False
+        session_timeout = None
+
+    assert lease_window(Sessions(), 30.0) == 4.0
+    assert lease_window(Heartbeats(), 30.0) == 30.0
+
+
+def test_a_fence_margin_that_leaves_no_room_for_renewals_is_refused() -> None:
+    mgr = connect("memory://")
+    agent = mgr.agent("w1", lease_seconds=9.0)  # renewals every 3 s: margin min(2.25, 3)
+    assert agent.fence_margin == 2.25 and agent.renew_interval == 3.0
+    assert mgr.agent("w1", lease_seconds=1.0, heartbeat_interval=0.9).fence_margin == pytest.approx(
+        0.05
+    )
+    for bad in (0.0, -1.0, 6.0, 7.5):
+        with pytest.raises(InvalidInput, match="fence_margin"):
+            mgr.agent("w1", lease_seconds=9.0, fence_margin=bad)
 
 
 # -- layering ---------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers, 
 from locstatus.agent.queue import Key
 from locstatus.agent.replica import PURGED
 from locstatus.agent.settle import is_settler
-from locstatus.agent.state import AgentState, Running
+from locstatus.agent.state import FENCE, AgentState, Running
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
 from locstatus.models import (
     TOMBSTONE_ACK,
@@ -114,13 +114,18 @@ class Applier:
         s = self.state
         location, service = key
         with s.lock:
+            stop = key in s.fencing
+        if stop and not self._fence(key):
+            return
+        with s.lock:
             rec = s.copy.records.get(location)
             purged = service == TOMBSTONE_ACK and location in s.copy.purged
+            fenced = s.fenced is not None
         if purged:
-            self._apply_purge(key)
+            self._apply_purge(key)  # stops consumers: safe while fenced too
             return
-        if rec is None:
-            return
+        if rec is None or fenced:
+            return  # fenced: nothing starts; once the lease is back everything is read again
         if service == TOMBSTONE_ACK:
             self._apply_removal(key, rec)
             return
@@ -193,6 +198,23 @@ class Applier:
             return  # purged, unreachable (retried), restored or removed again (due again)
         self._acknowledge(key, removal)
 
+    def _fence(self, key: Key) -> bool:
+        """Stop ``key`` for a self-fence: its ``on_fence`` handlers, else its ``on_pause``
+        ones, with the status last read (:attr:`Applying.fenced` is True). On success nothing
+        of it counts as applied any more (True); a failure is retried like any handler's."""
+        s = self.state
+        location, service = key
+        with s.lock:
+            rec = s.copy.records.get(location)
+        status = None if rec is None else rec.services.get(service)
+        handlers = self.handlers.for_fence(service)
+        if not self._run_handlers(key, handlers, status, FENCE, fenced=True):
+            return False
+        with s.lock:
+            s.fencing.discard(key)
+            s.copy.stopped(key)
+        return True
+
     def _apply_purge(self, key: Key) -> None:
         """``on_remove`` for a location that disappeared before this worker saw its removal
         (nothing to acknowledge: the record is gone). If it was created again meanwhile, its
@@ -260,7 +282,14 @@ class Applier:
         self._ended(key)
         with s.lock:
             s.metrics["handler_runs"] += 1
-            s.copy.handled[key] = generation
+            if status is not None:
+                s.copy.touched.add(location)
+            if not fenced:
+                s.copy.handled[key] = generation
+                if status is not None and status.paused:
+                    s.copy.running.discard(key)
+                elif status is not None:
+                    s.copy.running.add(key)
         return True
 
     def _started(self, key: Key, event: str, fn: Handler) -> None:
@@ -320,6 +349,8 @@ class Applier:
         location, service = key
         if s.stopping.is_set():
             return False  # stop() unregisters this worker; never ack after that
+        if s.fenced is not None:
+            return False  # its lease may have lapsed: acknowledged again once it is back
         try:
             self.backend.ack(self.worker_id, location, service, generation, if_version=if_version)
         except VersionConflict:

@@ -27,6 +27,10 @@ class LocalCopy:
     - ``handled``: the generation whose handlers succeeded, acknowledgement still due.
 
     A removal is the key ``(location, TOMBSTONE_ACK)`` with the tombstone's generation.
+    ``touched``: locations whose pause/resume (or fence) handlers ran since their last
+    ``on_remove``: the worker has consumers there to tear down.
+    ``running``: keys whose last handlers that succeeded were ``on_resume`` (what the worker is
+    running, hence what a self-fence stops).
     ``purged``: locations that disappeared (purged) while this worker had applied some of their
     services and not run ``on_remove`` yet (a freeze, a partition, a lost session): it runs
     ``on_remove`` for them all the same (docs/agent.md "Tombstones").
@@ -43,6 +47,8 @@ class LocalCopy:
         self.applied: dict[Key, int] = {}
         self.handled: dict[Key, int] = {}
         self.purged: set[str] = set()
+        self.running: set[Key] = set()
+        self.touched: set[str] = set()
 
     def store(self, rec: LocationStatus) -> list[tuple[Key, int]]:
         """Keep ``rec`` unless a newer version is already known; return the work it implies:
@@ -69,14 +75,15 @@ class LocalCopy:
 
     def forget(self, location: str) -> bool:
         """The record is gone (purged): drop it and what was applied of it. Returns True when
-        ``on_remove`` is due for it (some of its services were applied, its removal was not):
-        the location joins :attr:`purged`."""
+        ``on_remove`` is due for it (handlers ran for it since its last removal, and the
+        removal itself was not applied): the location joins :attr:`purged`."""
         self.records.pop(location, None)
-        due = False
+        self.running = {k for k in self.running if k[0] != location}
         for table in (self.applied, self.handled):
             for key in [k for k in table if k[0] == location]:
-                due = due or key[1] != TOMBSTONE_ACK
                 del table[key]
+        due = location in self.touched
+        self.touched.discard(location)
         if due:
             self.purged.add(location)
         return due
@@ -84,9 +91,18 @@ class LocalCopy:
     def removed(self, location: str) -> None:
         """The ``on_remove`` handlers ran: the consumers of ``location`` were torn down, so if
         the location comes back its pause/resume handlers run again."""
+        self.touched.discard(location)
         for svc in self.services:
             self.applied.pop((location, svc), None)
             self.handled.pop((location, svc), None)
+            self.running.discard((location, svc))
+
+    def stopped(self, key: Key) -> None:
+        """A self-fence stopped ``key``: nothing of it counts as applied any more, so once the
+        lease is back its handlers run again for the state then read."""
+        self.running.discard(key)
+        self.applied.pop(key, None)
+        self.handled.pop(key, None)
 
     def acknowledge_again(self) -> None:
         """Everything applied so far is to be acknowledged again, after the next read, without
@@ -108,3 +124,5 @@ class LocalCopy:
         self.applied.clear()
         self.handled.clear()
         self.purged.clear()
+        self.running.clear()
+        self.touched.clear()

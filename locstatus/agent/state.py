@@ -23,7 +23,10 @@ from locstatus.agent.settle import SettleSchedule
 from locstatus.errors import CorruptRecord
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, StuckHandler
 
-__all__ = ["COUNTERS", "AgentState", "Running", "corrupt_key"]
+__all__ = ["COUNTERS", "FENCE", "AgentState", "Running", "corrupt_key"]
+
+FENCE = -3
+"""The generation a key is queued with to be stopped by a self-fence."""
 
 COUNTERS = (
     "handler_runs",
@@ -42,6 +45,7 @@ COUNTERS = (
     "corrupt_records",
     "thread_errors",
     "stuck_handlers",
+    "fences",
 )
 """The agent's counters (:meth:`Agent.metrics`, docs/agent.md "Reading the state locally")."""
 
@@ -108,6 +112,11 @@ class AgentState:
         """Locations an apply thread is working on (one thread per location at a time)."""
         self.running: dict[Key, Running] = {}
         """Handlers running now, by key."""
+        self.fenced: str | None = None
+        """Why the worker is self-fenced (its lease may have lapsed), or None while it holds
+        its lease (docs/agent.md "Self-fencing")."""
+        self.fencing: set[Key] = set()
+        """Keys the fence must still stop (their pause or ``on_fence`` handlers to run)."""
 
     def reset(self) -> None:
         """Start from scratch (a restarted agent: stop() dropped its acknowledgements)."""
@@ -122,6 +131,8 @@ class AgentState:
             self.want_resync = False
             self.busy.clear()
             self.running.clear()
+            self.fenced = None
+            self.fencing.clear()
 
     def stuck_locked(self) -> dict[str, StuckHandler]:
         """The handlers running past their deadline, as the registration publishes them."""
@@ -170,6 +181,31 @@ class AgentState:
         self.first_pass_discard_locked({k for k in self.first_pass if k[0] == location})
         if on_remove_due:
             self.schedule_locked((location, TOMBSTONE_ACK), PURGED)
+
+    def fence_locked(self, reason: str) -> bool:
+        """Self-fence: from now on nothing is acknowledged and nothing is started, and every
+        key the worker runs (applied running, or whose ``on_resume`` is under way) is queued
+        to be stopped, at once (a backoff is not waited for). Returns False when fenced
+        already."""
+        if self.fenced is not None:
+            return False
+        self.fenced = reason
+        self.metrics["fences"] += 1
+        starting = {k for k, r in self.running.items() if r.event == "resume"}
+        for key in self.copy.running | starting:
+            self.fencing.add(key)
+            self.schedule_locked(key, FENCE, force=True)
+        return True
+
+    def unfence_locked(self) -> None:
+        """The lease is back: read everything again and apply the real state (what the fence
+        stopped runs again if it should; what was applied is acknowledged again: while fenced
+        the worker may have been dropped as expired, and its acknowledgements with it)."""
+        self.fenced = None
+        self.want_resync = True
+        self.copy.acknowledge_again()
+        self.wake.set()
+        self.cond.notify_all()
 
     def first_pass_discard_locked(self, keys: Iterable[Key]) -> None:
         self.first_pass.difference_update(keys)

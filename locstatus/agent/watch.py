@@ -91,9 +91,15 @@ class Watcher:
             else:  # resync, or anything this agent does not know: re-read everything
                 s.want_resync = True
                 if hint.session_lost:
-                    # Acknowledgements held by the old session are gone.
+                    # The session was the lease, and it expired: others may have settled
+                    # without this worker already, so it stops what it runs now (self-fence)
+                    # and re-applies once it holds the new session. The acknowledgements the
+                    # old session held are gone: acknowledge again what is still applied.
                     s.metrics["sessions_lost"] += 1
                     s.copy.acknowledge_again()
+                    if s.fence_locked("the ZooKeeper session was lost"):
+                        log.warning("agent %s: session lost: self-fenced", self.worker_id)
+                    s.beat_now.set()  # the next renewal ends the fence
         return True
 
     # -- the watch thread ------------------------------------------------------------------------

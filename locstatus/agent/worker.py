@@ -3,7 +3,8 @@
 An :class:`Agent` is assembled from the parts of this package (see its ``__init__``): the
 lease (:mod:`.lease`), the watch side (:mod:`.watch`), the apply side (:mod:`.apply`) and the
 state they share (:mod:`.state`). This module validates the settings, registers handlers,
-answers local reads (no I/O) and starts and stops the three threads: heartbeat, watch, apply.
+answers local reads (no I/O) and starts and stops the threads: heartbeat (:mod:`.heartbeat`),
+watch, guard (:mod:`.guard`) and the apply threads.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, TypedDict, overload
 from locstatus.agent.apply import Applier
 from locstatus.agent.guard import Guard
 from locstatus.agent.handlers import Applying, H, HandlerRetry, Handlers, applying
-from locstatus.agent.lease import UNREGISTER_GRACE, Lease
+from locstatus.agent.heartbeat import Heartbeat
+from locstatus.agent.lease import UNREGISTER_GRACE, Lease, lease_window
 from locstatus.agent.state import AgentState
 from locstatus.agent.watch import Watcher
 from locstatus.errors import InvalidInput, NotFound
@@ -49,6 +51,7 @@ class AgentSettings(TypedDict, total=False):
     handler_retry: HandlerRetry | None
     handler_concurrency: int
     handler_deadline: float
+    fence_margin: float | None
     fire_scheduled_resumes: bool
     loop: asyncio.AbstractEventLoop | None
 
@@ -63,7 +66,11 @@ class Agent:
 
     - ``lease_seconds``: lease length (default ``LOCSTATUS_LEASE_SECONDS``, 10). A worker whose
       lease lapsed stops counting for settle until its next heartbeat.
-    - ``heartbeat_interval``: lease renewal period (default a third of the lease).
+    - ``heartbeat_interval``: lease renewal period (default a third of the lease; on
+      ZooKeeper at most a third of the session timeout).
+    - ``fence_margin``: the worker self-fences this long before its lease may be judged
+      lapsed by others (default a quarter of the lease window, less when the renewals leave
+      less room; see docs/agent.md "Self-fencing").
     - ``resync_interval``: full re-read of every record as a safety net (default 30).
     - ``settle_interval``: at most one settle attempt per this period on worker changes
       (default ``min(1, heartbeat_interval)``).
@@ -113,6 +120,7 @@ class Agent:
         handler_retry: HandlerRetry | None = None,
         handler_concurrency: int = HANDLER_CONCURRENCY,
         handler_deadline: float = HANDLER_DEADLINE,
+        fence_margin: float | None = None,
         fire_scheduled_resumes: bool = True,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
@@ -170,9 +178,33 @@ class Agent:
             raise InvalidInput(f"handler_deadline must be > 0 seconds, got {handler_deadline}")
         self.fire_scheduled_resumes = fire_scheduled_resumes
 
+        window = lease_window(manager.backend, lease)
+        self.renew_interval = (
+            min(self.heartbeat_interval, window / 3)
+            if manager.backend.session_leases
+            else self.heartbeat_interval
+        )
+        """Seconds between renewals (pings on ZooKeeper)."""
+        room = window - self.renew_interval
+        self.fence_margin = (
+            min(window / 4, room / 2) if fence_margin is None else float(fence_margin)
+        )
+        if not 0 < self.fence_margin < room:
+            raise InvalidInput(
+                f"fence_margin must be in (0, {room:g}) seconds (the lease window {window:g} "
+                f"less the renewal interval {self.renew_interval:g}), got {fence_margin}"
+            )
+
         self._handlers = Handlers(loop)
         self._state = AgentState(self.services, self.settle_interval)
-        self._lease = Lease(manager, worker_id, self.services, self.locations, lease_seconds=lease)
+        self._lease = Lease(
+            manager,
+            worker_id,
+            self.services,
+            self.locations,
+            lease_seconds=lease,
+            margin=self.fence_margin,
+        )
         self._watcher = Watcher(
             self._state,
             manager,
@@ -191,7 +223,16 @@ class Agent:
             deadline=self.handler_deadline,
             on_interrupt=self._stop_in_background,
         )
-        self._guard = Guard(self._state, worker_id, deadline=self.handler_deadline)
+        self._heartbeat = Heartbeat(
+            self._state, self._lease, worker_id, interval=self.renew_interval
+        )
+        self._guard = Guard(
+            self._state,
+            worker_id,
+            deadline=self.handler_deadline,
+            lease_until=self._heartbeat.lease_until,
+            on_lapse=lambda: self._heartbeat.fence("no renewal landed before the lease's end"),
+        )
         self._threads: list[threading.Thread] = []
         self._unsubscribe: Callable[[], None] | None = None
         self._started = False
@@ -245,6 +286,21 @@ class Agent:
             return f
 
         return register if fn is None else register(fn)
+
+    def on_fence(self, service: str) -> Callable[[H], H]:
+        """Decorator: ``fn(location)`` runs, instead of the ``on_pause`` handlers, for every
+        location where ``service`` runs when the worker self-fences (its lease may have lapsed:
+        docs/agent.md "Self-fencing"). It must stop what runs, as a pause does; once the lease
+        is back the real state is applied again (``on_resume`` where it runs). Without one,
+        the ``on_pause`` handlers run. Raises :class:`InvalidInput` for a service this agent
+        does not apply."""
+        svc = self._own_service(service)
+
+        def register(fn: H) -> H:
+            self._handlers.add_fence(svc, fn)
+            return fn
+
+        return register
 
     def _own_service(self, service: str) -> str:
         svc = canonical_service(service, self.manager.services)
@@ -317,7 +373,7 @@ class Agent:
     def metrics(self) -> dict[str, int]:
         """Counters (handler runs, errors, acks, settles, resyncs, hints, heartbeats, ...) and
         gauges (``pending`` work items, ``failing`` handlers, ``locations``, ``connected``,
-        ``running`` and ``stuck`` handlers)."""
+        ``running`` and ``stuck`` handlers, ``fenced``)."""
         s = self._state
         with s.lock:
             out = dict(s.metrics)
@@ -327,6 +383,7 @@ class Agent:
             out["connected"] = int(self._lease.connected)
             out["running"] = len(s.running)
             out["stuck"] = sum(r.stuck for r in s.running.values())
+            out["fenced"] = int(s.fenced is not None)
         return out
 
     def _unknown(self, location: str) -> str:
@@ -377,7 +434,7 @@ class Agent:
             if not s.first_pass:
                 s.first_pass_done.set()
         loops: list[tuple[str, Callable[[], None]]] = [
-            ("heartbeat", self._heartbeat_loop),
+            ("heartbeat", self._heartbeat.run),
             ("watch", self._watcher.run),
             ("guard", self._guard.run),
         ]
@@ -476,37 +533,3 @@ class Agent:
         threading.Thread(
             target=self.stop, name=f"locstatus-stop-{self.worker_id}", daemon=True
         ).start()
-
-    # -- heartbeat thread ----------------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        s = self._state
-        while not s.stopping.is_set():
-            s.beat_now.wait(self.heartbeat_interval)
-            s.beat_now.clear()
-            if s.stopping.is_set():
-                return
-            self._beat()
-
-    def _beat(self) -> None:
-        s = self._state
-        with s.lock:
-            errors, stuck = dict(s.errors), s.stuck_locked()
-        renewal = self._lease.renew(errors, stuck)
-        with s.lock:
-            if not renewal.ok:
-                s.metrics["heartbeat_errors"] += 1
-                return
-            s.metrics["heartbeats"] += 1
-            if renewal.reconnected:
-                # Back after a failure or a lapsed lease: notifications may have been missed.
-                s.metrics["reconnects"] += 1
-                s.want_resync = True
-            if renewal.lapsed:
-                # While the lease was lapsed this worker may have been dropped as expired (the
-                # check job; a lost ZooKeeper session), and its acknowledgements with it:
-                # acknowledge again what it applied, without running the handlers again.
-                s.metrics["lease_lapses"] += 1
-                s.copy.acknowledge_again()
-        if renewal.reconnected:
-            s.wake.set()

@@ -81,6 +81,12 @@ class Backend(ABC):
     rewrite their registration to renew it (a rewrite would wake every watcher of the worker
     list). False: the lease is ``lease_expires_at``, renewed by heartbeats."""
 
+    session_timeout: float | None = None
+    """With ``session_leases``: the session timeout in seconds, the longest the server keeps a
+    session it has not heard from. An agent's lease then holds, by its own monotonic clock,
+    that long after its last successful round trip (minus a margin, docs/agent.md
+    "Self-fencing"). None: not known, or no sessions."""
+
     two_history_copies: bool = False
     """True when history is kept in two copies that may disagree after a crash (MongoDB: recent
     writes embedded in the record and the history collection); the check job then compares
