@@ -1,7 +1,8 @@
 """The apply side of the agent: run the handlers for due work, acknowledge what was applied.
 
-The apply thread takes (location, service) keys from the due-work queue in the order they
-became due and, for each (docs/agent.md, "Acknowledge only what was applied"):
+Each apply thread takes (location, service) keys from the due-work queue in the order they
+became due, one location at a time (no two threads work on the same location: its keys wait
+in the queue meanwhile), and, for each (docs/agent.md, "Acknowledge only what was applied"):
 
 1. runs the handlers for the state read (``on_pause`` / ``on_resume``, or ``on_remove`` for
    a tombstone), unless they already succeeded for that generation;
@@ -12,8 +13,11 @@ became due and, for each (docs/agent.md, "Acknowledge only what was applied"):
 4. for a transitional state, opens a settle window (the watch thread settles, so the next
    handler never waits for it).
 
-A failing handler is retried with :class:`HandlerRetry` backoff and its error published; a
-backend error retries the key shortly without running the handler again.
+A failing handler (whatever it raises, ``BaseException`` included) is retried with
+:class:`HandlerRetry` backoff and its error published; a backend error retries the key shortly
+without running the handler again. While the worker is self-fenced (docs/agent.md
+"Self-fencing") a key it runs is first stopped (``on_fence``, else ``on_pause``), nothing else
+starts and nothing is acknowledged.
 """
 
 from __future__ import annotations

@@ -92,7 +92,11 @@ class Agent:
     :meth:`start` every handler runs once for the current state of every watched (location,
     service), so the worker starts from the truth.
 
-    Raises :class:`InvalidInput` for a bad worker id, service or location name.
+    A worker that cannot renew its lease self-fences before the lease may lapse: it stops what
+    it runs (``on_fence``, else ``on_pause``), acknowledges nothing, and re-applies the real
+    state once the lease is back (docs/agent.md "Self-fencing").
+
+    Raises :class:`InvalidInput` for a bad worker id, service, location name or setting.
 
     Usage::
 
