@@ -50,6 +50,7 @@ from locstatus.check import (
 from locstatus.locations import load_locations
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
+import corrupt_shapes as shapes
 from agent_worker import Partition
 from fakeclock import FakeClock
 from kits import Kit
@@ -334,7 +335,7 @@ def test_a_write_without_history_is_a_history_mismatch(mgr: Manager) -> None:
 
 
 def test_a_record_with_no_history_at_all_is_one_finding(mgr: Manager, kit: Kit) -> None:
-    kit.write_raw("hand-made", '{"services": {"replication": {"state": "running"}}}')
+    kit.write_raw("hand-made", shapes.GOOD)
     report = run_check(mgr)
     f = only(report, "history_mismatch")
     assert (f.location, f.service, f.evidence["history"]) == ("hand-made", None, None)

@@ -558,12 +558,7 @@ class ZooKeeperBackend(Backend):
             incarnation = int(raw[cut + 15 : -1])
             version = join_version(incarnation, stat.version + 1)
             return codec.decode_record(location, version, raw[:cut] + b"}")
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise CorruptRecord(location, f"not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise CorruptRecord(location, f"expected a JSON object, got {type(data).__name__}")
+        data = codec.parse_payload(location, raw)
         incarnation = data.pop("incarnation", None)
         if incarnation is None:
             incarnation = self._incarnation_of(location)
@@ -1498,7 +1493,7 @@ def _wants(kinds: frozenset[str] | None, kind: str) -> bool:
 def _decode_acks(raw: bytes) -> dict[str, int] | None:
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and type(v) is int for k, v in data.items()
