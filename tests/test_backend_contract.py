@@ -223,6 +223,27 @@ def test_a_recreated_record_never_matches_a_version_of_its_earlier_life(b: Backe
     assert b.read("phoenix") == reborn
 
 
+def test_an_ack_conditional_on_an_earlier_life_is_refused(b: Backend) -> None:
+    """A worker whose handler ran for a record that was then purged acknowledges "still at
+    the version I applied". A record created again under the same name, written as many times
+    (so its ZooKeeper znode is at the same version as the purged one was), is another record:
+    the acknowledgement is refused with nothing written (it settled the new pause before that
+    worker had run ``on_pause``)."""
+    b.put_worker(worker("w-slow", None))
+    v = b.create(record("phoenix"), []).version
+    v = b.compare_and_set(record("phoenix", State.PAUSING, 1), v, []).version
+    applied = v  # the slow handler ran for this version
+    b.delete("phoenix", v)
+    v = b.create(record("phoenix"), []).version
+    reborn = b.compare_and_set(record("phoenix", State.PAUSING, 1), v, [])
+    assert reborn.version != applied
+    with pytest.raises(VersionConflict):
+        b.ack("w-slow", "phoenix", "replication", 1, if_version=applied)
+    assert b.acks("phoenix") == {}
+    b.ack("w-slow", "phoenix", "replication", 1, if_version=reborn.version)
+    assert b.acks("phoenix") == {"w-slow": {"replication": 1}}
+
+
 # -- corruption --------------------------------------------------------------------------------
 
 
