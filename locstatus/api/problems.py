@@ -242,6 +242,7 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         412: "If-Match does not match the record's version",
         413: "Request body larger than 64 KiB",
         422: "Body or parameters do not validate",
+        500: "A stored record is corrupt (a listing names it under 'errors')",
         503: "Backend unreachable",
         504: "wait= ran out before every live worker acknowledged",
     }
