@@ -1,0 +1,107 @@
+"""Every backend error inside a write is a LocstatusError (docs/design.md §4), on real faults:
+a disk that fills up under SQLite (a real tmpfs), documents MongoDB cannot hold, a MongoDB
+server frozen with SIGSTOP, and worker registrations too large for any backend.
+
+Each scenario is the operator's: the call fails with an error naming what went wrong, nothing
+is written, and once the fault is gone the same process carries on (no wedged transaction, no
+dead heartbeat: the worker is live again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fulldisk import SmallDisk
+
+from locstatus import (
+    BackendFull,
+    Manager,
+    NotFound,
+    State,
+    connect,
+)
+
+SVC = "replication"
+
+
+def eventually(check: Callable[[], Any], timeout: float = 15.0, every: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
+        time.sleep(every)
+
+
+def lease_of(mgr: Manager, worker_id: str) -> datetime | None:
+    return next(w.lease_expires_at for w in mgr.workers() if w.worker_id == worker_id)
+
+
+# -- SQLite on a full disk -------------------------------------------------------------------
+
+
+@pytest.fixture
+def full_store(small_disk: SmallDisk) -> Iterator[tuple[Manager, SmallDisk]]:
+    db = small_disk.path / "locstatus.db"
+    mgr = connect(f"sqlite:///{db}")
+    try:
+        mgr.sync_locations(["loc-a", "loc-b"])
+        yield mgr, small_disk
+    finally:
+        small_disk.free()
+        mgr.close()
+
+
+def test_on_a_full_disk_writes_fail_naming_it_and_work_again_once_space_is_freed(
+    full_store: tuple[Manager, SmallDisk],
+) -> None:
+    """SQLite rolls a transaction back by itself on SQLITE_FULL; a second ROLLBACK used to
+    raise a raw "cannot rollback - no transaction is active" that hid the real error."""
+    mgr, disk = full_store
+    mgr.pause("loc-b", SVC)
+    before = {loc: (mgr.status(loc), mgr.history(loc)) for loc in ("loc-a", "loc-b")}
+    disk.fill(sqlite_db=disk.path / "locstatus.db")
+    calls: list[Callable[[], object]] = [
+        lambda: mgr.pause("loc-a", SVC, reason="maintenance"),
+        lambda: mgr.resume("loc-b", SVC),
+        lambda: mgr.sync_locations(["loc-a", "loc-b", "loc-c"]),
+    ]
+    for call in calls:
+        with pytest.raises(BackendFull, match="filesystem holding the database is full"):
+            call()
+    assert {loc: (mgr.status(loc), mgr.history(loc)) for loc in before} == before
+    with pytest.raises(NotFound):
+        mgr.status("loc-c")
+    disk.free()  # the same manager, the same connections: nothing is left mid-transaction
+    assert mgr.pause("loc-a", SVC).services[SVC].state is State.PAUSED
+    assert mgr.resume("loc-b", SVC).services[SVC].state is State.RUNNING
+    assert mgr.sync_locations(["loc-a", "loc-b", "loc-c"]).added == ["loc-c"]
+
+
+def test_a_worker_renews_its_lease_again_once_a_full_disk_has_space(
+    full_store: tuple[Manager, SmallDisk],
+) -> None:
+    """The heartbeat meets BackendFull while the disk is full (the raw sqlite3 error once
+    killed its thread, and the worker stayed dead after space was freed)."""
+    mgr, disk = full_store
+    agent = mgr.agent("w-1", services=[SVC], lease_seconds=3.0, heartbeat_interval=0.1).start()
+    try:
+        disk.fill(sqlite_db=disk.path / "locstatus.db")
+        full_lease = lease_of(mgr, "w-1")
+        time.sleep(0.5)  # five heartbeats fail
+        assert lease_of(mgr, "w-1") == full_lease
+        disk.free()
+        freed = datetime.now(UTC)
+        # renewed after the space came back (the lease before the fill ran out < freed + 2.5 s)
+        eventually(lambda: (lease_of(mgr, "w-1") or freed) > freed + timedelta(seconds=2.9))
+        status = mgr.pause("loc-a", SVC, wait=10)  # the worker applies and acknowledges it
+        assert status.services[SVC].state is State.PAUSED
+    finally:
+        disk.free()
+        agent.stop()
