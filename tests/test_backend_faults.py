@@ -19,11 +19,14 @@ from fulldisk import SmallDisk
 
 from locstatus import (
     BackendFull,
+    InvalidInput,
     Manager,
     NotFound,
     State,
     connect,
 )
+
+from kits import Kit
 
 SVC = "replication"
 
@@ -37,6 +40,10 @@ def eventually(check: Callable[[], Any], timeout: float = 15.0, every: float = 0
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
         time.sleep(every)
+
+
+def long_names(n: int, width: int = 110) -> list[str]:
+    return [f"site-{i:06d}-".ljust(width, "x") for i in range(n)]
 
 
 def lease_of(mgr: Manager, worker_id: str) -> datetime | None:
@@ -105,3 +112,25 @@ def test_a_worker_renews_its_lease_again_once_a_full_disk_has_space(
     finally:
         disk.free()
         agent.stop()
+
+
+# -- every backend: a registration too large for any of them ---------------------------------
+
+
+def test_an_agent_whose_location_filter_cannot_be_registered_refuses_to_start(kit: Kit) -> None:
+    """150 000 names do not fit one registration on any backend (ZooKeeper refused them,
+    MongoDB raised pymongo's DocumentTooLarge, SQLite and memory stored 17 MB): a clear
+    InvalidInput from ``start()``, nothing registered, the store and other workers fine."""
+    mgr = Manager(kit.open())
+    mgr.sync_locations(["loc-a"])
+    wide = mgr.agent("w-wide", services=[SVC], locations=long_names(150_000))
+    with pytest.raises(InvalidInput, match=r"worker 'w-wide': registration of \d+ bytes \(its "
+                       r"location filter holds 150000 names\) exceeds the limit"):
+        wide.start()
+    assert mgr.workers() == []
+    ok = mgr.agent("w-ok", services=[SVC], locations=["loc-a"], lease_seconds=3.0).start()
+    try:
+        assert mgr.pause("loc-a", SVC, wait=10).services[SVC].state is State.PAUSED
+        assert ok.is_paused("loc-a", SVC)
+    finally:
+        ok.stop()

@@ -631,7 +631,8 @@ class MongoBackend(Backend):
     # -- workers, leases and acknowledgements ----------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
-        doc: Doc = {"_id": info.worker_id, "info": info.model_dump(mode="json")}
+        stored, _ = codec.bounded_worker(info)  # errors trimmed; InvalidInput if too large
+        doc: Doc = {"_id": info.worker_id, "info": stored.model_dump(mode="json")}
         if info.lease_expires_at is not None:
             doc["expires_at"] = info.lease_expires_at
         with self._io(f"registration of worker {info.worker_id!r}"):

@@ -333,10 +333,11 @@ class SQLiteBackend(Backend):
     # -- workers -------------------------------------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
+        data = codec.encode_worker(info)  # bounded (InvalidInput) before the transaction
         with self._write() as db:
             db.execute(
                 "INSERT OR REPLACE INTO workers (worker_id, data) VALUES (?, ?)",
-                (info.worker_id, codec.encode_worker(info)),
+                (info.worker_id, data),
             )
 
     def remove_worker(self, worker_id: str) -> None:
