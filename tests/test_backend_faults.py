@@ -19,16 +19,22 @@ from fulldisk import SmallDisk
 
 from locstatus import (
     BackendFull,
+    BackendUnavailable,
     InvalidInput,
     Manager,
     NotFound,
     State,
     connect,
 )
+from locstatus.backends.mongo import MongoBackend
+from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
 
 from kits import Kit
+from kits_mongo import fresh_database, kit_url
+from servers import MongoHandle
 
 SVC = "replication"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def eventually(check: Callable[[], Any], timeout: float = 15.0, every: float = 0.05) -> Any:
@@ -112,6 +118,99 @@ def test_a_worker_renews_its_lease_again_once_a_full_disk_has_space(
     finally:
         disk.free()
         agent.stop()
+
+
+# -- MongoDB: documents the driver refuses to send -------------------------------------------
+
+
+@pytest.fixture
+def mongo(mongo_server: MongoHandle) -> Iterator[MongoBackend]:
+    database = fresh_database()
+    backend = MongoBackend(kit_url(mongo_server, database))
+    try:
+        yield backend
+    finally:
+        backend.close()
+        client = mongo_server.client()
+        try:
+            client.drop_database(database)
+        finally:
+            client.close()
+
+
+def record(location: str, generation: int = 0) -> LocationStatus:
+    return LocationStatus(location=location, services={SVC: ServiceStatus(generation=generation)})
+
+
+def test_a_document_mongodb_cannot_hold_is_invalid_input_and_nothing_is_written(
+    mongo: MongoBackend,
+) -> None:
+    """pymongo refuses such documents before sending them (``DocumentTooLarge``,
+    ``InvalidDocument``, ``OverflowError``): not a driver error escaping raw."""
+    big = HistoryEntry(op_id="op-big", at=T0, location="big", service=SVC, event="pause",
+                       reason="r" * 17_000_000)
+    with pytest.raises(InvalidInput, match=r"create of 'big': the document is too large for "
+                       r"MongoDB .*16 MB\); nothing was written"):
+        mongo.create(record("big"), [big])
+    with pytest.raises(NotFound):
+        mongo.read("big")
+    nul = WorkerInfo(worker_id="w-nul", services=(SVC,), errors={"a\x00b/replication": "E"})
+    with pytest.raises(InvalidInput, match=r"registration of worker 'w-nul': MongoDB cannot "
+                       r"store the document \(InvalidDocument"):
+        mongo.put_worker(nul)
+    assert mongo.workers() == []
+    v = mongo.create(record("gen"), []).version
+    with pytest.raises(InvalidInput, match=r"compare-and-set of 'gen'.*OverflowError"):
+        mongo.compare_and_set(record("gen", generation=2**64), v, [])
+    assert mongo.read("gen").version == v
+    assert mongo.compare_and_set(record("gen", generation=1), v, []).version == v + 1
+
+
+# -- MongoDB: the server frozen (SIGSTOP) ----------------------------------------------------
+
+
+def test_with_the_mongodb_server_frozen_calls_fail_cleanly_and_the_worker_is_live_after(
+    mongo_server: MongoHandle,
+) -> None:
+    """SIGSTOP keeps the server's sockets open while it answers nothing: every call ends
+    with a LocstatusError within the configured timeouts, and after SIGCONT the worker
+    renews its lease and applies the next pause."""
+    if not mongo_server.controllable:
+        pytest.skip("LOCSTATUS_TEST_MONGO_URI names an external server: it cannot be frozen")
+    database = fresh_database()
+    url = kit_url(mongo_server, database, serverSelectionTimeoutMS="800",
+                  socketTimeoutMS="800", connectTimeoutMS="800")
+    mgr = connect(url)
+    agent = None
+    try:
+        mgr.sync_locations(["loc-a"])
+        agent = mgr.agent("w-1", services=[SVC], lease_seconds=6.0,
+                          heartbeat_interval=0.2).start()
+        mongo_server.pause()
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(BackendUnavailable):  # AmbiguousCommit is one too
+                mgr.pause("loc-a", SVC, op_id="op-frozen")
+            assert time.monotonic() - t0 < 8.0  # a few timeouts of 0.8 s (a retried read)
+            time.sleep(0.5)  # the worker's heartbeats and reads fail meanwhile
+        finally:
+            mongo_server.resume()
+        thawed = datetime.now(UTC)
+        eventually(lambda: (lease_of(mgr, "w-1") or thawed) > thawed + timedelta(seconds=5))
+        assert [e.op_id for e in mgr.history("loc-a")].count("op-frozen") <= 1  # never twice
+        status = mgr.pause("loc-a", SVC, wait=10)
+        assert status.services[SVC].state is State.PAUSED
+        assert agent.is_paused("loc-a", SVC)
+    finally:
+        mongo_server.resume()
+        if agent is not None:
+            agent.stop()
+        mgr.close()
+        client = mongo_server.client()
+        try:
+            client.drop_database(database)
+        finally:
+            client.close()
 
 
 # -- every backend: a registration too large for any of them ---------------------------------
