@@ -90,13 +90,13 @@ class SmallDisk:
 
 def truncate_wal(db: Path, timeout: float = 30.0) -> None:
     """Checkpoint the write-ahead log of ``db`` into the database and truncate it to zero
-    bytes, retrying while another connection keeps it busy."""
+    bytes, retrying while another connection keeps it busy. Writers may append to it again
+    right after: each frame beyond its truncated size needs a new block."""
     deadline = time.monotonic() + timeout
     with contextlib.closing(sqlite3.connect(db, timeout=timeout)) as conn:
         while True:
             busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            wal = Path(f"{db}-wal")
-            if not busy and (not wal.exists() or wal.stat().st_size == 0):
+            if not busy:  # truncated (writers may have appended to it since)
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the write-ahead log of {db} stayed busy for {timeout:g}s")

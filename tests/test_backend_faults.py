@@ -178,8 +178,8 @@ def test_with_the_mongodb_server_frozen_calls_fail_cleanly_and_the_worker_is_liv
     if not mongo_server.controllable:
         pytest.skip("LOCSTATUS_TEST_MONGO_URI names an external server: it cannot be frozen")
     database = fresh_database()
-    url = kit_url(mongo_server, database, serverSelectionTimeoutMS="800",
-                  socketTimeoutMS="800", connectTimeoutMS="800")
+    url = kit_url(mongo_server, database, serverSelectionTimeoutMS="500",
+                  socketTimeoutMS="500", connectTimeoutMS="500")
     mgr = connect(url)
     agent = None
     try:
@@ -191,8 +191,7 @@ def test_with_the_mongodb_server_frozen_calls_fail_cleanly_and_the_worker_is_liv
             t0 = time.monotonic()
             with pytest.raises(BackendUnavailable):  # AmbiguousCommit is one too
                 mgr.pause("loc-a", SVC, op_id="op-frozen")
-            assert time.monotonic() - t0 < 8.0  # a few timeouts of 0.8 s (a retried read)
-            time.sleep(0.5)  # the worker's heartbeats and reads fail meanwhile
+            assert time.monotonic() - t0 < 5.0  # a few timeouts of 0.5 s (a retried read)
         finally:
             mongo_server.resume()
         thawed = datetime.now(UTC)
