@@ -380,6 +380,45 @@ def test_resume_body_validation(http: httpx.Client, mgr: Manager, body: object) 
     assert mgr.status("us-east-1").version == version
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "field", "needle"),
+    [
+        # valid datetimes whose UTC time is not one: a 500 (OverflowError) before
+        ("resume", {"at": "9999-12-31T23:59:59-01:00"}, "at", "out of range"),
+        ("resume", {"at": "0001-01-01T00:00:00+01:00"}, "at", "out of range"),
+        # numbers were read as Unix times; docs/http.md says ISO 8601
+        ("resume", {"at": 1924992000}, "at", "a number is not read as a Unix time"),
+        ("resume", {"at": 1924992000.5}, "at", "ISO 8601"),
+        ("resume", {"at": True}, "at", "ISO 8601"),
+        # control characters a terminal acts on (locstatus status/history print them)
+        ("pause", {"reason": "disk\x1b]0;owned\x07"}, "reason", "U+001B"),
+        ("pause", {"actor": "ops\x1b[2K\x1b[1A"}, "actor", "U+001B"),
+        ("resume", {"reason": "a\nb"}, "reason", "U+000A"),
+        ("resume", {"at": "2031-01-01T00:00:00Z", "actor": "\x9b2J"}, "actor", "U+009B"),
+    ],
+)
+def test_bad_times_and_control_characters_are_422_naming_the_field(
+    http: httpx.Client, mgr: Manager, route: str, body: dict[str, Any], field: str, needle: str
+) -> None:
+    http.post("/v1/locations/all/replication/pause")
+    before = {r.location: r.version for r in mgr.statuses()}
+    for location in ("us-east-1", "all"):
+        r = http.post(f"/v1/locations/{location}/replication/{route}", json=body)
+        problem = assert_problem(r, 422)
+        assert [e["loc"] for e in problem["errors"]] == [["body", field]]
+        assert needle in problem["errors"][0]["msg"] and needle in problem["detail"]
+    assert r.headers["content-type"].startswith(PROBLEM)
+    assert {r.location: r.version for r in mgr.statuses()} == before
+
+
+def test_cancel_refuses_control_characters_too(http: httpx.Client, mgr: Manager) -> None:
+    version = mgr.status("us-east-1").version
+    r = http.request("DELETE", "/v1/locations/us-east-1/replication/schedule",
+                     json={"reason": "x\x1b[2J"})
+    assert assert_problem(r, 422)["errors"][0]["loc"] == ["body", "reason"]
+    assert mgr.status("us-east-1").version == version
+
+
 def test_malformed_and_oversize_bodies(http: httpx.Client) -> None:
     r = http.post("/v1/locations/us-east-1/replication/pause", content=b"{nope",
                   headers={"content-type": "application/json"})

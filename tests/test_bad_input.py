@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,15 @@ CLI_CASES += [
     ("reason-too-long", ["pause", "us-east-1", "--reason", "r" * 2000], 2, "2000 characters"),
     ("actor-too-long", ["pause", "us-east-1", "--actor", "a" * 300], 2, "300 characters"),
     ("actor-blank", ["pause", "us-east-1", "--actor", "  "], 2, "'  '"),
+    # control characters in free text: a terminal would act on them (locstatus.names)
+    ("reason-osc-title", ["pause", "dr-site-a", "--reason", "a\x1b]0;pwned\x07"], 2,
+     "--reason 'a\\x1b]0;pwned\\x07' contains the control character U+001B"),
+    ("reason-erase-line", ["pause", "dr-site-a", "--reason", "ok\x1b[2K"], 2, "U+001B"),
+    ("reason-newline", ["resume", "us-east-1", "--reason", "a\nb"], 2, "U+000A"),
+    ("actor-cursor-up", ["cancel-schedule", "us-east-1", "--actor", "ops\x1b[1A"], 2,
+     "--actor 'ops\\x1b[1A'"),
+    ("actor-c1-csi", ["pause", "all", "--actor", "ops\x9b2J"], 2, "U+009B"),
+    ("sync-actor-control", ["locations", "sync", "--sample", "--actor", "a\rb"], 2, "U+000D"),
     ("check-stuck-zero", ["check", "--stuck-after", "0s"], 2, "'0s'"),
     ("check-ttl-text", ["check", "--tombstone-ttl", "a day"], 2, "'a day'"),
     ("serve-port", ["serve", "--port", "70000"], 2, "'70000'"),
@@ -338,6 +347,20 @@ LIBRARY_REFUSALS: list[tuple[str, Callable[[Manager], Any], str]] = [
     ("actor-too-long", lambda m: m.pause("dr-site-a", actor="a" * 300), "256"),
     ("reason-not-text", lambda m: m.pause("dr-site-a", reason=5), "reason"),  # type: ignore[arg-type]
     ("delay-overflow", lambda m: m.resume("us-east-1", at=timedelta(days=999_999_999)), "range"),
+    # a valid datetime whose UTC time is past year 9999 (or before year 1): OverflowError before
+    ("at-past-9999-in-utc", lambda m: m.resume("us-east-1", at=datetime(
+        9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-1)))), "out of range"),
+    ("at-before-year-1-in-utc", lambda m: m.resume("us-east-1", at=datetime(
+        1, 1, 1, tzinfo=timezone(timedelta(hours=1)))), "out of range"),
+    # control characters in free text: refused before any I/O (locstatus.names.check_text)
+    ("reason-escape", lambda m: m.pause("dr-site-a", reason="x\x1b]0;t\x07"), "U+001B"),
+    ("actor-escape", lambda m: m.resume("us-east-1", actor="ops\x1b[2K"), "actor"),
+    ("cancel-actor-del", lambda m: m.cancel_scheduled_resume("us-east-1", actor="a\x7f"),
+     "U+007F"),
+    ("schedule-reason-c1", lambda m: m.resume("us-east-1", at=timedelta(hours=1),
+                                              reason="\x9b2J"), "U+009B"),
+    ("sync-actor-tab", lambda m: m.sync_locations(["new-site"], actor="a\tb"), "U+0009"),
+    ("remove-actor-nul", lambda m: m.remove_location("dr-site-a", actor="a\x00"), "U+0000"),
 ]
 
 

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request, Security
@@ -46,8 +46,10 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -67,7 +69,15 @@ from locstatus.errors import (
 )
 from locstatus.manager import Manager
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
-from locstatus.names import BULK_LOCATION, LOCATION_RE, SERVICE_ALIASES, check_location
+from locstatus.names import (
+    BULK_LOCATION,
+    LOCATION_RE,
+    MAX_ACTOR,
+    MAX_REASON,
+    SERVICE_ALIASES,
+    check_location,
+    check_text,
+)
 
 from . import page, problems
 from .metrics import Metrics
@@ -99,11 +109,60 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _free_text(field: str, limit: int) -> AfterValidator:
+    """``check_text`` as a body validator: a control character is a 422 naming the field."""
+
+    def check(value: str | None) -> str | None:
+        try:
+            return check_text(field, value, limit)
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
+
+    return AfterValidator(check)
+
+
+def _iso_string(value: object) -> object:
+    # JSON numbers would be taken as Unix times by pydantic; docs/http.md says ISO 8601.
+    if not isinstance(value, str | datetime):
+        raise ValueError(
+            "at must be an ISO 8601 date and time with an offset, as a string, such as "
+            f"2030-01-31T18:00:00Z (got {type(value).__name__} {str(value)[:40]}; a number is "
+            "not read as a Unix time)"
+        )
+    return value
+
+
+def _in_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-01:00 is a datetime with no UTC time
+        raise ValueError(
+            f"at {value.isoformat()} is out of range: its UTC time is past year 9999 or before "
+            "year 1"
+        ) from None
+
+
+Reason = Annotated[
+    str | None,
+    Field(max_length=MAX_REASON, description="Why (free text, no control characters)"),
+    _free_text("reason", MAX_REASON),
+]
+Actor = Annotated[
+    str | None,
+    Field(max_length=MAX_ACTOR, description="Who (free text, no control characters)"),
+    _free_text("actor", MAX_ACTOR),
+]
+ResumeTime = Annotated[
+    AwareDatetime, BeforeValidator(_iso_string), AfterValidator(_in_utc)
+]
+"""An ISO 8601 string with an offset, in UTC range; stored in UTC."""
+
+
 class PauseBody(_Body):
     """Body of ``POST .../pause`` (optional)."""
 
-    reason: str | None = Field(default=None, max_length=1024, description="Why (free text)")
-    actor: str | None = Field(default=None, max_length=256, description="Who")
+    reason: Reason = None
+    actor: Actor = None
     wait: float | None = Field(
         default=None, ge=0, le=300,
         description="Seconds to wait until every live worker acknowledged (504 on timeout)",
@@ -114,7 +173,9 @@ class ResumeBody(PauseBody):
     """Body of ``POST .../resume`` (optional): resume now, or schedule with ``at`` (an aware
     ISO datetime in the future) or ``in_seconds`` (positive), not both."""
 
-    at: AwareDatetime | None = Field(default=None, description="Scheduled resume time")
+    at: ResumeTime | None = Field(
+        default=None, description="Scheduled resume time: ISO 8601 with an offset, a string"
+    )
     in_seconds: float | None = Field(
         default=None, gt=0, le=MAX_DELAY_SECONDS, description="Schedule a resume this far ahead"
     )
@@ -131,8 +192,8 @@ class ResumeBody(PauseBody):
 class CancelBody(_Body):
     """Body of ``DELETE .../schedule`` (optional)."""
 
-    reason: str | None = Field(default=None, max_length=1024)
-    actor: str | None = Field(default=None, max_length=256)
+    reason: Reason = None
+    actor: Actor = None
 
 
 class BulkItem(BaseModel):
