@@ -56,6 +56,7 @@ from pydantic import (
     model_validator,
 )
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Match
 from starlette.routing import Route as StarletteRoute
 
 from locstatus import __version__
@@ -940,18 +941,22 @@ class _Middleware:
 # -- the factory ------------------------------------------------------------------------------
 
 
+class _Route(StarletteRoute):
+    """A plain Starlette route that names itself in the scope when it matches, fully or by path
+    only (a 405), as FastAPI's routes do: metrics label requests by it."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child
+
+
 def _fast_get_location() -> StarletteRoute:
     """``GET /v1/locations/{location}`` as a plain Starlette route (the documented FastAPI
     route of the same path and function stays behind it, for the OpenAPI document)."""
-    route = StarletteRoute("/v1/locations/{location}", get_location, methods=["GET"])
+    route = _Route("/v1/locations/{location}", get_location, methods=["GET"])
     route.methods = {"GET"}  # no implicit HEAD: the document (and Allow on 405) list GET only
-    inner = route.app
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        scope["route"] = route  # FastAPI sets it for its own routes only; metrics label by it
-        await inner(scope, receive, send)
-
-    route.app = app
     return route
 
 
