@@ -1194,6 +1194,15 @@ def serve(
             "--check-interval", metavar="SECONDS", help="Run the consistency check this often."
         ),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Without a token, also serve requests for this Host name (repeatable); "
+            "loopback names are always served.",
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP sidecar (SPEC §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
@@ -1209,6 +1218,7 @@ def serve(
         insecure=insecure,
         reconcile_interval=reconcile,
         check_interval=check_every,
+        allowed_hosts=tuple(allow_host or ()),
     )
 
 

@@ -652,6 +652,10 @@ def test_serve_and_demo_wiring(
         "9999",
         "--check-interval",
         "30",
+        "--allow-host",
+        "s3.zenko.local",
+        "--allow-host",
+        "cloudserver",
         env={"LOCSTATUS_API_TOKEN": "s3cret"},
     )
     assert result.exit_code == 0, result.stderr
@@ -663,6 +667,7 @@ def test_serve_and_demo_wiring(
         "insecure": False,
         "reconcile_interval": 1.0,
         "check_interval": 30.0,
+        "allowed_hosts": ("s3.zenko.local", "cloudserver"),
     }
     assert synced("serve", "--port", "65536").exit_code == 2
     assert synced("serve", "--port", "-1").exit_code == 2

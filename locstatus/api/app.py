@@ -35,7 +35,7 @@ import asyncio
 import hmac
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -81,6 +81,7 @@ from locstatus.names import (
 )
 
 from . import page, problems
+from .guard import HostPolicy, NativeRoute
 from .metrics import Metrics
 from .problems import PROBLEM_MEDIA_TYPE, Problem, ProblemError, error_body, responses
 
@@ -514,6 +515,27 @@ async def authorize(
         raise ProblemError(403, "forbidden", "the bearer token is not the sidecar's token")
 
 
+def check_token(token: str) -> str:
+    """Return ``token`` if a client can present it, else raise :class:`InvalidInput` saying
+    why (never showing it): a bearer token travels in an HTTP header, which carries visible
+    ASCII and inner spaces only; the server strips surrounding whitespace and decodes other
+    bytes differently, so such a token could never match."""
+    if token != token.strip():
+        raise InvalidInput(
+            "the API token (LOCSTATUS_API_TOKEN) has leading or trailing whitespace: no client "
+            "can send it (HTTP strips it from the header); remove it"
+        )
+    for i, char in enumerate(token):
+        if not " " <= char <= "~":
+            kind = "a non-ASCII" if ord(char) > 0x7F else "a control"
+            raise InvalidInput(
+                f"the API token (LOCSTATUS_API_TOKEN) has {kind} character at position {i}: a "
+                "bearer token is sent in an HTTP header and must be visible ASCII (letters, "
+                "digits and punctuation such as - . _ ~ + /)"
+            )
+    return token
+
+
 Ctx = Annotated[Context, Depends(context)]
 LocationPath = Annotated[
     str,
@@ -535,10 +557,10 @@ IfMatch = Annotated[
     Header(description='Record version the change is based on, e.g. "12" (412 if stale)'),
 ]
 
-_MUTATION_ERRORS = responses(400, 401, 403, 404, 408, 409, 412, 413, 422, 503, 504)
+_MUTATION_ERRORS = responses(400, 401, 403, 404, 408, 409, 412, 413, 415, 422, 503, 504)
 _READ_ERRORS = responses(400, 404, 422, 503)
 
-router = APIRouter()
+router = APIRouter(route_class=NativeRoute)
 
 
 # -- native routes ----------------------------------------------------------------------------
@@ -838,15 +860,18 @@ declares a body and stalls must not pin a connection and a request forever."""
 
 
 class _Middleware:
-    """Request metrics per route template, the 64 KiB body limit (413) and the body read
-    deadline (408)."""
+    """Request metrics per route template, the ``Host`` check of a sidecar without a token
+    (421, :class:`~.guard.HostPolicy`), the 64 KiB body limit (413) and the body read deadline
+    (408)."""
 
     def __init__(
-        self, app: ASGIApp, metrics: Metrics, max_body: int, body_timeout: float = BODY_TIMEOUT
+        self, app: ASGIApp, metrics: Metrics, max_body: int, hosts: HostPolicy,
+        body_timeout: float = BODY_TIMEOUT,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body = max_body
+        self.hosts = hosts
         self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -863,6 +888,12 @@ class _Middleware:
             await send(message)
 
         try:
+            refusal = self.hosts.refusal(_header(scope, b"host"))
+            if refusal is not None:
+                status[0] = 421
+                await self._refuse(scope, send, 421, "misdirected request", refusal,
+                                   type_="urn:locstatus:misdirected-request")
+                return
             if method in ("POST", "PUT", "PATCH", "DELETE"):
                 try:
                     replay = await asyncio.wait_for(
@@ -922,9 +953,12 @@ class _Middleware:
         return replay
 
     @staticmethod
-    async def _refuse(scope: Scope, send: Send, status: int, title: str, detail: str) -> None:
+    async def _refuse(
+        scope: Scope, send: Send, status: int, title: str, detail: str,
+        type_: str = "about:blank",
+    ) -> None:
         body = Problem(
-            title=title, status=status, detail=detail, instance=scope.get("path"),
+            type=type_, title=title, status=status, detail=detail, instance=scope.get("path"),
         ).model_dump_json(exclude_none=True).encode()
         await send({
             "type": "http.response.start",
@@ -936,6 +970,13 @@ class _Middleware:
             ],
         })
         await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
 
 
 # -- the factory ------------------------------------------------------------------------------
@@ -969,10 +1010,17 @@ def create_app(
     check: CheckState | None = None,
     max_body: int = MAX_BODY,
     inline_reads: bool | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
     """Build the sidecar app over ``mgr``.
 
     - ``token``: when set, mutating routes need ``Authorization: Bearer <token>`` (401/403).
+      It must be visible ASCII with no surrounding whitespace (:func:`check_token`,
+      :class:`InvalidInput` otherwise): any other token could never authenticate.
+    - ``allowed_hosts``: without a token, only requests whose ``Host`` is a loopback name
+      (127.0.0.0/8, ``::1``, ``localhost``, any port) or one of these names are served, others
+      get a 421 (DNS rebinding, docs/http.md); ``["*"]`` serves every ``Host``. With a token
+      every ``Host`` is served.
     - ``clock``: aware-UTC ``datetime`` factory for lease liveness and overdue resumes on the
       page and in metrics; default ``mgr.clock``.
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
@@ -984,6 +1032,9 @@ def create_app(
     """
     from .backbeat import router as backbeat_router
 
+    token = check_token(token) if token else None
+    extra = list(allowed_hosts or ())
+    hosts = HostPolicy(allow_any=token is not None or "*" in extra, extra=extra)
     metrics = Metrics(mgr, clock=clock, reconciler=lambda: reconciler)
     app = FastAPI(
         title="locstatus sidecar",
@@ -999,7 +1050,7 @@ def create_app(
     )
     app.state.locstatus = Context(
         mgr,
-        token=token or None,
+        token=token,
         clock=clock or mgr.clock,
         metrics=metrics,
         reconciler=reconciler,
@@ -1007,7 +1058,7 @@ def create_app(
         inline_reads=inline_reads,
     )
     problems.install(app)
-    app.add_middleware(_Middleware, metrics=metrics, max_body=max_body)
+    app.add_middleware(_Middleware, metrics=metrics, max_body=max_body, hosts=hosts)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

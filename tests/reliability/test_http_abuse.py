@@ -92,14 +92,14 @@ def test_oversize_bodies_and_slow_clients_do_not_disturb_anyone(
         with contextlib.suppress(OSError):
             s = socket.create_connection(("127.0.0.1", port), timeout=5)
             held.append(s)
-            s.sendall(b"GET /v1/locations HTTP/1.1\r\nHost: x\r\n")
+            s.sendall(b"GET /v1/locations HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             while not stop.wait(0.5):
                 s.sendall(b"X-a: b\r\n")
 
     def slow_body(loc: str) -> None:
         body = b'{"reason": "slow client"}'
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-            s.sendall(f"POST /v1/locations/{loc}/replication/pause HTTP/1.1\r\nHost: x\r\n"
+            s.sendall(f"POST /v1/locations/{loc}/replication/pause HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                       f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                       "Connection: close\r\n\r\n".encode())
             for i in range(len(body)):
@@ -112,7 +112,7 @@ def test_oversize_bodies_and_slow_clients_do_not_disturb_anyone(
 
     def oversize() -> None:
         big = b'{"reason": "' + b"b" * 70_000 + b'"}'
-        head = ("POST /v1/locations/eu-west-2/replication/pause HTTP/1.1\r\nHost: x\r\n"
+        head = ("POST /v1/locations/eu-west-2/replication/pause HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                 "Content-Type: application/json\r\nConnection: close\r\n")
         cases = {
             "declared": head.encode() + f"Content-Length: {len(big)}\r\n\r\n".encode() + big,
@@ -121,7 +121,7 @@ def test_oversize_bodies_and_slow_clients_do_not_disturb_anyone(
             "chunked": head.encode() + b"Transfer-Encoding: chunked\r\n\r\n"
             + b"".join(b"%x\r\n%s\r\n" % (len(big[i:i + 8192]), big[i:i + 8192])
                        for i in range(0, len(big), 8192)) + b"0\r\n\r\n",
-            "header-100KB": b"GET /v1/locations HTTP/1.1\r\nHost: x\r\nX-Big: "
+            "header-100KB": b"GET /v1/locations HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "
             + b"h" * 100_000 + b"\r\n\r\n",
         }
         for name, data in cases.items():
