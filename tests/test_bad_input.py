@@ -9,6 +9,7 @@ change log) taken before and after each case, on one store shared by every case.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -206,6 +207,13 @@ BAD_GLOBALS: list[tuple[str, list[str], str]] = [
     ),
     ("backend-sqlite-timeout", ["--backend", "sqlite:///{tmp}/x.db?timeout=abc"], "timeout=abc"),
     ("backend-sqlite-sync", ["--backend", "sqlite:///{tmp}/x.db?synchronous=bogus"], "'bogus'"),
+    ("backend-sqlite-timeout-nan", ["--backend", "sqlite:///{tmp}/x.db?timeout=nan"],
+     "timeout=nan"),
+    ("backend-sqlite-poll-zero", ["--backend", "sqlite:///{tmp}/x.db?poll_interval=0"],
+     "poll_interval=0"),
+    ("backend-zk-open-bracket", ["--backend", "zk://[::1/x"], "invalid ZooKeeper URL"),
+    ("backend-mongo-open-bracket", ["--backend", "mongodb://[::1:37017/"],
+     "invalid MongoDB URL"),
     ("services-empty", ["--backend", "{url}", "--services", " , "], "' , '"),
     (
         "services-bad",
@@ -379,6 +387,50 @@ def test_library_refuses_bad_reason_actor_and_delay(
         call(mgr)
     assert needle in str(err.value)
     assert dump(tmp_path / "gaps.db") == before
+
+
+BAD_URLS: list[tuple[str, object, str]] = [
+    # raised Python's own ValueError / AttributeError before
+    ("zk-open-bracket", "zk://[::1/x", "invalid ZooKeeper URL 'zk://[::1/x': Invalid IPv6 URL"),
+    ("mongo-open-bracket", "mongodb://[::1:37017/", "invalid MongoDB URL"),
+    ("sqlite-timeout-nan", "sqlite:///{tmp}/x.db?timeout=nan", "timeout=nan"),
+    ("sqlite-timeout-inf", "sqlite:///{tmp}/x.db?timeout=inf", "timeout=inf"),
+    ("sqlite-nul-in-path", "sqlite:///{tmp}/x\x00.db", "control character U+0000"),
+    ("not-a-string", 5, "must be a string"),
+    ("bytes", b"sqlite:///x.db", "must be a string"),
+    # accepted before, and then busy-looped a core / killed the hint poller / meant nothing
+    ("sqlite-poll-zero", "sqlite:///{tmp}/x.db?poll_interval=0",
+     "poll_interval=0 in 'sqlite:///"),
+    ("sqlite-poll-huge", "sqlite:///{tmp}/x.db?poll_interval=1e308", "0.01..60 seconds"),
+    ("sqlite-timeout-negative", "sqlite:///{tmp}/x.db?timeout=-1",
+     "timeout=-1 in 'sqlite:///"),
+    ("zk-timeout-nan", "zk://127.0.0.1:1/x?timeout=nan", "timeout=nan"),
+    ("zk-session-inf", "zk://127.0.0.1:1/x?session_timeout=inf", "0.4..3600 seconds"),
+    ("zk-max-bytes-float", "zk://127.0.0.1:1/x?max_bytes=1e6", "expected a whole number"),
+    ("zk-nul", "zk://127.0.0.1:1/x\x00", "U+0000"),
+    ("mongo-poll-zero", "mongodb://127.0.0.1:9/?poll_interval=0", "0.05..60 seconds"),
+    ("mongo-poll-huge", "mongodb://127.0.0.1:9/?poll_interval=1e308", "poll_interval=1e308"),
+    ("mongo-sst-nan", "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=nan",
+     "serverSelectionTimeoutMS=nan"),
+    ("mongo-recent-fraction", "mongodb://127.0.0.1:9/?recent_history=2.5", "recent_history=2.5"),
+    ("mongo-ttl-negative", "mongodb://u:hunter2@127.0.0.1:9/?worker_ttl=-1", "worker_ttl=-1"),
+    ("memory-nul", "memory://a\x00b", "U+0000"),
+]
+
+
+@pytest.mark.parametrize(("url", "needle"), [c[1:] for c in BAD_URLS], ids=[c[0] for c in BAD_URLS])
+def test_a_bad_backend_url_is_a_clear_invalid_input_before_anything_connects(
+    tmp_path: Path, url: object, needle: str
+) -> None:
+    if isinstance(url, str):
+        url = url.replace("{tmp}", str(tmp_path))
+    started = time.monotonic()
+    with pytest.raises(InvalidInput) as err:
+        connect(url)  # type: ignore[arg-type]
+    assert needle in str(err.value), str(err.value)
+    assert "hunter2" not in str(err.value)
+    assert time.monotonic() - started < 5  # refused up front, not after a connection attempt
+    assert list(tmp_path.iterdir()) == []  # no database file created
 
 
 def test_the_store_still_reads_back_after_every_case(store: tuple[Path, str]) -> None:
