@@ -116,6 +116,10 @@ CLI_CASES += [
     ("at-naive", ["resume", "us-east-1", "--at", "2030-01-01T00:00:00"], 2, "no timezone"),
     ("at-date-only", ["resume", "us-east-1", "--at", "2030-01-01"], 2, "'2030-01-01'"),
     ("at-garbage", ["resume", "us-east-1", "--at", "tomorrow"], 2, "'tomorrow'"),
+    ("at-past-9999-in-utc", ["resume", "us-east-1", "--at", "9999-12-31T23:59:59-01:00"], 2,
+     "'9999-12-31T23:59:59-01:00': out of range"),
+    ("at-before-year-1-in-utc", ["resume", "us-east-1", "--at", "0001-01-01T00:00:00+01:00"],
+     2, "out of range"),
     (
         "at-month-13",
         ["resume", "us-east-1", "--at", "2030-13-01T00:00:00Z"],
