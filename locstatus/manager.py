@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from tenacity import (
     RetryError,
@@ -72,9 +72,6 @@ from locstatus.names import (
     check_location,
     check_text,
 )
-
-if TYPE_CHECKING:
-    from locstatus.agent import Agent
 
 ServiceArg = str | Iterable[str] | None
 Plan = tuple[LocationStatus, list[HistoryEntry]] | None
@@ -484,20 +481,6 @@ class Manager:
         if not rec.deleted:
             raise InvalidTransition(f"location {location!r} is not removed; refusing to purge")
         self.backend.delete(location, expected_version)
-
-    # -- the agent -------------------------------------------------------------------------
-
-    def agent(
-        self,
-        worker_id: str,
-        services: Iterable[str] | None = None,
-        locations: Iterable[str] | None = None,
-        **kwargs: object,
-    ) -> Agent:
-        """A worker-side :class:`~locstatus.agent.Agent` bound to this manager."""
-        from locstatus.agent import Agent
-
-        return Agent(self, worker_id, services=services, locations=locations, **kwargs)  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Close the backend."""
