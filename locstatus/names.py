@@ -1,4 +1,4 @@
-"""Validation of names and free text (SPEC §2), shared by the FSM, manager, CLI and HTTP.
+"""Validation of names and free text (docs/design.md §2), shared by the FSM, manager, CLI and HTTP.
 
 Names are checked before anything reaches a backend: a location name becomes a znode path, a
 SQLite key and a Mongo ``_id``, so anything outside the pattern (``..``, ``/``, unicode, control
