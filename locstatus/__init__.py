@@ -10,6 +10,7 @@ from locstatus.client import Client, connect
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
+    BackendFull,
     BackendUnavailable,
     ConflictError,
     CorruptRecord,
@@ -41,6 +42,7 @@ __all__ = [
     "AlreadyExists",
     "AmbiguousCommit",
     "Backend",
+    "BackendFull",
     "BackendUnavailable",
     "Client",
     "ConflictError",

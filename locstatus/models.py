@@ -245,7 +245,9 @@ class WorkerInfo(_Frozen):
     """Heartbeat backends: the lease deadline (UTC). None: the lease is a session (ZooKeeper
     ephemeral node) and the worker is alive while it is listed."""
     errors: dict[str, str] = Field(default_factory=dict)
-    """Last handler error per ``location/service`` (cleared on success)."""
+    """Last handler error per ``location/service`` (cleared on success). Stored bounded
+    (docs/agent.md "Registrations are bounded"): at most 100, each cut to 1000 characters,
+    the others counted under the key ``...``."""
     clock_offset_seconds: float | None = None
     """The worker process's wall clock minus the backend's time, in seconds, as it last
     measured it (docs/time.md); None when not measured. Reported, never trusted."""

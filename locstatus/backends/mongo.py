@@ -61,6 +61,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pymongo
+from bson.errors import InvalidDocument
 from pydantic import TypeAdapter, ValidationError
 from pymongo import ASCENDING, IndexModel, MongoClient, ReturnDocument
 from pymongo.collection import Collection
@@ -69,6 +70,7 @@ from pymongo.errors import (
     AutoReconnect,
     BulkWriteError,
     ConfigurationError,
+    DocumentTooLarge,
     DuplicateKeyError,
     ExecutionTimeout,
     InvalidOperation,
@@ -282,11 +284,23 @@ class MongoBackend(Backend):
     @contextmanager
     def _io(self, what: str, *, write: bool = False) -> Iterator[None]:
         """Turn pymongo errors into locstatus errors. ``write=True``: the operation is a
-        single write whose outcome is unknown after a network error (:class:`AmbiguousCommit`)."""
+        single write whose outcome is unknown after a network error (:class:`AmbiguousCommit`).
+        A document the driver refuses to encode (``DocumentTooLarge``, ``InvalidDocument``, an
+        integer beyond BSON's 8 bytes) was never sent: :class:`InvalidInput` naming ``what``."""
         if self._closed:
             raise BackendUnavailable(f"MongoDB backend {self.settings.where} is closed")
         try:
             yield
+        except DocumentTooLarge as exc:  # refused by the driver: nothing was sent
+            raise InvalidInput(
+                f"{what}: the document is too large for MongoDB ({_short(exc)}; a document "
+                "holds at most 16 MB); nothing was written"
+            ) from exc
+        except (InvalidDocument, OverflowError) as exc:  # BSON cannot encode it: nothing sent
+            raise InvalidInput(
+                f"{what}: MongoDB cannot store the document ({type(exc).__name__}: "
+                f"{_short(exc)}); nothing was written"
+            ) from exc
         except ServerSelectionTimeoutError as exc:  # nothing was sent
             raise BackendUnavailable(
                 f"MongoDB at {self.settings.where} is unreachable ({what}): no server answered "
@@ -637,7 +651,8 @@ class MongoBackend(Backend):
     # -- workers, leases and acknowledgements ----------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
-        doc: Doc = {"_id": info.worker_id, "info": info.model_dump(mode="json")}
+        stored, _ = codec.bounded_worker(info)  # errors trimmed; InvalidInput if too large
+        doc: Doc = {"_id": info.worker_id, "info": stored.model_dump(mode="json")}
         if info.lease_expires_at is not None:
             doc["expires_at"] = info.lease_expires_at
         with self._io(f"registration of worker {info.worker_id!r}"):

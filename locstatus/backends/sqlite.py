@@ -10,6 +10,10 @@ Why it is shaped so:
   on power loss for speed).
 - Versions of a recreated location start above every version it ever had (``incarnations``
   table), so a stale version never matches a new record (contract invariant 1).
+- A failed write is rolled back only while SQLite has not done it itself (it does on
+  ``SQLITE_FULL`` and I/O errors: a second ``ROLLBACK`` would fail and hide the real error),
+  and surfaces as :class:`BackendUnavailable`, :class:`BackendFull` for a full disk: nothing
+  was written, and the same connection writes again once space is freed.
 - Change hints: every write appends to a small ``changes`` log in the same transaction; one
   poller thread per backend reads it every ``poll_interval`` seconds (default 0.05) and falls
   back to a ``resync`` hint when it has fallen behind the pruned log.
@@ -34,6 +38,7 @@ from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Uns
 from locstatus.backends.urls import Number, query_params, split_url
 from locstatus.errors import (
     AlreadyExists,
+    BackendFull,
     BackendUnavailable,
     CorruptRecord,
     InvalidInput,
@@ -161,21 +166,56 @@ class SQLiteBackend(Backend):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: ``BEGIN IMMEDIATE``, the caller's statements, ``COMMIT``.
+
+        Any failure rolls it back, and an SQLite error becomes :class:`BackendUnavailable`
+        (:class:`BackendFull` for a full disk): nothing was written. SQLite rolls a
+        transaction back by itself on some errors (``SQLITE_FULL``, ``SQLITE_IOERR``, ...), so
+        the rollback here runs only while one is still open: a second ``ROLLBACK`` would fail
+        with "no transaction is active" and hide the real error. A connection that cannot be
+        rolled back is closed and replaced, so no thread is left inside a transaction."""
         db = self._conn()
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise BackendUnavailable(f"cannot write {self.url}: {exc}") from exc
+            raise self._failure("cannot start a write on", exc) from exc
         try:
             yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        try:
             db.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except BaseException as exc:
+            self._rollback(db)
+            if isinstance(exc, sqlite3.Error):
+                raise self._failure("cannot write", exc) from exc
+            raise
+
+    def _failure(self, what: str, exc: sqlite3.Error) -> BackendUnavailable:
+        """The locstatus error for the SQLite error of a write (nothing was written)."""
+        code = getattr(exc, "sqlite_errorcode", None)  # absent on the module's own errors
+        if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
+            return BackendFull(
+                f"{what} {self.url}: the filesystem holding the database is full (SQLite: "
+                f"{exc}); nothing was written: free space there and retry"
+            )
+        return BackendUnavailable(f"{what} {self.url}: {exc}; nothing was written")
+
+    def _rollback(self, db: sqlite3.Connection) -> None:
+        """End the failed transaction of ``db`` if SQLite did not already; a connection whose
+        rollback fails is dropped (closing it rolls back) so the next call opens a new one."""
+        if not db.in_transaction:
+            return
+        try:
             db.execute("ROLLBACK")
-            raise BackendUnavailable(f"commit failed on {self.url}: {exc}") from exc
+        except sqlite3.Error:
+            self._drop(db)
+
+    def _drop(self, db: sqlite3.Connection) -> None:
+        if getattr(self._local, "db", None) is db:
+            del self._local.db
+        with self._conns_lock:
+            if db in self._conns:
+                self._conns.remove(db)
+        with contextlib.suppress(sqlite3.Error):
+            db.close()
 
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
         try:
@@ -290,10 +330,11 @@ class SQLiteBackend(Backend):
     # -- workers -------------------------------------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
+        data = codec.encode_worker(info)  # bounded (InvalidInput) before the transaction
         with self._write() as db:
             db.execute(
                 "INSERT OR REPLACE INTO workers (worker_id, data) VALUES (?, ?)",
-                (info.worker_id, codec.encode_worker(info)),
+                (info.worker_id, data),
             )
 
     def remove_worker(self, worker_id: str) -> None:

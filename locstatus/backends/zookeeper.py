@@ -909,17 +909,10 @@ class ZooKeeperBackend(Backend):
             self._forget_workers()
 
     def _worker_bytes(self, info: WorkerInfo) -> bytes:
-        data = codec.encode_worker(info).encode()
-        if len(data) > self.params.max_bytes and info.errors:
-            # Handler errors are diagnostics: keep as many as fit rather than fail the heartbeat.
-            errors = dict(info.errors)
-            while errors and len(data) > self.params.max_bytes:
-                for key in list(errors)[: max(1, len(errors) // 2)]:
-                    del errors[key]
-                shown = {**errors, "...": f"{len(info.errors) - len(errors)} more errors not shown"}
-                data = codec.encode_worker(info.model_copy(update={"errors": shown})).encode()
-        self._check_size(info.worker_id, "worker registration", data)
-        return data
+        """The registration's node data, bounded as on every backend
+        (:func:`codec.bounded_worker`), and by this ensemble's ``max_bytes`` when lower."""
+        limit = min(self.params.max_bytes, codec.MAX_REGISTRATION_BYTES)
+        return codec.encode_worker(info, limit).encode()
 
     def _put_worker_node(self, path: str, data: bytes) -> None:
         client = self._client
