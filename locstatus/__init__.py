@@ -6,10 +6,11 @@ The whole public API is re-exported here::
 """
 
 from locstatus.backends import Backend, open_backend
-from locstatus.client import connect
+from locstatus.client import Client, connect
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
+    BackendFull,
     BackendUnavailable,
     ConflictError,
     CorruptRecord,
@@ -41,7 +42,9 @@ __all__ = [
     "AlreadyExists",
     "AmbiguousCommit",
     "Backend",
+    "BackendFull",
     "BackendUnavailable",
+    "Client",
     "ConflictError",
     "CorruptRecord",
     "Forbidden",

@@ -40,7 +40,10 @@ def new_op_id() -> str:
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-01:00: a valid datetime, no UTC time
+        raise ValueError("out of range: its UTC time is past year 9999 or before year 1") from None
 
 
 def _service_aliases(value: Any) -> Any:
@@ -247,7 +250,9 @@ class WorkerInfo(_Frozen):
     """Heartbeat backends: the lease deadline (UTC). None: the lease is a session (ZooKeeper
     ephemeral node) and the worker is alive while it is listed."""
     errors: dict[str, str] = Field(default_factory=dict)
-    """Last handler error per ``location/service`` (cleared on success)."""
+    """Last handler error per ``location/service`` (cleared on success). Stored bounded
+    (docs/agent.md "Registrations are bounded"): at most 100, each cut to 1000 characters,
+    the others counted under the key ``...``."""
     clock_offset_seconds: float | None = None
     """The worker process's wall clock minus the backend's time, in seconds, as it last
     measured it (docs/time.md); None when not measured. Reported, never trusted."""

@@ -12,10 +12,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from locstatus.backends import Backend
+from locstatus.backends import Backend, codec
 from locstatus.errors import (
     AlreadyExists,
     CorruptRecord,
+    InvalidInput,
     NotFound,
     VersionConflict,
 )
@@ -502,6 +503,64 @@ def test_purging_a_location_drops_its_acks(b: Backend) -> None:
     b.ack("w-1", "loc-a", "replication", 2)
     b.delete("loc-a", v)
     assert b.acks("loc-a") == {}
+
+
+# -- registrations are bounded the same way on every backend (docs/agent.md "Registrations") ---
+
+
+def long_names(n: int, width: int = 110) -> tuple[str, ...]:
+    return tuple(f"site-{i:06d}-".ljust(width, "x") for i in range(n))
+
+
+def test_a_worker_failing_at_thousands_of_locations_still_registers_with_its_errors_trimmed(
+    b: Backend,
+) -> None:
+    """An outage makes a worker's handler fail at 17 000 locations: its heartbeat still
+    renews the lease (17 MB of errors once raised pymongo's DocumentTooLarge and killed the
+    heartbeat thread); the registration keeps the first errors, each cut, and says how many
+    it left out."""
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    errors = {f"loc-{i:05d}/replication": f"E{i} " + "x" * 2000 for i in range(17_000)}
+    b.put_worker(worker("w-noisy", lease).model_copy(update={"errors": errors}))
+    (listed,) = b.workers()
+    assert listed.alive(datetime.now(UTC)) and listed.lease_expires_at == lease
+    kept = {k: v for k, v in listed.errors.items() if k != codec.ERRORS_CUT_KEY}
+    assert list(kept) == sorted(errors)[: codec.MAX_WORKER_ERRORS]
+    assert all(v == errors[k][: codec.MAX_ERROR_CHARS] for k, v in kept.items())
+    left_out = 17_000 - codec.MAX_WORKER_ERRORS
+    assert listed.errors[codec.ERRORS_CUT_KEY].startswith(f"{left_out} more errors not shown")
+    b.put_worker(worker("w-noisy", lease).model_copy(update={"errors": {"loc-1/replication": "E"}}))
+    assert b.workers()[0].errors == {"loc-1/replication": "E"}  # errors within the bound: as is
+
+
+def test_handler_errors_give_way_to_a_large_location_filter(b: Backend) -> None:
+    """A filter close to the bound is kept whole; the errors are cut further to fit."""
+    names = long_names(8_000)  # ~900 KB of JSON
+    errors = {f"{n}/replication": "E" * 900 for n in names[:100]}  # 100 errors: ~100 KB more
+    info = WorkerInfo(worker_id="w-wide", services=("replication",), locations=names,
+                      errors=errors)
+    b.put_worker(info)
+    (listed,) = b.workers()
+    assert listed.locations == names
+    assert 0 < len(listed.errors) - 1 < 100
+    assert "more errors not shown" in listed.errors[codec.ERRORS_CUT_KEY]
+    assert len(codec.encode_worker(listed)) <= codec.MAX_REGISTRATION_BYTES
+
+
+def test_a_registration_too_large_without_its_errors_is_refused_and_nothing_is_written(
+    b: Backend,
+) -> None:
+    """A location filter of 150 000 names does not fit one registration on any backend: a
+    clear InvalidInput naming the filter, and the worker's earlier registration untouched."""
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    b.put_worker(worker("w-big", lease))
+    huge = WorkerInfo(worker_id="w-big", services=("replication",), locations=long_names(150_000),
+                      lease_expires_at=lease + timedelta(seconds=30))
+    with pytest.raises(InvalidInput, match=r"worker 'w-big': registration of \d+ bytes \(its "
+                       r"location filter holds 150000 names\) exceeds the limit of 1000000"):
+        b.put_worker(huge)
+    (listed,) = b.workers()
+    assert listed.locations is None and listed.lease_expires_at == lease
 
 
 # -- change hints ------------------------------------------------------------------------------

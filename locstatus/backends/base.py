@@ -21,10 +21,19 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
 6. **Leases.** A worker is alive while its lease holds (``lease_expires_at`` in the future, or a
    session-held registration that is still listed). Removing a worker removes its
    acknowledgements. An expired worker is either listed with its past lease or not listed.
+   A registration is stored bounded the same way everywhere (:func:`codec.bounded_worker`):
+   its handler errors trimmed, and refused whole when too large without them.
 7. **Hints may coalesce.** :meth:`subscribe` delivers :class:`Hint` values on a backend thread;
    hints can be merged or dropped, never relied on for every intermediate version. A
    ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
    return quickly and must not block the backend's thread.
+8. **Errors are locstatus errors.** Every failure met inside a call (a driver's exception, an
+   OS error such as a full disk, a document the store cannot hold) reaches the caller as a
+   :class:`~locstatus.errors.LocstatusError` naming what failed: :class:`BackendUnavailable`
+   (:class:`~locstatus.errors.BackendFull` for a full store) when nothing was written,
+   :class:`AmbiguousCommit` when a write may have landed, :class:`InvalidInput` for what no
+   backend can store. After the fault clears, the same backend object works again (real
+   faults: ``tests/test_backend_faults.py``).
 
 History of the design: one record per location (not per service) so that a bulk pause of every
 service of a location is one compare-and-set, and so that a tombstone is one field.
@@ -157,9 +166,14 @@ class Backend(ABC):
 
     @abstractmethod
     def put_worker(self, info: WorkerInfo) -> None:
-        """Register a worker or renew its lease (heartbeat): store ``info`` as given. Session
-        backends (ZooKeeper) also bound the registration by the session (ephemeral node): a
-        worker is alive while it is listed and its lease, if any, holds."""
+        """Register a worker or renew its lease (heartbeat): store ``info`` as
+        :func:`codec.bounded_worker` bounds it (at most ``MAX_WORKER_ERRORS`` handler errors of
+        ``MAX_ERROR_CHARS`` characters, in ``MAX_REGISTRATION_BYTES``), so a worker failing
+        everywhere still renews its lease. Session backends (ZooKeeper) also bound the
+        registration by the session (ephemeral node): a worker is alive while it is listed and
+        its lease, if any, holds. Raises :class:`~locstatus.errors.InvalidInput` (nothing
+        written) when the registration does not fit without its errors (a location filter of
+        ~100 000 names), :class:`~locstatus.errors.BackendUnavailable`."""
 
     @abstractmethod
     def remove_worker(self, worker_id: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from locstatus.errors import CorruptRecord
+from locstatus.errors import CorruptRecord, InvalidInput
 from locstatus.models import (
     STORED_RECORD,
     HistoryEntry,
@@ -292,8 +292,73 @@ def stamp(entries: Sequence[HistoryEntry], version: int) -> list[HistoryEntry]:
     return [e.model_copy(update={"version": version}) for e in entries]
 
 
-def encode_worker(info: WorkerInfo) -> str:
-    return info.model_dump_json()
+MAX_REGISTRATION_BYTES = 1_000_000
+"""Largest stored worker registration (its JSON text), on every backend: one ZooKeeper node
+(``jute.maxbuffer`` is 1 MB for a whole request), so a registration that one backend stores is
+stored by all of them (its BSON on MongoDB stays far below the 16 MB document limit). Above it
+the handler errors are cut further; a registration still too large without any (a location
+filter of ~100 000 names) is refused."""
+
+MAX_WORKER_ERRORS = 100
+"""Handler errors a registration keeps: the first by ``location/service`` key order (the same
+ones at every heartbeat while they last); the others are counted in :data:`ERRORS_CUT_KEY`."""
+
+MAX_ERROR_CHARS = 1000
+"""Characters kept of each handler error message."""
+
+ERRORS_CUT_KEY = "..."
+"""The entry of ``WorkerInfo.errors`` that says how many errors a registration left out (no
+``location/service`` key looks like it)."""
+
+
+def encode_worker(info: WorkerInfo, max_bytes: int = MAX_REGISTRATION_BYTES) -> str:
+    """The stored JSON text of a registration: :func:`bounded_worker`'s."""
+    return bounded_worker(info, max_bytes)[1]
+
+
+def bounded_worker(
+    info: WorkerInfo, max_bytes: int = MAX_REGISTRATION_BYTES
+) -> tuple[WorkerInfo, str]:
+    """The registration every backend stores for ``info``, and its JSON text (UTF-8 at most
+    ``max_bytes`` bytes, default :data:`MAX_REGISTRATION_BYTES`).
+
+    Handler errors are diagnostics, and a worker failing at thousands of locations during an
+    outage must keep renewing its lease: at most :data:`MAX_WORKER_ERRORS` errors are kept,
+    each cut to :data:`MAX_ERROR_CHARS` characters, and while the text is still too large half
+    of those left are dropped, again and again; :data:`ERRORS_CUT_KEY` then says how many are
+    not shown. The rest of the registration is never cut: when it does not fit without any
+    error (a location filter too large), raises :class:`InvalidInput` naming the sizes, and
+    nothing must be written."""
+    errors = info.errors
+    kept = {k: errors[k][:MAX_ERROR_CHARS] for k in sorted(errors)[:MAX_WORKER_ERRORS]}
+    if kept == errors:
+        text = info.model_dump_json()
+        if len(text.encode()) <= max_bytes:
+            return info, text
+    while True:
+        shown = dict(kept)
+        cut = len(errors) - len(kept)
+        if cut:
+            shown[ERRORS_CUT_KEY] = (
+                f"{cut} more errors not shown (of {len(errors)}; see the worker's own log)"
+            )
+        bounded = info.model_copy(update={"errors": shown})
+        text = bounded.model_dump_json()
+        size = len(text.encode())
+        if size <= max_bytes:
+            return bounded, text
+        if not kept:
+            break
+        kept = dict(list(kept.items())[: len(kept) // 2])
+    filtered = "" if info.locations is None else (
+        f" (its location filter holds {len(info.locations)} names)"
+    )
+    raise InvalidInput(
+        f"worker {info.worker_id!r}: registration of {size} bytes{filtered} exceeds the limit "
+        f"of {max_bytes} bytes for a worker registration; nothing was written: give the worker "
+        "a shorter location filter (none means every location), or split it into several "
+        "workers"
+    )
 
 
 def decode_worker(raw: str | bytes) -> WorkerInfo:

@@ -61,6 +61,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pymongo
+from bson.errors import InvalidDocument
 from pydantic import TypeAdapter, ValidationError
 from pymongo import ASCENDING, IndexModel, MongoClient, ReturnDocument
 from pymongo.collection import Collection
@@ -69,6 +70,7 @@ from pymongo.errors import (
     AutoReconnect,
     BulkWriteError,
     ConfigurationError,
+    DocumentTooLarge,
     DuplicateKeyError,
     ExecutionTimeout,
     InvalidOperation,
@@ -81,6 +83,7 @@ from pymongo.errors import (
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe, stale_ack
+from locstatus.backends.urls import Number, split_url
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -138,10 +141,24 @@ class MongoSettings:
     client_options: dict[str, Any] = field(default_factory=dict)
 
 
+RECENT_HISTORY = Number("recent_history", 100, 1, 1000, unit="writes", integer=True)
+"""Writes kept embedded in each record."""
+MAX_TIME_MS = Number("maxTimeMS", 10_000, 1, 3_600_000, unit="ms", integer=True)
+"""Server-side time budget of every read and findAndModify."""
+POLL_INTERVAL = Number("poll_interval", 1.0, 0.05, 60)
+"""Seconds between polls when change streams are not available."""
+WORKER_TTL = Number("worker_ttl", 3600, 0, 366 * 86400, integer=True)
+"""Seconds after a lease ran out before the TTL monitor deletes a worker's document."""
+SERVER_SELECTION_TIMEOUT_MS = Number(
+    "serverSelectionTimeoutMS", 5000, 0, 999_999_999, unit="ms", low_open=True
+)
+"""pymongo's: how long to wait for a server to answer (pymongo's own bounds)."""
+
+
 def parse_mongo_url(url: str) -> MongoSettings:
     """Split a ``mongodb://`` / ``mongodb+srv://`` URL into locstatus' options and the URL
     pymongo gets. Raises :class:`InvalidInput` naming the bad option or name."""
-    parts = urlsplit(url)
+    parts = split_url(url, "MongoDB", "mongodb://host[:port]/database", where=_redact(str(url)))
     if parts.scheme not in ("mongodb", "mongodb+srv") or not parts.netloc:
         raise InvalidInput(f"invalid MongoDB URL {url!r}: expected mongodb://host[:port]/...")
     mine: dict[str, str] = {}
@@ -173,31 +190,19 @@ def parse_mongo_url(url: str) -> MongoSettings:
     hints = mine.get("hints", "auto").lower()
     if hints not in _HINT_MODES:
         raise InvalidInput(f"invalid hints={hints!r} in {_redact(url)}: auto|changestream|poll")
-    try:
-        recent = int(mine.get("recent_history", "100"))
-        max_time_ms = int(mine.get("maxtimems", "10000"))
-        poll = float(mine.get("poll_interval", "1.0"))
-        worker_ttl = int(mine.get("worker_ttl", "3600"))
-    except ValueError as exc:
-        raise InvalidInput(f"invalid MongoDB URL option in {_redact(url)}: {exc}") from None
-    bounds: list[tuple[str, float, float, float]] = [
-        ("recent_history", recent, 1, 1000),
-        ("maxTimeMS", max_time_ms, 1, 3_600_000),
-        ("poll_interval", poll, 0.05, 60),
-        ("worker_ttl", worker_ttl, 0, 366 * 86400),
-    ]
-    for name, number, low, high in bounds:
-        if not low <= number <= high:
-            raise InvalidInput(
-                f"invalid {name}={number:g} in {_redact(url)}: expected {low:g}..{high:g}"
-            )
+    where = _redact(url)
+    recent = int(RECENT_HISTORY.parse(mine.get("recent_history"), "MongoDB", where))
+    max_time_ms = int(MAX_TIME_MS.parse(mine.get("maxtimems"), "MongoDB", where))
+    poll = POLL_INTERVAL.parse(mine.get("poll_interval"), "MongoDB", where)
+    worker_ttl = int(WORKER_TTL.parse(mine.get("worker_ttl"), "MongoDB", where))
     options = {k: v for k, v in _DEFAULT_CLIENT_OPTIONS.items() if k.lower() not in present}
     sst = 5.0
     for segment in kept:
         key, _, value = segment.partition("=")
         if unquote(key).lower() == "serverselectiontimeoutms":
-            with contextlib.suppress(ValueError):
-                sst = float(unquote(value)) / 1000
+            # pymongo's own option, read here for messages and waits: pymongo ignores a bad
+            # value with a warning (and waits 30 s), so it is refused here instead
+            sst = SERVER_SELECTION_TIMEOUT_MS.parse(unquote(value), "MongoDB", where) / 1000
     client_url = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(kept), ""))
     return MongoSettings(
         client_url=client_url,
@@ -215,7 +220,10 @@ def parse_mongo_url(url: str) -> MongoSettings:
 
 
 def _redact(url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # does not split (an unclosed "["): hide whatever precedes an "@"
+        return re.sub(r"//[^/]*@", "//***@", url)
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
@@ -276,11 +284,23 @@ class MongoBackend(Backend):
     @contextmanager
     def _io(self, what: str, *, write: bool = False) -> Iterator[None]:
         """Turn pymongo errors into locstatus errors. ``write=True``: the operation is a
-        single write whose outcome is unknown after a network error (:class:`AmbiguousCommit`)."""
+        single write whose outcome is unknown after a network error (:class:`AmbiguousCommit`).
+        A document the driver refuses to encode (``DocumentTooLarge``, ``InvalidDocument``, an
+        integer beyond BSON's 8 bytes) was never sent: :class:`InvalidInput` naming ``what``."""
         if self._closed:
             raise BackendUnavailable(f"MongoDB backend {self.settings.where} is closed")
         try:
             yield
+        except DocumentTooLarge as exc:  # refused by the driver: nothing was sent
+            raise InvalidInput(
+                f"{what}: the document is too large for MongoDB ({_short(exc)}; a document "
+                "holds at most 16 MB); nothing was written"
+            ) from exc
+        except (InvalidDocument, OverflowError) as exc:  # BSON cannot encode it: nothing sent
+            raise InvalidInput(
+                f"{what}: MongoDB cannot store the document ({type(exc).__name__}: "
+                f"{_short(exc)}); nothing was written"
+            ) from exc
         except ServerSelectionTimeoutError as exc:  # nothing was sent
             raise BackendUnavailable(
                 f"MongoDB at {self.settings.where} is unreachable ({what}): no server answered "
@@ -631,7 +651,8 @@ class MongoBackend(Backend):
     # -- workers, leases and acknowledgements ----------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
-        doc: Doc = {"_id": info.worker_id, "info": info.model_dump(mode="json")}
+        stored, _ = codec.bounded_worker(info)  # errors trimmed; InvalidInput if too large
+        doc: Doc = {"_id": info.worker_id, "info": stored.model_dump(mode="json")}
         if info.lease_expires_at is not None:
             doc["expires_at"] = info.lease_expires_at
         with self._io(f"registration of worker {info.worker_id!r}"):
