@@ -575,12 +575,12 @@ class Manager:
     ) -> Plan:
         services = dict(rec.services)
         entries: list[HistoryEntry] = []
+        made: dict[str, Event] = {}
         refused: InvalidTransition | None = None
         for svc in targets:
+            event = make_event(svc)
             try:
-                change = transition(
-                    rec.location, svc, services[svc], make_event(svc), now=now, op_id=op_id
-                )
+                change = transition(rec.location, svc, services[svc], event, now=now, op_id=op_id)
             except InvalidTransition as exc:
                 if not skip_refused:
                     raise
@@ -589,6 +589,7 @@ class Manager:
             if change is not None:
                 services[svc] = change.status
                 entries.append(change.entry)
+                made[svc] = event
         if refused is not None and len(entries) == 0 and all(
             not rec.services[s].paused for s in targets
         ):
@@ -596,7 +597,7 @@ class Manager:
         if not entries:
             return None
         if auto_settle:
-            self._settle_unwatched(rec.location, services, entries, now, op_id)
+            self._settle_unwatched(rec.location, services, entries, made, now, op_id)
         return rec.model_copy(update={"services": services}), entries
 
     def _settle_unwatched(
@@ -604,10 +605,13 @@ class Manager:
         location: str,
         services: dict[str, ServiceStatus],
         entries: list[HistoryEntry],
+        made: Mapping[str, Event],
         now: datetime,
         op_id: str,
     ) -> None:
-        """A new generation no live worker applies settles at once, in the same write."""
+        """A new generation no live worker applies settles at once, in the same write: a part
+        of the call that made it (``made``: service -> its event), so its history row names
+        that call's actor and reason (docs/cli.md, "Reading state")."""
         changed = {e.service for e in entries if services[e.service].state.transitional}
         if not changed:
             return
@@ -616,7 +620,11 @@ class Manager:
             status = services[svc]
             if any(w.applies(location, svc) for w in live):
                 continue
-            event = Event("settle", generation=status.generation, acked=True)
+            cause = made[svc]
+            event = Event(
+                "settle", generation=status.generation, acked=True,
+                actor=cause.actor, reason=cause.reason,
+            )
             change = transition(location, svc, status, event, now=now, op_id=op_id)
             if change is not None:
                 services[svc] = change.status

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from locstatus import (
     ConflictError,
@@ -21,6 +24,7 @@ from locstatus import (
     WorkerInfo,
 )
 from locstatus.backends import Backend
+from locstatus.backends.memory import MemoryBackend
 from locstatus.errors import AlreadyExists, AmbiguousCommit, BackendUnavailable, VersionConflict
 from locstatus.manager import RetryPolicy
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus
@@ -378,6 +382,73 @@ def test_scheduling_keeps_the_reason_of_the_pause(mgr: Manager) -> None:
     mgr.pause("us-east-1", "replication", reason="fiber cut", actor="ops")
     rec = mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
     assert (rec.services["replication"].reason, rec.services["replication"].actor) == ("fiber cut", "ops")
+
+
+def test_history_rows_name_only_the_actor_and_reason_of_their_own_call(mgr: Manager) -> None:
+    """Issue 15: an anonymous schedule and bob's cancel were rows 'schedule_resume alice INC-1'
+    and 'cancel_scheduled_resume bob INC-1'; the status may keep the pause's reason."""
+    mgr.pause("us-east-1", "replication", actor="alice", reason="INC-1")
+    mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
+    rec = mgr.cancel_scheduled_resume("us-east-1", "replication", actor="bob")
+    rows = [(e.event, e.actor, e.reason) for e in mgr.history("us-east-1", limit=4)]
+    assert rows == [
+        ("cancel_scheduled_resume", "bob", None),
+        ("schedule_resume", None, None),
+        ("settle", "alice", "INC-1"),  # in alice's write: no worker applies it
+        ("pause", "alice", "INC-1"),
+    ]
+    assert rec.services["replication"].reason == "INC-1"
+
+
+_CALLS = st.tuples(
+    st.sampled_from(["pause", "resume", "schedule", "cancel", "ack_and_settle", "fire_due"]),
+    st.sampled_from([None, "replication", "lifecycle"]),
+    st.sampled_from([None, "alice", "bob"]),
+    st.sampled_from([None, "INC-1", "INC-2"]),
+    st.integers(1, 120),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_CALLS, min_size=1, max_size=25))
+def test_every_history_row_carries_exactly_what_its_own_call_passed(
+    calls: list[tuple[str, str | None, str | None, str | None, int]],
+) -> None:
+    """Property over operator sequences: each call's rows (the versions it wrote) name the
+    actor and reason that call passed, none other; a worker applies lifecycle, so its
+    transitions settle in a later call of their own (which passes none)."""
+    clock = FakeClock(START)
+    m = Manager(MemoryBackend(f"memory://{uuid.uuid4().hex}"), clock=clock)
+    m.sync_locations({"loc": ["replication", "lifecycle"]})
+    m.backend.put_worker(WorkerInfo(worker_id="w", services=("lifecycle",),
+                                    lease_expires_at=START + timedelta(days=30)))
+    for op, svc, actor, reason, minutes in calls:
+        before = m.status("loc").version
+        passed: tuple[str | None, str | None] = (actor, reason)
+        try:
+            if op == "pause":
+                m.pause("loc", svc, actor=actor, reason=reason)
+            elif op == "resume":
+                m.resume("loc", svc, actor=actor, reason=reason)
+            elif op == "schedule":
+                m.resume("loc", svc, at=timedelta(minutes=minutes), actor=actor, reason=reason)
+            elif op == "cancel":
+                m.cancel_scheduled_resume("loc", svc, actor=actor, reason=reason)
+            elif op == "ack_and_settle":
+                generation = m.status("loc").services["lifecycle"].generation
+                m.backend.ack("w", "loc", "lifecycle", generation)
+                m.settle("loc", svc)
+                passed = (None, None)
+            else:
+                clock.advance(minutes=minutes)
+                m.fire_due_resumes("loc", actor="scheduler")
+                passed = ("scheduler", "scheduled resume")
+        except InvalidTransition:
+            pass  # scheduling a running service: refused, nothing written
+        rows = [e for e in m.history("loc", limit=1000) if e.version > before]
+        assert [(e.event, e.actor, e.reason) for e in rows] == [
+            (e.event, *passed) for e in rows
+        ]
 
 
 def test_over_long_notes_are_refused_before_any_write(mgr: Manager) -> None:
