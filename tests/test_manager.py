@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -309,15 +309,17 @@ def test_a_worker_for_other_locations_does_not_block(mgr: Manager, clock: FakeCl
 class Flaky:
     """Wraps a backend: the first ``conflicts`` writes lose a race (another writer bumps the
     record first); ``ambiguous_after_commit`` writes commit and then report an ambiguous outcome,
-    as a connection lost after send would; ``ambiguous_before_commit`` writes report it without
-    committing."""
+    as a connection lost after send would (``between`` runs first: other writers' writes before
+    the caller can look); ``ambiguous_before_commit`` writes report it without committing."""
 
     def __init__(self, inner: Backend, conflicts: int = 0, ambiguous_after_commit: int = 0,
-                 ambiguous_before_commit: int = 0) -> None:
+                 ambiguous_before_commit: int = 0,
+                 between: Callable[[], None] | None = None) -> None:
         self.inner = inner
         self.conflicts = conflicts
         self.after = ambiguous_after_commit
         self.before = ambiguous_before_commit
+        self.between = between
 
     def compare_and_set(
         self, record: LocationStatus, expected_version: int, history: list[HistoryEntry]
@@ -333,6 +335,8 @@ class Flaky:
         stored = self.inner.compare_and_set(record, expected_version, history)
         if self.after:
             self.after -= 1
+            if self.between is not None:
+                self.between()  # others write before the retry reads
             raise AmbiguousCommit("connection lost after send")
         return stored
 
@@ -370,6 +374,34 @@ def test_an_ambiguous_commit_that_landed_is_not_applied_twice(kit: Kit) -> None:
     rec = m.pause("loc", "replication", op_id="op-amb")
     assert rec.services["replication"].op_id == "op-amb"
     assert _ops(m.history("loc", limit=50), "op-amb") == ["settle", "pause"]
+
+
+def test_an_ambiguous_commit_that_landed_is_not_applied_again_however_many_writes_followed(
+    kit: Kit, clock: FakeClock
+) -> None:
+    """Issue 15: the landed write was looked for in the newest 200 history entries only, so
+    after bob's 120 bulk writes (6 entries each; more than MongoDB's 100 embedded writes too)
+    the retry paused replication again and reverted bob's later resume."""
+    bob = Manager(kit.open(), clock=clock)
+
+    def bob_writes() -> None:
+        for _ in range(60):
+            bob.pause("loc", actor="bob", reason="drill")
+            bob.resume("loc", actor="bob")
+
+    alice = Manager(cast(Backend, Flaky(kit.open(), ambiguous_after_commit=1, between=bob_writes)),
+                    clock=clock)
+    alice.sync_locations({"loc": ["replication", "lifecycle", "ingestion"]})
+    before = alice.status("loc").version
+    rec = alice.pause("loc", "replication", actor="alice", reason="INC-1", op_id="op-alice")
+    assert alice.stats["ambiguous"] == 1
+    assert rec.version == before + 1 and rec.services["replication"].op_id == "op-alice"
+    now = bob.status("loc")
+    assert now.version == before + 121
+    assert {s: st.state for s, st in now.services.items()} == dict.fromkeys(
+        ("replication", "lifecycle", "ingestion"), State.RUNNING
+    )  # bob's last resume stands
+    assert _ops(bob.history("loc", limit=10_000), "op-alice") == ["settle", "pause"]
 
 
 def test_an_ambiguous_commit_that_did_not_land_is_applied_once(kit: Kit) -> None:

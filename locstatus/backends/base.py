@@ -14,8 +14,9 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
 3. **Versions strictly increase** per record; history pages come newest first, whole writes at a
    time.
 4. **Ambiguity is reported, not hidden.** If a write's outcome is unknown (connection lost after
-   send), the backend raises :class:`AmbiguousCommit`; the manager resolves it by op_id
-   (SPEC §3.2). :class:`BackendUnavailable` means nothing was sent or the backend is down.
+   send), the backend raises :class:`AmbiguousCommit`; the manager resolves it by reading the
+   history write at the version the write would have produced and looking for its op_id there
+   (invariant 8). :class:`BackendUnavailable` means nothing was sent or the backend is down.
 5. **Corrupt data never breaks its neighbours.** :meth:`read` raises :class:`CorruptRecord` naming
    the location; :meth:`read_all` returns the error in place of that record and carries on.
 6. **Leases.** A worker is alive while its lease holds (``lease_expires_at`` in the future, or a
@@ -25,6 +26,12 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    hints can be merged or dropped, never relied on for every intermediate version. A
    ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
    return quickly and must not block the backend's thread.
+8. **Every write's history is found by its version, however old.** :meth:`history_write`
+   returns exactly the entries the write that produced ``version`` stored (stamped with it),
+   however many writes followed, and ``[]`` when the record's current life has no write at that
+   version (not reached yet, an earlier life, or a write without history). This is what makes an
+   ambiguous commit resolvable with no window (a search of the newest N entries applies a write
+   twice once N entries were written since).
 
 History of the design: one record per location (not per service) so that a bulk pause of every
 service of a location is one compare-and-set, and so that a tombstone is one field.
@@ -128,6 +135,20 @@ class Backend(ABC):
     ) -> list[HistoryEntry]:
         """History newest first: entries of versions below ``before_version`` (all if None), at
         least ``limit`` entries when there are that many, never splitting one write."""
+
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        """The entries of the write stored under exactly ``version`` (invariant 8), in the
+        order :meth:`history` gives them (newest first); ``[]`` when this life of the record
+        has no write there, or no record exists. Raises :class:`CorruptRecord` when that write
+        does not parse, :class:`BackendUnavailable`.
+
+        The default pages with :meth:`history` (one page: the newest write below
+        ``version + 1``); backends that can address a write by its key override it."""
+        return [
+            e
+            for e in self.history(location, limit=1, before_version=version + 1)
+            if e.version == version
+        ]
 
     def scan_with_history(self) -> Scan:
         """Every record (as :meth:`read_all`, sorted by location) paired with the entries of its

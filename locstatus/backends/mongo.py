@@ -588,6 +588,32 @@ class MongoBackend(Backend):
                 cursor.close()
         return out
 
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        """The embedded copy when it still holds ``version`` (the authoritative one, and the
+        only one after a crash between the two writes), else the history collection."""
+        with self._io(f"history of {location!r}"):
+            doc = self._records.find_one(
+                {"_id": location}, {"recent_history": 1, "born": 1, "version": 1},
+                max_time_ms=self._mt,
+            )
+        if doc is None:
+            return []
+        born = doc.get("born", 0) if isinstance(doc.get("born"), int) else 0
+        current = doc.get("version")
+        if version < born or (isinstance(current, int) and version > current):
+            return []
+        for v, raw in self._writes(location, doc.get("recent_history")):
+            if v == version:
+                return list(reversed(self._entries(location, raw, v)))
+        with self._io(f"history of {location!r}"):
+            hdoc = self._history.find_one(
+                {"location": location, "version": version}, {"_id": 0, "entries": 1},
+                max_time_ms=self._mt,
+            )
+        if hdoc is None:
+            return []
+        return list(reversed(self._entries(location, hdoc.get("entries"), version)))
+
     def history_gaps(self, location: str) -> list[int]:
         """Versions of writes embedded in the record but missing from the history collection
         (a crash between the two writes), for the check job; :meth:`history` back-fills
