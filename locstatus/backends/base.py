@@ -33,6 +33,11 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    ambiguous commit resolvable with no window (a search of the newest N entries applies a write
    twice once N entries were written since).
 
+9. **Two history copies lose nothing** (``two_history_copies``): a write whose copy to the full
+   history did not happen (the writer died between its two writes) stays in the recent copy
+   until a later write, :meth:`restore_history` or the check copies it; :meth:`history_gaps`
+   tells such writes (``restorable``) from versions neither copy holds (``lost``, a hand edit).
+
 History of the design: one record per location (not per service) so that a bulk pause of every
 service of a location is one compare-and-set, and so that a tombstone is one field.
 """
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from locstatus.errors import CorruptRecord, VersionConflict
@@ -59,6 +65,26 @@ def stale_ack(location: str, if_version: int) -> VersionConflict:
     return VersionConflict(
         f"location {location!r} is not at version {if_version}: not acknowledged"
     )
+
+
+@dataclass(frozen=True)
+class HistoryGaps:
+    """What :meth:`Backend.history_gaps` finds: versions missing from the full history of a
+    record's current life, ascending, at most :data:`GAPS_LISTED` of each kind."""
+
+    restorable: tuple[int, ...] = ()
+    """Missing from the full history, still held by the recent copy: :meth:`Backend.
+    restore_history` copies them."""
+    lost: tuple[int, ...] = ()
+    """Held by neither copy: that history is gone (a hand edit, or data of a version that did
+    not copy before it let writes leave the recent copy)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.restorable or self.lost)
+
+
+GAPS_LISTED = 1000
+"""At most this many versions of each kind in one :class:`HistoryGaps`."""
 
 
 class Scan(Protocol):
@@ -90,8 +116,10 @@ class Backend(ABC):
 
     two_history_copies: bool = False
     """True when history is kept in two copies that may disagree after a crash (MongoDB: recent
-    writes embedded in the record and the history collection); the check job then compares
-    them through :meth:`history_gaps` for every record."""
+    writes embedded in the record, authoritative, and the full history collection); the check
+    job then verifies the full copy's version chain through :meth:`history_gaps` for every
+    record and repairs it with :meth:`restore_history`. Such a backend never lets a write leave
+    the recent copy before the full copy holds it (invariant 9)."""
 
     # -- location records -------------------------------------------------------------------
 
@@ -168,10 +196,19 @@ class Backend(ABC):
         in). The default reads every record first and returns ``None`` for every history."""
         return [(rec, None) for rec in self.read_all()]
 
-    def history_gaps(self, location: str) -> list[int]:
-        """Versions of writes kept in one copy of the history but missing from the other
-        (MongoDB: embedded recent history vs the history collection), for the check job.
-        Backends that keep history in one place have none."""
+    def history_gaps(self, location: str) -> HistoryGaps:
+        """The versions of the record's current life missing from its full history (invariant
+        9), for the check job: empty when the chain from the life's first version to the
+        record's is whole, or when the record does not exist. Backends that keep history in
+        one place, written atomically with the state, have none. Raises
+        :class:`BackendUnavailable`, :class:`CorruptRecord` (the recent copy is unreadable)."""
+        return HistoryGaps()
+
+    def restore_history(self, location: str) -> list[int]:
+        """Copy to the full history every write the recent copy holds and the full one lacks
+        (idempotent, safe while others write). Returns the versions this call copied, sorted
+        (``[]`` when there was nothing to copy, another process copied them first, or the
+        backend keeps one copy). Raises :class:`BackendUnavailable`, :class:`CorruptRecord`."""
         return []
 
     # -- workers, leases and acknowledgements ----------------------------------------------
