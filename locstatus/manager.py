@@ -761,7 +761,7 @@ class Manager:
         invariant 8), however many writes followed it, so the answer never depends on how far
         back a search looks. Found as the current record: that record. Found in an older write:
         the record exactly as our write stored it, so the caller still sees its op_id and
-        version (SPEC §3.2). A version above the record's was not written (yet)."""
+        version (docs/design.md §3.2). A version above the record's was not written (yet)."""
         for version in sorted(ambiguity.sent):
             if version > rec.version:
                 continue
