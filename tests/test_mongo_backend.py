@@ -793,6 +793,8 @@ def test_many_racing_creators_make_one_record_each_and_the_rest_already_exists(
         assert len(created) == 1 and results.count("exists") == len(clients) - 1, (name, results)
         assert clients[0].read(name).version == int(created[0].split(":")[1])
         assert len(clients[0].history(name)) == 1
+        # a loser's clean-up of "earlier lives" never deletes the winner's history copy
+        assert not clients[0].history_gaps(name), (name, clients[0].history_gaps(name))
 
 
 # -- change hints: change streams or polling ---------------------------------------------------------

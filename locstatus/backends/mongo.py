@@ -423,7 +423,6 @@ class MongoBackend(Backend):
             n = int(inc["n"])
             version = max((n - 1) << _INCARNATION_SHIFT | 1, int(inc.get("floor", 1)))
             if n > 1:  # leftovers of an earlier life whose purge was interrupted
-                self._history.delete_many({"location": loc, "version": {"$lt": version}})
                 self._acks.delete_many({"location": loc})
         entries = self._write_doc(history, version)
         doc: Doc = {"_id": loc, "version": version, "born": version, **codec.record_payload(record),
@@ -445,6 +444,16 @@ class MongoBackend(Backend):
             if found.get("born") != version:
                 raise AlreadyExists(f"location {loc!r} already exists") from None
         self._insert_history(loc, version, entries)
+        if n > 1:
+            # History of earlier lives (a purge interrupted before its last step; ``born``
+            # already hides it from reads). Only once this life's record is stored: before it, a
+            # racing creator's new record could be the one whose history this deletes. Best
+            # effort: the record is created, and the next create of a life tries again.
+            try:
+                with self._io(f"clean-up of earlier lives of {loc!r}"):
+                    self._history.delete_many({"location": loc, "version": {"$lt": version}})
+            except BackendUnavailable as exc:
+                log.warning("history of earlier lives of %s left for later: %s", loc, exc)
         return record.model_copy(update={"version": version})
 
     def _next_incarnation(self, loc: str) -> Doc:
