@@ -721,9 +721,8 @@ class MongoBackend(Backend):
         if doc is None:
             return HistoryGaps()
         born, version = doc.get("born"), doc.get("version")
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (born, version)):
+        if type(born) is not int or type(version) is not int:
             return HistoryGaps()
-        assert isinstance(born, int) and isinstance(version, int)
         span = {"location": location, "version": {"$gte": born, "$lte": version}}
         with self._io(f"history check of {location!r}"):
             if self._history.count_documents(span, maxTimeMS=self._mt) == version - born + 1:
