@@ -6,7 +6,7 @@ The whole public API is re-exported here::
 """
 
 from locstatus.backends import Backend, open_backend
-from locstatus.client import connect
+from locstatus.client import Client, connect
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -42,6 +42,7 @@ __all__ = [
     "AmbiguousCommit",
     "Backend",
     "BackendUnavailable",
+    "Client",
     "ConflictError",
     "CorruptRecord",
     "Forbidden",

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from tenacity import (
     RetryError,
@@ -65,10 +65,14 @@ from locstatus.models import (
     new_op_id,
     utcnow,
 )
-from locstatus.names import DEFAULT_SERVICES, canonical_service, check_location
-
-if TYPE_CHECKING:
-    from locstatus.agent import Agent
+from locstatus.names import (
+    DEFAULT_SERVICES,
+    MAX_ACTOR,
+    MAX_REASON,
+    canonical_service,
+    check_location,
+    check_text,
+)
 
 ServiceArg = str | Iterable[str] | None
 Plan = tuple[LocationStatus, list[HistoryEntry]] | None
@@ -163,6 +167,13 @@ class _Ambiguity:
     the record they sent (SPEC §3.2)."""
 
     sent: dict[int, LocationStatus] = field(default_factory=dict)
+
+
+def _check_free_text(reason: object, actor: object) -> None:
+    """Refuse a bad ``reason``/``actor`` before any I/O (the FSM's :class:`Event` checks them
+    again where it is built)."""
+    check_text("reason", reason, MAX_REASON)
+    check_text("actor", actor, MAX_ACTOR)
 
 
 def lagging_workers(
@@ -290,7 +301,10 @@ class Manager:
         """Pause services (SPEC §3 ``pause``): running/resuming -> pausing; a pause of a paused
         service cancels its scheduled resume, else it is a no-op. ``wait`` seconds: block until
         settled (:class:`SettleTimeout` names the lagging workers). ``if_version``: refuse with
-        :class:`PreconditionFailed` unless the record is at that version."""
+        :class:`PreconditionFailed` unless the record is at that version. ``reason`` (at most
+        1024 characters) and ``actor`` (256) are free text without control characters
+        (:func:`~locstatus.names.check_text`, :class:`InvalidInput` otherwise)."""
+        _check_free_text(reason, actor)
         return self._operator_event(
             location, service, lambda _s: Event("pause", reason=reason, actor=actor),
             wait=wait, if_version=if_version, op_id=op_id,
@@ -311,7 +325,10 @@ class Manager:
         """Resume now, or schedule a resume when ``at`` is given (an aware datetime, or a
         positive timedelta from now). Scheduling a running service raises
         :class:`InvalidTransition`; when ``service`` is None, services that are running are
-        left alone as long as one service takes the schedule."""
+        left alone as long as one service takes the schedule. Raises :class:`InvalidInput` for a
+        time that is not aware, not in the future or out of range, and for ``reason``/``actor``
+        as :meth:`pause` does."""
+        _check_free_text(reason, actor)
         if at is None:
             return self._operator_event(
                 location, service, lambda _s: Event("resume", reason=reason, actor=actor),
@@ -338,7 +355,9 @@ class Manager:
         if_version: int | None = None,
         op_id: str | None = None,
     ) -> LocationStatus:
-        """Clear a scheduled resume (no write if none is scheduled)."""
+        """Clear a scheduled resume (no write if none is scheduled). ``reason``/``actor`` as
+        :meth:`pause`."""
+        _check_free_text(reason, actor)
         return self._operator_event(
             location,
             service,
@@ -355,6 +374,7 @@ class Manager:
         (``resume_at`` still equals the value read) makes exactly one transition happen
         however many processes call this."""
         check_location(location)
+        _check_free_text(None, actor)
         op_id = new_op_id()
 
         def plan(rec: LocationStatus, now: datetime) -> Plan:
@@ -411,8 +431,10 @@ class Manager:
         """Make the stored locations match ``locations``: a list of names (every configured
         service) or a mapping name -> services (SPEC §5.2). Adds missing locations and
         services, restores tombstoned ones, and tombstones locations not listed (SPEC §3.5)
-        unless ``remove_missing`` is False. All names are validated before anything is written.
+        unless ``remove_missing`` is False. All names (and ``actor``) are validated before
+        anything is written.
         """
+        _check_free_text(None, actor)
         wanted = self._normalise_locations(locations)
         report = SyncReport()
         existing = {r.location: r for r in self.backend.read_all()}
@@ -433,6 +455,7 @@ class Manager:
         self, location: str, services: Iterable[str] | None = None, *, actor: str | None = None
     ) -> LocationStatus:
         """Create (or restore) one location with ``services`` (default: all configured)."""
+        _check_free_text(None, actor)
         svcs = self._normalise_locations({location: services or self.services})
         self._add(location, svcs[location], actor, SyncReport(), exists=False)
         return self.status(location)
@@ -441,6 +464,7 @@ class Manager:
         """Tombstone a location (SPEC §3.5): ``deleted_at`` is set, workers see it and
         acknowledge it, and the check job purges it later. No-op if already removed."""
         check_location(location)
+        _check_free_text(None, actor)
         op_id = new_op_id()
 
         def plan(rec: LocationStatus, now: datetime) -> Plan:
@@ -458,20 +482,6 @@ class Manager:
         if not rec.deleted:
             raise InvalidTransition(f"location {location!r} is not removed; refusing to purge")
         self.backend.delete(location, expected_version)
-
-    # -- the agent -------------------------------------------------------------------------
-
-    def agent(
-        self,
-        worker_id: str,
-        services: Iterable[str] | None = None,
-        locations: Iterable[str] | None = None,
-        **kwargs: object,
-    ) -> Agent:
-        """A worker-side :class:`~locstatus.agent.Agent` bound to this manager."""
-        from locstatus.agent import Agent
-
-        return Agent(self, worker_id, services=services, locations=locations, **kwargs)  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Close the backend."""
@@ -499,7 +509,13 @@ class Manager:
             raise InvalidInput(
                 f"resume time {at.isoformat()} has no timezone: give an aware UTC datetime"
             )
-        return at.astimezone(self.clock().tzinfo)
+        try:  # 9999-12-31T23:59:59-01:00 is a valid datetime whose UTC time is not
+            return at.astimezone(self.clock().tzinfo)
+        except OverflowError:
+            raise InvalidInput(
+                f"resume time {at.isoformat()} is out of range: its UTC time is past year 9999 "
+                "or before year 1"
+            ) from None
 
     def _services_arg(self, service: ServiceArg) -> list[str] | None:
         if service is None:

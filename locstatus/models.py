@@ -40,7 +40,10 @@ def new_op_id() -> str:
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-01:00: a valid datetime, no UTC time
+        raise ValueError("out of range: its UTC time is past year 9999 or before year 1") from None
 
 
 def _service_aliases(value: Any) -> Any:

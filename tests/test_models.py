@@ -60,6 +60,17 @@ def test_a_stored_record_with_a_naive_time_is_corrupt_and_named() -> None:
                       '{"updated_at": "2030-01-01T10:00:00"}}}')
 
 
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"])
+def test_a_stored_time_with_no_utc_equivalent_is_corrupt_not_an_overflow(when: str) -> None:
+    """A valid datetime whose UTC time is past year 9999 (or before year 1): converting it
+    raised OverflowError out of every read path."""
+    with pytest.raises(CorruptRecord, match=r"us-east-1.*resume_at"):
+        decode_record("us-east-1", 1, '{"services": {"replication": {"state": "paused", '
+                      f'"resume_at": "{when}"}}}}}}')
+    with pytest.raises(ValidationError, match="resume_at"):
+        ServiceStatus(resume_at=datetime.fromisoformat(when))
+
+
 def test_records_round_trip_through_their_stored_form() -> None:
     rec = LocationStatus(
         location="us-east-1",

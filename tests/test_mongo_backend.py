@@ -474,7 +474,7 @@ def test_indexes_are_created_at_start_and_opening_again_changes_nothing(
         ("collection=1st", "collection name '1st'"),
         ("collection=" + "c" * 49, "collection name"),
         ("recent_history=0", "recent_history=0"),
-        ("poll_interval=fast", "invalid MongoDB URL option"),
+        ("poll_interval=fast", "invalid MongoDB URL parameter poll_interval=fast"),
         ("hints=sometimes", "hints='sometimes'"),
         ("maxTimeMS=-5", "maxTimeMS=-5"),
     ],

@@ -39,6 +39,7 @@ from locstatus.models import LocationStatus
 from locstatus.names import check_location
 
 from .app import ALL, Context, Op, authorize, bulk_response, context
+from .guard import BackbeatRoute
 from .problems import responses
 
 SERVICES: dict[str, str] = {
@@ -82,9 +83,9 @@ _HOURS_BODY: dict[str, Any] = {
     }
 }
 _READ = responses(400, 404, 503)
-_WRITE = responses(400, 401, 403, 404, 409, 413, 503)
+_WRITE = responses(400, 401, 403, 404, 409, 413, 415, 503)
 
-router = APIRouter(prefix="/_/backbeat/api/{service}", tags=["backbeat"])
+router = APIRouter(prefix="/_/backbeat/api/{service}", tags=["backbeat"], route_class=BackbeatRoute)
 
 
 # -- helpers ----------------------------------------------------------------------------------

@@ -95,6 +95,7 @@ from locstatus.backends.base import (
     Unsubscribe,
     stale_ack,
 )
+from locstatus.backends.urls import Number, split_url
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -155,10 +156,24 @@ class MongoSettings:
     client_options: dict[str, Any] = field(default_factory=dict)
 
 
+RECENT_HISTORY = Number("recent_history", 100, 1, 1000, unit="writes", integer=True)
+"""Writes kept embedded in each record."""
+MAX_TIME_MS = Number("maxTimeMS", 10_000, 1, 3_600_000, unit="ms", integer=True)
+"""Server-side time budget of every read and findAndModify."""
+POLL_INTERVAL = Number("poll_interval", 1.0, 0.05, 60)
+"""Seconds between polls when change streams are not available."""
+WORKER_TTL = Number("worker_ttl", 3600, 0, 366 * 86400, integer=True)
+"""Seconds after a lease ran out before the TTL monitor deletes a worker's document."""
+SERVER_SELECTION_TIMEOUT_MS = Number(
+    "serverSelectionTimeoutMS", 5000, 0, 999_999_999, unit="ms", low_open=True
+)
+"""pymongo's: how long to wait for a server to answer (pymongo's own bounds)."""
+
+
 def parse_mongo_url(url: str) -> MongoSettings:
     """Split a ``mongodb://`` / ``mongodb+srv://`` URL into locstatus' options and the URL
     pymongo gets. Raises :class:`InvalidInput` naming the bad option or name."""
-    parts = urlsplit(url)
+    parts = split_url(url, "MongoDB", "mongodb://host[:port]/database", where=_redact(str(url)))
     if parts.scheme not in ("mongodb", "mongodb+srv") or not parts.netloc:
         raise InvalidInput(f"invalid MongoDB URL {url!r}: expected mongodb://host[:port]/...")
     mine: dict[str, str] = {}
@@ -190,31 +205,19 @@ def parse_mongo_url(url: str) -> MongoSettings:
     hints = mine.get("hints", "auto").lower()
     if hints not in _HINT_MODES:
         raise InvalidInput(f"invalid hints={hints!r} in {_redact(url)}: auto|changestream|poll")
-    try:
-        recent = int(mine.get("recent_history", "100"))
-        max_time_ms = int(mine.get("maxtimems", "10000"))
-        poll = float(mine.get("poll_interval", "1.0"))
-        worker_ttl = int(mine.get("worker_ttl", "3600"))
-    except ValueError as exc:
-        raise InvalidInput(f"invalid MongoDB URL option in {_redact(url)}: {exc}") from None
-    bounds: list[tuple[str, float, float, float]] = [
-        ("recent_history", recent, 1, 1000),
-        ("maxTimeMS", max_time_ms, 1, 3_600_000),
-        ("poll_interval", poll, 0.05, 60),
-        ("worker_ttl", worker_ttl, 0, 366 * 86400),
-    ]
-    for name, number, low, high in bounds:
-        if not low <= number <= high:
-            raise InvalidInput(
-                f"invalid {name}={number:g} in {_redact(url)}: expected {low:g}..{high:g}"
-            )
+    where = _redact(url)
+    recent = int(RECENT_HISTORY.parse(mine.get("recent_history"), "MongoDB", where))
+    max_time_ms = int(MAX_TIME_MS.parse(mine.get("maxtimems"), "MongoDB", where))
+    poll = POLL_INTERVAL.parse(mine.get("poll_interval"), "MongoDB", where)
+    worker_ttl = int(WORKER_TTL.parse(mine.get("worker_ttl"), "MongoDB", where))
     options = {k: v for k, v in _DEFAULT_CLIENT_OPTIONS.items() if k.lower() not in present}
     sst = 5.0
     for segment in kept:
         key, _, value = segment.partition("=")
         if unquote(key).lower() == "serverselectiontimeoutms":
-            with contextlib.suppress(ValueError):
-                sst = float(unquote(value)) / 1000
+            # pymongo's own option, read here for messages and waits: pymongo ignores a bad
+            # value with a warning (and waits 30 s), so it is refused here instead
+            sst = SERVER_SELECTION_TIMEOUT_MS.parse(unquote(value), "MongoDB", where) / 1000
     client_url = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(kept), ""))
     return MongoSettings(
         client_url=client_url,
@@ -232,7 +235,10 @@ def parse_mongo_url(url: str) -> MongoSettings:
 
 
 def _redact(url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # does not split (an unclosed "["): hide whatever precedes an "@"
+        return re.sub(r"//[^/]*@", "//***@", url)
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))

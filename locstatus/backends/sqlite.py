@@ -15,7 +15,9 @@ Why it is shaped so:
   back to a ``resync`` hint when it has fallen behind the pruned log.
 
 URL forms follow SQLAlchemy: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``, query
-parameters ``timeout`` (seconds, busy timeout), ``synchronous`` (full|normal), ``poll_interval``.
+parameters ``timeout`` (seconds, busy timeout, more than 0 and at most 3600), ``synchronous``
+(full|normal|extra), ``poll_interval`` (seconds, 0.01..60), checked by
+:mod:`locstatus.backends.urls`.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from urllib.parse import parse_qs, urlsplit
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
+from locstatus.backends.urls import Number, query_params, split_url
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -77,34 +79,29 @@ _KEEP_CHANGES = 10_000
 _INCARNATION_SHIFT = 20  # versions within one life of a record stay below 2**20 apart
 
 
+TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
+"""Busy timeout: how long a write waits for another process's transaction, in seconds."""
+POLL_INTERVAL = Number("poll_interval", 0.05, 0.01, 60)
+"""Seconds between two reads of the change log (hints); 0 would busy-loop a core."""
+_URL_PARAMS = frozenset({"timeout", "synchronous", "poll_interval"})
+
+
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     """Return ``(path, params)`` for a ``sqlite:///...`` URL, its parameters checked (names
-    and values). Raises :class:`InvalidInput`."""
-    parts = urlsplit(url)
+    and values, :data:`TIMEOUT`, :data:`POLL_INTERVAL`). Raises :class:`InvalidInput`."""
+    parts = split_url(url, "SQLite", "sqlite:///path/to/file.db")
     if parts.scheme != "sqlite" or parts.netloc:
         raise InvalidInput(f"invalid sqlite URL {url!r}: expected sqlite:///path/to/file.db")
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     if not path:
         raise InvalidInput(f"invalid sqlite URL {url!r}: no database path")
-    params = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    unknown = sorted(set(params) - _URL_PARAMS)
-    if unknown:
-        raise InvalidInput(
-            f"invalid sqlite URL {url!r}: unknown parameter {', '.join(unknown)} "
-            f"(expected {', '.join(sorted(_URL_PARAMS))})"
-        )
-    try:
-        float(params.get("timeout", "30"))
-        float(params.get("poll_interval", "0.05"))
-    except ValueError as exc:
-        raise InvalidInput(f"invalid sqlite URL parameter in {url!r}: {exc}") from None
+    params = query_params(parts.query, known=_URL_PARAMS, kind="SQLite", where=url)
+    for number in (TIMEOUT, POLL_INTERVAL):
+        number.parse(params.get(number.name), "SQLite", url)
     sync = params.get("synchronous", "full").lower()
     if sync not in ("full", "normal", "extra"):
         raise InvalidInput(f"invalid synchronous={sync!r} in {url!r}: full|normal|extra")
     return path, params
-
-
-_URL_PARAMS = frozenset({"timeout", "synchronous", "poll_interval"})
 
 
 class SQLiteBackend(Backend):
@@ -118,8 +115,8 @@ class SQLiteBackend(Backend):
     def __init__(self, url: str = "sqlite:///./locstatus.db") -> None:
         self.url = url
         self.path, params = parse_sqlite_url(url)  # names and values checked there
-        self._timeout = float(params.get("timeout", "30"))
-        self._poll = float(params.get("poll_interval", "0.05"))
+        self._timeout = TIMEOUT.parse(params.get("timeout"), "SQLite", url)
+        self._poll = POLL_INTERVAL.parse(params.get("poll_interval"), "SQLite", url)
         self._synchronous = params.get("synchronous", "full").upper()
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []

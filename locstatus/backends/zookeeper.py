@@ -74,7 +74,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any, TypeVar, cast
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -100,6 +100,7 @@ from pydantic import TypeAdapter
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe, stale_ack
+from locstatus.backends.urls import Number, query_params, split_url
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -157,6 +158,15 @@ class ZkParams:
     max_bytes: int = DEFAULT_MAX_BYTES
 
 
+TIMEOUT = Number("timeout", 10.0, 0, 3600, low_open=True)
+"""Seconds to connect, and to wait for a lost connection or an answer."""
+SESSION_TIMEOUT = Number("session_timeout", 10.0, 0.4, 3600)
+"""ZooKeeper session timeout, in seconds (the server bounds it further)."""
+MAX_BYTES = Number("max_bytes", DEFAULT_MAX_BYTES, 1024, 1_048_000, unit="bytes", integer=True)
+"""Largest record + history write sent (``jute.maxbuffer`` is 1 MB per request)."""
+_URL_PARAMS = frozenset({"timeout", "session_timeout", "world_read", "max_bytes"})
+
+
 def parse_zk_url(url: str) -> ZkParams:
     """Parse ``zk://[user:pass@]host[:port][,host[:port]...][/chroot][?timeout=&session_timeout=
     &world_read=&max_bytes=]``. The chroot defaults to ``/locstatus``; each of its segments
@@ -164,7 +174,7 @@ def parse_zk_url(url: str) -> ZkParams:
 
     Raises :class:`InvalidInput` naming the bad part.
     """
-    parts = urlsplit(url)
+    parts = split_url(url, "ZooKeeper", "zk://host:port/chroot", where=_redact(str(url)))
     if parts.scheme != "zk":
         raise InvalidInput(f"invalid ZooKeeper URL {url!r}: expected zk://host:port/chroot")
     userinfo, _, hostlist = parts.netloc.rpartition("@")
@@ -195,30 +205,14 @@ def parse_zk_url(url: str) -> ZkParams:
             )
     if segments[0] == "zookeeper":
         raise InvalidInput(f"invalid ZooKeeper chroot {chroot!r}: /zookeeper is reserved")
-    known = {"timeout", "session_timeout", "world_read", "max_bytes"}
-    params = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise InvalidInput(
-            f"unknown ZooKeeper URL parameter {', '.join(unknown)} in {_redact(url)!r}: "
-            f"expected {', '.join(sorted(known))}"
-        )
-    try:
-        timeout = float(params.get("timeout", "10"))
-        session_timeout = float(params.get("session_timeout", "10"))
-        max_bytes = int(params.get("max_bytes", str(DEFAULT_MAX_BYTES)))
-    except ValueError as exc:
-        raise InvalidInput(f"invalid ZooKeeper URL parameter in {_redact(url)!r}: {exc}") from None
+    where = _redact(url)
+    params = query_params(parts.query, known=_URL_PARAMS, kind="ZooKeeper", where=where)
+    timeout = TIMEOUT.parse(params.get("timeout"), "ZooKeeper", where)
+    session_timeout = SESSION_TIMEOUT.parse(params.get("session_timeout"), "ZooKeeper", where)
+    max_bytes = int(MAX_BYTES.parse(params.get("max_bytes"), "ZooKeeper", where))
     world = params.get("world_read", "true").lower()
     if world not in ("true", "false", "1", "0", "yes", "no"):
         raise InvalidInput(f"invalid world_read={world!r}: true|false")
-    if not 0 < timeout <= 3600 or not 0.4 <= session_timeout <= 3600:
-        raise InvalidInput(
-            f"invalid ZooKeeper timeouts in {_redact(url)!r}: timeout must be in (0, 3600] and "
-            "session_timeout in [0.4, 3600] seconds"
-        )
-    if not 1024 <= max_bytes <= 1_048_000:
-        raise InvalidInput(f"invalid max_bytes={max_bytes}: 1024..1048000")
     return ZkParams(
         hosts=",".join(hosts),
         chroot=chroot,

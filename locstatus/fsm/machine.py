@@ -27,6 +27,7 @@ from transitions import Machine
 from locstatus.errors import InvalidInput, InvalidTransition
 from locstatus.fsm import table
 from locstatus.models import HistoryEntry, ServiceStatus, State
+from locstatus.names import MAX_ACTOR, MAX_REASON, check_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,20 +52,10 @@ class Event:
 
     def __post_init__(self) -> None:
         # The new status is built with model_copy (no validation), so the free-text fields are
-        # checked here: an over-long reason must be refused, not stored as a corrupt record.
-        for field, value, limit in (("reason", self.reason, 1024), ("actor", self.actor, 256)):
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise InvalidInput(f"{field} must be a string, got {value!r:.80}")
-            if len(value) > limit:
-                raise InvalidInput(f"{field} is {len(value)} characters long, at most {limit}")
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidInput(
-                    f"{field} {value!r:.80} is not valid text (undecodable bytes?)"
-                ) from None
+        # checked here: an over-long reason must be refused, not stored as a corrupt record, and
+        # a control character never reaches an operator's terminal (locstatus.names).
+        check_text("reason", self.reason, MAX_REASON)
+        check_text("actor", self.actor, MAX_ACTOR)
         if self.at is not None and (not isinstance(self.at, datetime) or self.at.tzinfo is None):
             raise InvalidInput(f"event time must be an aware UTC datetime, got {self.at!r:.80}")
 
