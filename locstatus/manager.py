@@ -8,7 +8,8 @@ Every mutation is the same short loop (SPEC §3.1, §3.2), in :meth:`Manager._wr
 4. on :class:`VersionConflict` re-read and re-apply under a bounded, jittered retry policy
    (tenacity), then raise :class:`ConflictError`;
 5. on :class:`AmbiguousCommit` (connection lost after send) re-read and look for the operation's
-   op_id in the record and its recent history before trying again, never retrying blindly.
+   op_id in the history write at the version it would have produced before trying again, never
+   retrying blindly (:meth:`Manager._landed`).
 
 Nothing here is trusted between calls: a stale process can never write back an old view. The
 one thing kept is a *version hint* (:class:`_VersionHints`): the last record of a location this
@@ -617,12 +618,12 @@ class Manager:
     ) -> Plan:
         services = dict(rec.services)
         entries: list[HistoryEntry] = []
+        made: dict[str, Event] = {}
         refused: InvalidTransition | None = None
         for svc in targets:
+            event = make_event(svc)
             try:
-                change = transition(
-                    rec.location, svc, services[svc], make_event(svc), now=now, op_id=op_id
-                )
+                change = transition(rec.location, svc, services[svc], event, now=now, op_id=op_id)
             except InvalidTransition as exc:
                 if not skip_refused:
                     raise
@@ -631,6 +632,7 @@ class Manager:
             if change is not None:
                 services[svc] = change.status
                 entries.append(change.entry)
+                made[svc] = event
         if refused is not None and len(entries) == 0 and all(
             not rec.services[s].paused for s in targets
         ):
@@ -638,7 +640,7 @@ class Manager:
         if not entries:
             return None
         if auto_settle:
-            self._settle_unwatched(rec.location, services, entries, now, op_id)
+            self._settle_unwatched(rec.location, services, entries, made, now, op_id)
         return rec.model_copy(update={"services": services}), entries
 
     def _settle_unwatched(
@@ -646,10 +648,13 @@ class Manager:
         location: str,
         services: dict[str, ServiceStatus],
         entries: list[HistoryEntry],
+        made: Mapping[str, Event],
         now: datetime,
         op_id: str,
     ) -> None:
-        """A new generation no live worker applies settles at once, in the same write."""
+        """A new generation no live worker applies settles at once, in the same write: a part
+        of the call that made it (``made``: service -> its event), so its history row names
+        that call's actor and reason (docs/cli.md, "Reading state")."""
         changed = {e.service for e in entries if services[e.service].state.transitional}
         if not changed:
             return
@@ -658,7 +663,11 @@ class Manager:
             status = services[svc]
             if any(w.applies(location, svc) for w in live):
                 continue
-            event = Event("settle", generation=status.generation, acked=True)
+            cause = made[svc]
+            event = Event(
+                "settle", generation=status.generation, acked=True,
+                actor=cause.actor, reason=cause.reason,
+            )
             change = transition(location, svc, status, event, now=now, op_id=op_id)
             if change is not None:
                 services[svc] = change.status
@@ -789,16 +798,27 @@ class Manager:
     ) -> LocationStatus | None:
         """After an ambiguous commit: the record our write stored if it landed, else None.
 
-        Found in the current record: that record. Found only in the history (later writes
-        changed the services since): the record exactly as our write stored it, so the caller
-        still sees its op_id and version (SPEC §3.2)."""
-        if rec.version in ambiguity.sent and any(
-            s.op_id == op_id for s in rec.services.values()
-        ):
-            return rec  # our write is the current record
-        for e in self.backend.history(rec.location, limit=200):
-            if e.op_id == op_id:
-                return ambiguity.sent.get(e.version, rec)
+        Each write whose outcome was unknown would have produced one version: it landed if and
+        only if the history write at exactly that version carries ``op_id`` (Backend
+        invariant 9), however many writes followed it, so the answer never depends on how far
+        back a search looks. Found as the current record: that record. Found in an older write:
+        the record exactly as our write stored it, so the caller still sees its op_id and
+        version (docs/design.md §3.2). A version above the record's was not written (yet)."""
+        for version in sorted(ambiguity.sent):
+            if version > rec.version:
+                continue
+            if version == rec.version and any(s.op_id == op_id for s in rec.services.values()):
+                return rec  # our write is the current record
+            try:
+                entries = self.backend.history_write(rec.location, version)
+            except CorruptRecord as exc:
+                raise AmbiguousCommit(
+                    f"location {rec.location!r}: the history write at version {version} does "
+                    f"not parse ({exc.detail}): the write may or may not have been applied: "
+                    f"look for op_id {op_id} in the history"
+                ) from exc
+            if any(e.op_id == op_id for e in entries):
+                return ambiguity.sent[version]
         return None
 
     def _record_entry(

@@ -189,6 +189,38 @@ def test_history_pages_never_split_a_write(b: Backend) -> None:
     assert all(seen.count(ver) == 2 for ver in versions)
 
 
+def test_every_write_is_found_by_its_version_however_many_writes_followed(kit: Kit) -> None:
+    """Invariant 9: the write that produced a version is read by that version alone (what
+    resolves an ambiguous commit), long after it left any recent window (MongoDB embeds 100)."""
+    b = kit.open()
+    first = v = b.create(record("loc"), [entry("loc", "op-c", "create", "*")]).version
+    for i in range(130):
+        v = b.compare_and_set(
+            record("loc", State.PAUSING, i), v,
+            [entry("loc", f"op-{i}"), entry("loc", f"op-{i}", service="lifecycle")],
+        ).version
+    full = b.history("loc", limit=10_000)
+    assert len(full) == 261
+    for version in range(first, v + 1):
+        assert b.history_write("loc", version) == [e for e in full if e.version == version]
+    assert [(e.op_id, e.service) for e in b.history_write("loc", first + 1)] == [
+        ("op-0", "lifecycle"), ("op-0", "replication"),
+    ]
+    assert b.history_write("loc", v + 1) == []  # not written (yet)
+    assert b.history_write("never-created", first) == []
+    empty = b.compare_and_set(record("loc"), v, []).version
+    assert b.history_write("loc", empty) == []  # a write without history
+    kit.write_raw_history("loc", first + 1, '[{"not": "an entry"}]')
+    with pytest.raises(CorruptRecord) as exc:
+        b.history_write("loc", first + 1)
+    assert exc.value.location == "loc" and f"version {first + 1}" in exc.value.detail
+    assert b.history_write("loc", first + 2)[0].op_id == "op-1"  # its neighbours still read
+    b.delete("loc", empty)
+    b.create(record("loc"), [entry("loc", "op-reborn", "create", "*")])
+    for version in (first, first + 2, v):  # earlier life: not this record's writes
+        assert b.history_write("loc", version) == []
+
+
 def test_history_of_unknown_location_is_empty(b: Backend) -> None:
     assert b.history("never-created", limit=10) == []
 

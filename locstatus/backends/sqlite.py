@@ -327,6 +327,14 @@ class SQLiteBackend(Backend):
             if len(rows) < want:
                 return out
 
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        rows = self._query(
+            "SELECT data FROM history WHERE location = ? AND version = ?", (location, version)
+        )
+        if not rows:
+            return []
+        return list(reversed(codec.decode_history(location, rows[0][0], version)))
+
     # -- workers -------------------------------------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:

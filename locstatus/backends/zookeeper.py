@@ -850,6 +850,33 @@ class ZooKeeperBackend(Backend):
                 break
         return out
 
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        """One read of the write's node ``history/<loc>/<inc>/b<bucket>/<seq>``, when
+        ``version`` belongs to the record's current life (the incarnation counter's)."""
+        pa = self.paths
+        inc, seq = split_version(version)
+        if seq < 1:
+            return []
+        loc_path, parent = pa.location(location), pa.history(location)
+        node = pa.entry(location, inc, seq)
+
+        def get() -> tuple[ZnodeStat | None, ZnodeStat | None, bytes | None]:
+            a = self._client.exists_async(loc_path)
+            b = self._client.exists_async(parent)
+            c = self._client.get_async(node)
+            try:
+                raw: bytes | None = self._get(c)[0]
+            except NoNodeError:
+                raw = None
+            return self._get(a), self._get(b), raw
+
+        loc_stat, parent_stat, raw = self._call(f"read history of {location!r}", get)
+        if loc_stat is None or parent_stat is None or parent_stat.version - 1 != inc:
+            return []  # no record, or not its current life (leftovers of a purge)
+        if raw is None:
+            return []
+        return list(reversed(codec.decode_history(location, raw, version)))
+
     def _history_seqs(self, location: str, inc: int, upper: int | None, want: int) -> list[int]:
         """Write numbers below ``upper`` (all if None), newest first, at least ``want`` of
         them when there are that many."""

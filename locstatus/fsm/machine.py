@@ -6,6 +6,10 @@ for a given status without I/O and without a Machine object per record: it looks
 ``(event, state)``, checks their conditions, and applies their effects to a copy of the status.
 The result is the new status plus the :class:`HistoryEntry` that must be written with it.
 
+The status carries the reason and actor of its desired state (a schedule change keeps the
+pause's); the history entry carries only the event's own, so a row never names someone who did
+not make it (docs/cli.md, "Reading state").
+
 Returns None when the event changes nothing (idempotent; the caller writes nothing) and raises
 :class:`InvalidTransition` for the refused pairs of the table, :class:`InvalidInput` for a
 scheduled resume that is not in the future.
@@ -35,7 +39,8 @@ class Event:
       caller saw (the guard of SPEC §3.3). Aware UTC datetime.
     - ``generation``/``acked``: for ``settle``, the generation the acks are for and whether every
       live worker acknowledged it (computed by the caller, which does the I/O).
-    - ``reason``/``actor``: recorded on operator events.
+    - ``reason``/``actor``: who made the event and why: the history entry records exactly
+      these (None: not given); the status takes them as described in :func:`transition`.
     """
 
     name: str
@@ -189,6 +194,9 @@ def transition(
     """Apply ``event`` to ``status`` at ``now`` (aware UTC).
 
     Returns the :class:`Change` (new status and its history entry) or None when nothing changes.
+    The new status takes the event's reason and actor on ``pause``/``resume`` (a new desired
+    state) and keeps its own otherwise unless the event gives one; the entry records the
+    event's own reason and actor only.
     Raises :class:`InvalidTransition` for the refused pairs of SPEC §3 (e.g. ``schedule_resume``
     of a running service) and :class:`InvalidInput` for a ``schedule_resume`` time not in the
     future. Pure: no I/O, no clock other than ``now``.
@@ -230,8 +238,8 @@ def transition(
                 from_state=state,
                 to_state=new.state,
                 generation=new.generation,
-                actor=new.actor,
-                reason=new.reason,
+                actor=event.actor,  # who made this event, never who made an earlier one
+                reason=event.reason,
                 resume_at=new.resume_at,
             )
             return Change(new, entry)
