@@ -24,7 +24,7 @@ from locstatus.errors import (
     Unauthorized,
     VersionConflict,
 )
-from locstatus.manager import Manager, RetryPolicy, SyncReport
+from locstatus.manager import Listing, Manager, RetryPolicy, SyncReport
 from locstatus.models import (
     Hint,
     HistoryEntry,
@@ -52,6 +52,7 @@ __all__ = [
     "HistoryEntry",
     "InvalidInput",
     "InvalidTransition",
+    "Listing",
     "LocationStatus",
     "LocstatusError",
     "Manager",

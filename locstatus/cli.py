@@ -768,7 +768,7 @@ def status(
             _console().print(_location_table(rec, mgr.clock()))
         return
     mgr = _opts(ctx).manager()
-    records, corrupt = _scan(mgr, include_removed=include_removed)
+    records, corrupt = mgr.listing(include_removed=include_removed)
     if as_json:
         _print_json(_STATUS_LIST.dump_json(records, indent=2).decode())
     elif not records and not corrupt:
@@ -1041,7 +1041,7 @@ def locations_list(
 ) -> None:
     """List every stored location (removed ones included) with its services."""
     mgr = _opts(ctx).manager()
-    records, corrupt = _scan(mgr, include_removed=True)
+    records, corrupt = mgr.listing(include_removed=True)
     if as_json:
         _print_json(_STATUS_LIST.dump_json(records, indent=2).decode())
     else:
@@ -1373,19 +1373,6 @@ def _status_table(
     for _, row in sorted(rows, key=lambda r: r[0]):
         table.add_row(*row)
     return table
-
-
-def _scan(
-    mgr: Manager, *, include_removed: bool
-) -> tuple[list[LocationStatus], list[CorruptRecord]]:
-    records: list[LocationStatus] = []
-    corrupt: list[CorruptRecord] = []
-    for item in mgr.scan():
-        if isinstance(item, CorruptRecord):
-            corrupt.append(item)
-        elif include_removed or not item.deleted:
-            records.append(item)
-    return records, corrupt
 
 
 def _report_corrupt(corrupt: Sequence[CorruptRecord]) -> None:

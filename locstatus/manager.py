@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from tenacity import (
     RetryError,
@@ -90,6 +90,17 @@ class RetryPolicy:
     max_seconds: float = 15.0
     base: float = 0.002
     cap: float = 0.2
+
+
+class Listing(NamedTuple):
+    """Every record as one read of all of them found it (:meth:`Manager.listing`): what
+    front ends list, corrupt records as errors beside the readable ones (docs/http.md,
+    "Corrupt records in listings"). Unpacks as ``records, corrupt``."""
+
+    records: list[LocationStatus]
+    """The readable records, sorted by location (tombstones only if asked)."""
+    corrupt: list[CorruptRecord]
+    """Every record that does not validate, sorted by location; each names its location."""
 
 
 @dataclass
@@ -242,7 +253,8 @@ class Manager:
 
     def statuses(self, *, include_removed: bool = False) -> list[LocationStatus]:
         """Every readable record, sorted by location (tombstones only if asked). Corrupt
-        records are skipped here; :meth:`scan` returns them."""
+        records are skipped here (the reconciler's passes, the agent's lag view); wherever
+        records are listed for a person, :meth:`listing` gives them beside the others."""
         with _gc_paused():
             records = self.backend.read_all()
         return [
@@ -250,6 +262,20 @@ class Manager:
             for r in records
             if isinstance(r, LocationStatus) and (include_removed or not r.deleted)
         ]
+
+    def listing(self, *, include_removed: bool = False) -> Listing:
+        """:meth:`statuses` with the corrupt records beside them, for whatever lists records
+        (the HTTP list and the ``all`` routes, the status page, ``locstatus status``): a record
+        that cannot be read is shown as an error there, never left out. Raises
+        :class:`BackendUnavailable`."""
+        records: list[LocationStatus] = []
+        corrupt: list[CorruptRecord] = []
+        for item in self.scan():
+            if isinstance(item, CorruptRecord):
+                corrupt.append(item)
+            elif include_removed or not item.deleted:
+                records.append(item)
+        return Listing(records, corrupt)
 
     def scan(self) -> list[LocationStatus | CorruptRecord]:
         """Every record, corrupt ones as :class:`CorruptRecord` values (for the check job)."""

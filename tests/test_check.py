@@ -50,6 +50,7 @@ from locstatus.check import (
 from locstatus.locations import load_locations
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
+import corrupt_shapes as shapes
 from agent_worker import Partition
 from fakeclock import FakeClock
 from kits import Kit
@@ -300,6 +301,36 @@ def test_corrupt_record_is_reported_and_never_touched(mgr: Manager, kit: Kit) ->
     assert_clean(mgr, expected=expected)
 
 
+def _reported_as_corrupt(mgr: Manager, kit: Kit, text: str) -> None:
+    """``text`` written over a paused ``us-east-1`` is one ``corrupt_record`` finding naming
+    the same error the library raises, left open by ``--repair``; ``eu-west-1`` is clean."""
+    mgr.pause("us-east-1", "replication", reason="maint")
+    kit.write_raw("us-east-1", text)
+    with pytest.raises(CorruptRecord) as read:
+        mgr.status("us-east-1")
+    for repair in (False, True):
+        report = run_check(mgr, repair=repair)
+        assert kinds(report) == [("corrupt_record", "us-east-1", None)]
+        f = report.findings[0]
+        assert (f.evidence["part"], f.evidence["detail"]) == ("record", read.value.detail)
+        assert f.state == "open" and report.exit_code == 1
+
+
+@pytest.mark.parametrize("shape", sorted(shapes.PARTIAL))
+def test_a_record_missing_a_field_is_a_corrupt_record_finding(
+    mgr: Manager, kit: Kit, shape: str
+) -> None:
+    _reported_as_corrupt(mgr, kit, shapes.PARTIAL[shape])
+
+
+@pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)
+@pytest.mark.parametrize("shape", sorted(shapes.DUPLICATE_KEYS) + sorted(shapes.DEEP))
+def test_a_stored_text_with_a_key_twice_or_too_deep_is_a_corrupt_record_finding(
+    mgr: Manager, kit: Kit, shape: str
+) -> None:
+    _reported_as_corrupt(mgr, kit, {**shapes.DUPLICATE_KEYS, **shapes.DEEP}[shape])
+
+
 # -- history_mismatch -------------------------------------------------------------------------
 
 
@@ -334,7 +365,7 @@ def test_a_write_without_history_is_a_history_mismatch(mgr: Manager) -> None:
 
 
 def test_a_record_with_no_history_at_all_is_one_finding(mgr: Manager, kit: Kit) -> None:
-    kit.write_raw("hand-made", '{"services": {"replication": {"state": "running"}}}')
+    kit.write_raw("hand-made", shapes.GOOD)
     report = run_check(mgr)
     f = only(report, "history_mismatch")
     assert (f.location, f.service, f.evidence["history"]) == ("hand-made", None, None)

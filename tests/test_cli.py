@@ -529,6 +529,25 @@ def test_corrupt_records_are_named_and_do_not_hide_the_others(synced: Cli) -> No
     assert sync.exit_code == 2 and "dr-site-a" in sync.stderr
 
 
+def test_a_service_entry_without_its_state_is_corrupt_not_running(synced: Cli) -> None:
+    """Backbeat's BB-37: an entry written without ``state`` over a paused location was shown
+    as ``running`` (exit 0). It is a corrupt record naming the missing field, in ``status``
+    of that location and of every location, and in ``check``."""
+    synced.ok("pause", "dr-site-a", "--service", "replication", "--reason", "maint")
+    corrupt(synced.path, "dr-site-a", '{"services": {"replication": {}}, "deleted_at": null}')
+    one = synced("status", "dr-site-a")
+    assert one.exit_code == 2 and "running" not in one.stdout
+    assert one.stderr.startswith("error: corrupt record for location 'dr-site-a': "
+                                 "services.replication.state: Field required")
+    listing = synced("status")
+    assert listing.exit_code == 2 and "CORRUPT" in listing.stdout
+    assert "services.replication.state: Field required" in listing.stderr
+    check = synced("check", "--json")
+    assert check.exit_code == 1
+    assert [(f["kind"], f["location"]) for f in json.loads(check.stdout)["findings"]] == [
+        ("corrupt_record", "dr-site-a")]
+
+
 # -- commands implemented elsewhere: wiring ----------------------------------------------------
 
 

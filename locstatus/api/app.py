@@ -18,7 +18,10 @@ Why it is shaped so:
 - ``all`` as the location is a bulk operation. It answers 200 only when every location
   succeeded; otherwise it answers a problem document whose status is the highest error status
   and whose ``results`` member holds the per-location outcome (``{"status": ...}`` or
-  ``{"error": <problem>}``). An error is never hidden in a 200.
+  ``{"error": <problem>}``). An error is never hidden in a 200. Likewise a listing with a
+  corrupt record in it is a problem document carrying the readable records and naming the
+  corrupt ones (:func:`corrupt_listing`), and a bulk operation counts a corrupt record as a
+  failed location: a record that cannot be read is never silently left out.
 - One pure ASGI middleware counts requests and latencies per route template and refuses request
   bodies over 64 KiB (413) before any parsing.
 
@@ -35,7 +38,7 @@ import asyncio
 import hmac
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -62,6 +65,7 @@ from starlette.routing import Route as StarletteRoute
 from locstatus import __version__
 from locstatus.clock import Clock
 from locstatus.errors import (
+    CorruptRecord,
     InvalidInput,
     LocstatusError,
     NotFound,
@@ -346,15 +350,19 @@ class Context:
         select: Callable[[LocationStatus], bool] | None = None,
     ) -> dict[str, LocationStatus | LocstatusError]:
         """Apply ``op`` to every (non-removed) location that has ``service`` (every location
-        if None) and passes ``select``. Returns location -> stored record or error. With
-        ``wait``, every write is done first, then each location is waited for until one
-        shared deadline."""
+        if None) and passes ``select``. Returns location -> stored record or error; every
+        corrupt record is there as its :class:`CorruptRecord` (whether it has the service is
+        unknown). With ``wait``, every write is done first, then each location is waited for
+        until one shared deadline."""
+        found = self.mgr.listing()
         records = [
             r
-            for r in self.mgr.statuses()
+            for r in found.records
             if (service is None or service in r.services) and (select is None or select(r))
         ]
-        out: dict[str, LocationStatus | LocstatusError] = {}
+        # A record that cannot be read may have the service, in any state: it is a failure
+        # of the operation, never silently outside it.
+        out: dict[str, LocationStatus | LocstatusError] = {c.location: c for c in found.corrupt}
         for rec in records:
             try:
                 after = op(rec.location, None)
@@ -439,6 +447,28 @@ def bulk_response(
             )
             for loc, v in results.items()
         },
+    }
+    return problems.problem_response(body)
+
+
+def corrupt_listing(request: Request, listed: Any, corrupt: Sequence[CorruptRecord]) -> Response:
+    """What a route listing records answers when some of them are corrupt (docs/http.md,
+    "Corrupt records in listings"): never a 200 that leaves them out, but a problem document
+    (500, ``urn:locstatus:corrupt-record``) whose ``locations`` member holds what the 200 would
+    have held for the readable ones (``listed``, JSON-able) and whose ``errors`` member names
+    each corrupt record (``location`` and its problem)."""
+    names = ", ".join(c.location for c in corrupt[:5]) + (", ..." if len(corrupt) > 5 else "")
+    body: dict[str, Any] = {
+        "type": "urn:locstatus:corrupt-record",
+        "title": CorruptRecord.title,
+        "status": CorruptRecord.http_status,
+        "detail": problems.redact(
+            f"{len(corrupt)} record(s) cannot be read: {names}; run 'locstatus check'. "
+            "The readable ones are under 'locations'."
+        ),
+        "instance": request.url.path,
+        "locations": listed,
+        "errors": [{"location": c.location, **error_body(c)} for c in corrupt],
     }
     return problems.problem_response(body)
 
@@ -571,14 +601,19 @@ router = APIRouter(route_class=NativeRoute)
     response_model=list[LocationStatus],
     tags=["locations"],
     summary="Every location",
-    responses=responses(422, 503),
+    responses=responses(422, 500, 503),
 )
 async def list_locations(
+    request: Request,
     ctx: Ctx,
     include_removed: Annotated[bool, Query(description="Include tombstones")] = False,
 ) -> Response:
-    records = await ctx.read(ctx.mgr.statuses, include_removed=include_removed)
-    return Response(_LOCATIONS.dump_json(records), media_type="application/json")
+    found = await ctx.read(ctx.mgr.listing, include_removed=include_removed)
+    if found.corrupt:
+        return corrupt_listing(
+            request, _LOCATIONS.dump_python(found.records, mode="json"), found.corrupt
+        )
+    return Response(_LOCATIONS.dump_json(found.records), media_type="application/json")
 
 
 @router.get(

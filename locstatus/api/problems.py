@@ -246,6 +246,7 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         415: "A mutation without Content-Type: application/json (docs/http.md)",
         421: "Host is not a loopback name on a sidecar without a token (DNS rebinding)",
         422: "Body or parameters do not validate",
+        500: "A stored record is corrupt (a listing names it under 'errors')",
         503: "Backend unreachable",
         504: "wait= ran out before every live worker acknowledged",
     }

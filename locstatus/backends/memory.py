@@ -257,3 +257,4 @@ class MemoryBackend(Backend):
         with self._store.lock:
             version = self._store.records.get(location, (0, ""))[0] + 1
             self._store.records[location] = (version, payload)
+        self._notify(Hint(kind="location", location=location))

@@ -552,12 +552,7 @@ class ZooKeeperBackend(Backend):
             incarnation = int(raw[cut + 15 : -1])
             version = join_version(incarnation, stat.version + 1)
             return codec.decode_record(location, version, raw[:cut] + b"}")
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise CorruptRecord(location, f"not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise CorruptRecord(location, f"expected a JSON object, got {type(data).__name__}")
+        data = codec.parse_payload(location, raw)
         incarnation = data.pop("incarnation", None)
         if incarnation is None:
             incarnation = self._incarnation_of(location)
@@ -1039,19 +1034,22 @@ class ZooKeeperBackend(Backend):
     ) -> None:
         """Record an acknowledgement (ephemeral, held by this session). An ack for a location
         that does not exist (purged meanwhile) is dropped: it could only confuse a record
-        created again under the same name. With ``if_version`` the multi-op checks the record's
-        znode version instead of its mere existence (VersionConflict when it differs)."""
+        created again under the same name. With ``if_version`` the multi-op checks the whole
+        version instead of the record's mere existence, as a compare-and-set does: the record's
+        znode version and its incarnation (a record created again and written as many times has
+        the same znode version). VersionConflict when either differs."""
         self.paths.ack(location, worker_id)  # validate both names before any I/O
-        znode_version = -1 if if_version is None else split_version(if_version)[1] - 1
-        written = self._write_ack(location, worker_id, {service: generation}, znode_version)
+        at = None if if_version is None else split_version(if_version)
+        written = self._write_ack(location, worker_id, {service: generation}, at)
         if not written and if_version is not None:
             raise stale_ack(location, if_version)
 
     def _write_ack(
-        self, location: str, worker_id: str, update: dict[str, int], record_version: int = -1
+        self, location: str, worker_id: str, update: dict[str, int],
+        at: tuple[int, int] | None = None,
     ) -> bool:
         """Write this worker's ack node; False (nothing written) when the record is gone, or
-        not at ``record_version`` (its znode version; -1: any)."""
+        not at version ``at`` (``(incarnation, seq)`` of :func:`split_version`; None: any)."""
         pa = self.paths
         node, parent = pa.ack(location, worker_id), pa.acks(location)
         loc_path = pa.location(location)
@@ -1061,7 +1059,11 @@ class ZooKeeperBackend(Backend):
             key = (location, worker_id)
             for _ in range(20):
                 txn = _Txn(client)
-                txn.check("location", loc_path, record_version)
+                if at is None:
+                    txn.check("location", loc_path, -1)
+                else:
+                    txn.check("location", pa.history(location), at[0] + 1)  # the incarnation
+                    txn.check("location", loc_path, at[1] - 1)
                 session = client.client_id
                 with self._lock:
                     known = self._ack_nodes.pop(key, None)
@@ -1512,7 +1514,7 @@ def _wants(kinds: frozenset[str] | None, kind: str) -> bool:
 def _decode_acks(raw: bytes) -> dict[str, int] | None:
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and type(v) is int for k, v in data.items()
