@@ -10,6 +10,7 @@ from locstatus.client import Client, connect
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
+    BackendFull,
     BackendUnavailable,
     ConflictError,
     CorruptRecord,
@@ -23,7 +24,7 @@ from locstatus.errors import (
     Unauthorized,
     VersionConflict,
 )
-from locstatus.manager import Manager, RetryPolicy, SyncReport
+from locstatus.manager import Listing, Manager, RetryPolicy, SyncReport
 from locstatus.models import (
     Hint,
     HistoryEntry,
@@ -41,6 +42,7 @@ __all__ = [
     "AlreadyExists",
     "AmbiguousCommit",
     "Backend",
+    "BackendFull",
     "BackendUnavailable",
     "Client",
     "ConflictError",
@@ -50,6 +52,7 @@ __all__ = [
     "HistoryEntry",
     "InvalidInput",
     "InvalidTransition",
+    "Listing",
     "LocationStatus",
     "LocstatusError",
     "Manager",

@@ -214,7 +214,11 @@ def test_an_agent_fires_only_the_resumes_of_the_services_it_applies(
 
 @pytest.mark.parametrize(
     "payload",
-    ["{not json", '{"services": {"replication": {"state": "exploded", "generation": 9}}}'],
+    [
+        "{not json",
+        '{"services": {"replication": {"state": "exploded", "generation": 9}}}',
+        '{"services": {"replication": {}}}',  # does not say its state: never "running"
+    ],
 )
 def test_a_corrupt_record_keeps_the_last_state_applied_and_is_reported(
     kit: Kit, agents: list[Agent], payload: str

@@ -6,7 +6,7 @@ re-applies the real state once its lease is back.
   so the test can see the fence come before the lease deadline the backend holds, the pause
   settle without the fenced worker only after that deadline, and nothing acknowledged;
 - real faults: the MongoDB server frozen with SIGSTOP, the SQLite database locked by another
-  connection (unwritable), and the ZooKeeper connection cut through the suite's TCP proxy long
+  connection (unwritable) or its disk full (a small tmpfs), and the ZooKeeper connection cut through the suite's TCP proxy long
   enough for the server to expire the session (the fence must come before the ephemeral
   registration disappears; after the lost session, on_remove runs for a location removed and
   purged meanwhile).
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fulldisk import SmallDisk
 
 from locstatus import BackendUnavailable, Client, State, connect
 from locstatus.agent import Agent
@@ -261,6 +262,30 @@ def test_sqlite_database_locked_the_worker_fences_then_re_applies(
     finally:
         lock.execute("ROLLBACK")
         lock.close()
+    t_free = time.monotonic()
+    eventually(lambda: agent.metrics()["fenced"] == 0)
+    eventually(lambda: rec.after(t_free) == [("resume", LOC, False)])
+    assert mgr.pause(LOC, SVC, wait=15).services[SVC].state is State.PAUSED
+    assert acked(mgr, "w1") == 1
+
+
+def test_sqlite_disk_full_the_worker_fences_then_re_applies_once_space_is_back(
+    small_disk: SmallDisk, agents: list[Agent]
+) -> None:
+    """The store's disk fills up for real (a tmpfs): every renewal fails with BackendFull."""
+    db = small_disk.path / "locstatus.db"
+    mgr, agent, rec = _running_worker(
+        f"sqlite:///{db}", agents, lease_seconds=3, heartbeat_interval=0.5
+    )
+    small_disk.fill(sqlite_db=db)
+    t_full = time.monotonic()
+    try:
+        (fence,) = eventually(rec.fences, timeout=10)
+        assert (fence.event, fence.location) == ("pause", LOC)
+        assert fence.t - t_full < 3 - 0.5
+        assert agent.metrics()["heartbeat_errors"] >= 1
+    finally:
+        small_disk.free()
     t_free = time.monotonic()
     eventually(lambda: agent.metrics()["fenced"] == 0)
     eventually(lambda: rec.after(t_free) == [("resume", LOC, False)])

@@ -501,3 +501,23 @@ def test_connect_returns_a_manager_that_makes_agents() -> None:
     assert isinstance(mgr, Manager)
     agent = mgr.agent("w1", services=["crr"], lease_seconds=5)
     assert agent.services == ("replication",) and agent.lease_seconds == 5
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"handler_concurrency": 0},
+        {"handler_concurrency": 257},
+        {"handler_concurrency": True},
+        {"handler_concurrency": "4"},
+        {"handler_deadline": 0},
+        {"handler_deadline": float("nan")},
+        {"handler_deadline": "60"},
+        {"fence_margin": "1"},
+        {"fence_margin": float("nan")},
+    ],
+)
+def test_bad_agent_settings_are_refused_by_name(setting: dict[str, object]) -> None:
+    (name,) = setting
+    with pytest.raises(InvalidInput, match=name):
+        connect("memory://").agent("w1", **setting)  # type: ignore[arg-type]

@@ -37,8 +37,18 @@ log = logging.getLogger("locstatus.agent")
 
 HANDLER_CONCURRENCY = 8
 """Default number of locations whose handlers may run at once (apply threads)."""
+MAX_HANDLER_CONCURRENCY = 256
+"""At most this many apply threads (each may publish one stuck handler in the registration,
+which every backend bounds in size)."""
 HANDLER_DEADLINE = 60.0
 """Default seconds after which a running handler is reported as stuck."""
+
+
+def _seconds(name: str, value: object) -> float:
+    """``value`` as seconds, or :class:`InvalidInput` naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{name} must be a number of seconds, got {value!r}")
+    return float(value)
 
 
 class AgentSettings(TypedDict, total=False):
@@ -172,12 +182,13 @@ class Agent:
             raise InvalidInput(
                 f"handler_concurrency must be an integer, got {handler_concurrency!r}"
             )
-        if not 1 <= handler_concurrency <= 1024:
+        if not 1 <= handler_concurrency <= MAX_HANDLER_CONCURRENCY:
             raise InvalidInput(
-                f"handler_concurrency must be in [1, 1024], got {handler_concurrency}"
+                f"handler_concurrency must be in [1, {MAX_HANDLER_CONCURRENCY}], "
+                f"got {handler_concurrency}"
             )
         self.handler_concurrency = handler_concurrency
-        self.handler_deadline = float(handler_deadline)
+        self.handler_deadline = _seconds("handler_deadline", handler_deadline)
         if not self.handler_deadline > 0:
             raise InvalidInput(f"handler_deadline must be > 0 seconds, got {handler_deadline}")
         self.fire_scheduled_resumes = fire_scheduled_resumes
@@ -191,7 +202,9 @@ class Agent:
         """Seconds between renewals (pings on ZooKeeper)."""
         room = window - self.renew_interval
         self.fence_margin = (
-            min(window / 4, room / 2) if fence_margin is None else float(fence_margin)
+            min(window / 4, room / 2)
+            if fence_margin is None
+            else _seconds("fence_margin", fence_margin)
         )
         if not 0 < self.fence_margin < room:
             raise InvalidInput(

@@ -17,6 +17,11 @@ so the suite can ``kill -9`` the process while a handler is running. With ``--ha
 exists (the hung-handler scenario). SIGTERM stops the agent cleanly (``agent.stop()``:
 unregister) and exits 0.
 
+``--fail-file PATH``: while that file exists every handler raises a 1 KB error after its
+``start`` event (an outage at every location: the worker's published errors grow);
+``--pad-filter N``: the agent's location filter is every location at start plus N names of 110
+characters that never exist (a registration near the size bound).
+
 This file imports only the standard library and locstatus: it runs as a plain script.
 """
 
@@ -53,6 +58,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="this worker's on_pause for --hang-location hangs until --hang-release")
     p.add_argument("--hang-location", default=None)
     p.add_argument("--hang-release", default=None, help="file whose existence ends the hang")
+    p.add_argument("--fail-file", default=None,
+                   help="while this file exists, every handler raises a 1 KB error (an outage)")
+    p.add_argument("--pad-filter", type=int, default=0,
+                   help="a location filter: every location at start plus N 110-character names")
     return p.parse_args(argv)
 
 
@@ -63,8 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     mgr = connect(args.url)
+    locations = None
+    if args.pad_filter:
+        known = [r.location for r in mgr.scan() if not isinstance(r, LocstatusError)]
+        locations = known + [f"pad-{i:06d}-".ljust(110, "x") for i in range(args.pad_filter)]
     agent = mgr.agent(
         args.id,
+        locations=locations,
         lease_seconds=args.lease,
         heartbeat_interval=args.heartbeat,
         resync_interval=args.resync,
@@ -89,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if hangs and state == "paused" and location == args.hang_location:
                 while not (args.hang_release and os.path.exists(args.hang_release)):
                     time.sleep(0.05)  # a consumer that never stops, until released
+            if args.fail_file and os.path.exists(args.fail_file):
+                raise RuntimeError(f"outage at {location}/{service}: " + "x" * 1000)
             if args.slow > 0:
                 time.sleep(rng.uniform(0, args.slow))
             with lock:
