@@ -57,7 +57,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route as StarletteRoute
 
 from locstatus import __version__
-from locstatus.clock import Clock
 from locstatus.errors import (
     InvalidInput,
     LocstatusError,
@@ -65,7 +64,7 @@ from locstatus.errors import (
     PreconditionFailed,
     Unauthorized,
 )
-from locstatus.manager import Manager
+from locstatus.manager import Manager, worker_live
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
 from locstatus.names import BULK_LOCATION, LOCATION_RE, SERVICE_ALIASES, check_location
 
@@ -149,7 +148,9 @@ class BulkResult(BaseModel):
 
 
 class WorkerView(WorkerInfo):
-    """A registered worker and whether its lease holds now (``is_alive``)."""
+    """A registered worker and whether its lease holds (``is_alive``: false only once its lease
+    deadline passed by the backend's time beyond doubt; docs/time.md). ``clock_offset_seconds``
+    is the offset the worker published (its wall clock minus the backend's time)."""
 
     is_alive: bool
 
@@ -189,14 +190,14 @@ _WORKERS = TypeAdapter(list[WorkerView])
 
 
 class Context:
-    """What the routes share: the manager, the token, the clock, metrics and helpers."""
+    """What the routes share: the manager, the token, metrics and helpers. Every time is the
+    manager's (``mgr.time``, the backend's; docs/time.md)."""
 
     def __init__(
         self,
         mgr: Manager,
         *,
         token: str | None,
-        clock: Clock,
         metrics: Metrics,
         reconciler: Reconciler | None,
         check: CheckState | None,
@@ -204,7 +205,6 @@ class Context:
     ) -> None:
         self.mgr = mgr
         self.token = token
-        self.clock = clock
         self.metrics = metrics
         self.reconciler = reconciler
         self.check = check
@@ -662,8 +662,11 @@ def history(
     responses=responses(503),
 )
 def workers(ctx: Ctx) -> Response:
-    now = ctx.clock()
-    views = [WorkerView(**w.model_dump(), is_alive=w.alive(now)) for w in ctx.mgr.workers()]
+    time_source = ctx.mgr.time
+    views = [
+        WorkerView(**w.model_dump(), is_alive=worker_live(w, time_source))
+        for w in ctx.mgr.workers()
+    ]
     return Response(_WORKERS.dump_json(views), media_type="application/json")
 
 
@@ -757,7 +760,7 @@ def status_page(
     ctx: Ctx,
     refresh: Annotated[int, Query(ge=0, le=3600, description="Auto-refresh seconds")] = 5,
 ) -> HTMLResponse:
-    text, status = page.render(ctx.mgr, ctx.clock, refresh=refresh)
+    text, status = page.render(ctx.mgr, refresh=refresh)
     return HTMLResponse(text, status_code=status)
 
 
@@ -898,7 +901,6 @@ def create_app(
     mgr: Manager,
     *,
     token: str | None = None,
-    clock: Clock | None = None,
     reconciler: Reconciler | None = None,
     check: CheckState | None = None,
     max_body: int = MAX_BODY,
@@ -907,8 +909,6 @@ def create_app(
     """Build the sidecar app over ``mgr``.
 
     - ``token``: when set, mutating routes need ``Authorization: Bearer <token>`` (401/403).
-    - ``clock``: aware-UTC ``datetime`` factory for lease liveness and overdue resumes on the
-      page and in metrics; default ``mgr.clock``.
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
     - ``check``: where the periodic consistency check stores its result (``/v1/check``).
@@ -918,7 +918,7 @@ def create_app(
     """
     from .backbeat import router as backbeat_router
 
-    metrics = Metrics(mgr, clock=clock, reconciler=lambda: reconciler)
+    metrics = Metrics(mgr, reconciler=lambda: reconciler)
     app = FastAPI(
         title="locstatus sidecar",
         version=__version__,
@@ -934,7 +934,6 @@ def create_app(
     app.state.locstatus = Context(
         mgr,
         token=token or None,
-        clock=clock or mgr.clock,
         metrics=metrics,
         reconciler=reconciler,
         check=check,

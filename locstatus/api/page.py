@@ -20,11 +20,11 @@ import math
 from collections import Counter
 from datetime import datetime
 
-from locstatus.clock import Clock
+from locstatus.clock import TimeSource
 from locstatus.errors import LocstatusError
 from locstatus.fsm import table
-from locstatus.manager import Manager, lagging_workers
-from locstatus.models import LocationStatus, WorkerInfo
+from locstatus.manager import Manager, lagging_workers, worker_live
+from locstatus.models import LocationStatus, WorkerInfo, utcnow
 
 from .problems import redact
 
@@ -74,10 +74,12 @@ def _cell(value: object, cls: str) -> str:
     return f'<td class="{cls}">{_e(value)}</td>'
 
 
-def render(mgr: Manager, clock: Clock, *, refresh: int = 5) -> tuple[str, int]:
+def render(mgr: Manager, *, refresh: int = 5) -> tuple[str, int]:
     """The page's HTML and HTTP status: 200, or 503 (with an explanatory banner) when the
-    backend cannot be read. ``refresh``: seconds between automatic reloads, 0 for none."""
-    now = clock()
+    backend cannot be read. ``refresh``: seconds between automatic reloads, 0 for none.
+    Liveness is judged on the manager's time source, times are the backend's (docs/time.md);
+    only a page that cannot read the backend at all shows this host's clock as its date."""
+    time_source = mgr.time
     status = 200
     error: str | None = None
     records: list[LocationStatus] = []
@@ -87,9 +89,11 @@ def render(mgr: Manager, clock: Clock, *, refresh: int = 5) -> tuple[str, int]:
         records = mgr.statuses()
         workers = mgr.workers()
         acks = mgr.backend.all_acks()
+        now = mgr.clock()
     except LocstatusError as exc:
         status = 503
         error = redact(exc.message)
+        now = utcnow()  # a date for the banner only: nothing is judged on it
     head = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         + (f'<meta http-equiv="refresh" content="{refresh}">' if refresh > 0 else "")
@@ -107,9 +111,9 @@ def render(mgr: Manager, clock: Clock, *, refresh: int = 5) -> tuple[str, int]:
     ]
     if error is not None:
         parts.append(f'<p class="banner" id="error">backend unavailable: {_e(error)}</p>')
-    parts.append(_summary(records, workers, now))
-    parts.append(_services_table(records, workers, acks, now))
-    parts.append(_workers_table(workers, now))
+    parts.append(_summary(records, workers, time_source))
+    parts.append(_services_table(records, workers, acks, time_source))
+    parts.append(_workers_table(workers, time_source))
     parts.append("<h2>State machine</h2>")
     parts.append(state_diagram_svg())
     parts.append(
@@ -121,10 +125,12 @@ def render(mgr: Manager, clock: Clock, *, refresh: int = 5) -> tuple[str, int]:
     return "".join(parts), status
 
 
-def _summary(records: list[LocationStatus], workers: list[WorkerInfo], now: datetime) -> str:
+def _summary(
+    records: list[LocationStatus], workers: list[WorkerInfo], time_source: TimeSource
+) -> str:
     states = Counter(st.state.value for r in records for st in r.services.values())
     scheduled = sum(1 for r in records for st in r.services.values() if st.resume_at)
-    alive = sum(1 for w in workers if w.alive(now))
+    alive = sum(1 for w in workers if worker_live(w, time_source))
     counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "no services"
     return (
         f'<p id="summary">{len(records)} locations; services: {_e(counts)}; '
@@ -136,7 +142,7 @@ def _services_table(
     records: list[LocationStatus],
     workers: list[WorkerInfo],
     acks: dict[str, dict[str, dict[str, int]]],
-    now: datetime,
+    time_source: TimeSource,
 ) -> str:
     rows = [
         '<h2>Services</h2><table id="services"><thead><tr>'
@@ -148,7 +154,8 @@ def _services_table(
         for svc, st in sorted(rec.services.items()):
             lagging = (
                 lagging_workers(
-                    rec.location, svc, st.generation, workers, acks.get(rec.location, {}), now
+                    rec.location, svc, st.generation, workers, acks.get(rec.location, {}),
+                    time_source,
                 )
                 if st.state.transitional
                 else []
@@ -181,7 +188,7 @@ def _services_table(
     return "".join(rows)
 
 
-def _workers_table(workers: list[WorkerInfo], now: datetime) -> str:
+def _workers_table(workers: list[WorkerInfo], time_source: TimeSource) -> str:
     rows = [
         '<h2>Workers</h2><table id="workers"><thead><tr><th>Worker</th><th>Services</th>'
         "<th>Locations</th><th>Host</th><th>PID</th><th>Lease until</th><th>Alive</th>"
@@ -198,7 +205,7 @@ def _workers_table(workers: list[WorkerInfo], now: datetime) -> str:
             + _cell(
                 _iso(w.lease_expires_at) if w.lease_expires_at else "session", "lease"
             )
-            + _cell("yes" if w.alive(now) else "no", "alive")
+            + _cell("yes" if worker_live(w, time_source) else "no", "alive")
             + "</tr>"
         )
     if len(rows) == 1:
