@@ -20,7 +20,8 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    the location; :meth:`read_all` returns the error in place of that record and carries on.
 6. **Leases.** A worker is alive while its lease holds (``lease_expires_at`` ahead of the store's
    time, invariant 8, or a session-held registration that is still listed). Removing a worker
-   removes its acknowledgements. An expired worker is either listed with its past lease or not listed.
+   removes its acknowledgements. An expired worker is either listed with its past lease or not
+   listed.
 7. **Hints may coalesce.** :meth:`subscribe` delivers :class:`Hint` values on a backend thread;
    hints can be merged or dropped, never relied on for every intermediate version. A
    ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
