@@ -147,11 +147,13 @@ class BackendClock(TimeSource):
         return est.now(self._mono())
 
     def offset_seconds(self) -> float | None:
-        est = self._current()
+        """As last measured (no probe: reporting never waits for the backend)."""
+        est = self._est
         return None if est is None else est.offset
 
     def uncertainty_seconds(self) -> float:
-        est = self._current()
+        """Of the current estimate (no probe); infinite while nothing was ever measured."""
+        est = self._est
         return math.inf if est is None else est.uncertainty(self._mono())
 
     @property

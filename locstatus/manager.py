@@ -182,7 +182,7 @@ def lagging_workers(
     time_source: TimeSource,
 ) -> list[str]:
     """Ids of live workers (:func:`worker_live`) that apply ``service`` at ``location`` and
-    have not acknowledged ``generation`` yet (SPEC §3 settle rule)."""
+    have not acknowledged ``generation`` yet (the settle rule, docs/fsm.md)."""
     return [
         w.worker_id
         for w in workers
@@ -371,7 +371,7 @@ class Manager:
     def fire_due_resumes(
         self, location: str, services: ServiceArg = None, *, actor: str = "scheduler"
     ) -> LocationStatus:
-        """Fire the scheduled resumes of ``location`` that are due (SPEC §3.3): those whose
+        """Fire the scheduled resumes of ``location`` that are due (docs/time.md): those whose
         ``resume_at`` has passed by the backend's time beyond doubt (``self.time.is_past``, so
         never early, and none while the clock cannot tell; docs/time.md). ``services``: only
         these (a name or a list; None: every service), e.g. the services an agent applies.
