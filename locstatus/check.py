@@ -13,6 +13,8 @@ reports, per finding kind (:data:`KINDS`):
 - ``corrupt_record``: a record (or its history) that does not parse or validate;
 - ``history_mismatch``: the newest history entry of a service disagrees with the record
   (op_id, state, generation, resume_at), or the record's version has no history at all;
+- ``history_gap``: on a backend with two history copies (MongoDB), versions of the record's
+  life missing from its full history: restorable from the recent copy, or lost;
 - ``expired_worker``: a registration whose heartbeat lease has run out;
 - ``tombstone_ready``: a removed location every live worker acknowledged, or older than the TTL;
 - ``clock_skew``: a worker whose published clock offset to the backend exceeds ``max_skew``, or
@@ -24,9 +26,10 @@ Why it is shaped so:
 - **It only consumes the manager.** Reads go through :meth:`Manager.scan` and the
   :class:`~locstatus.backends.base.Backend` interface; every repair is a manager call
   (``settle``, ``fire_due_resumes``, ``add_location``, ``remove_location``, ``purge_location``)
-  or ``Backend.remove_worker``. Each of those is guarded (a compare-and-set on the version, the
-  FSM's ``resume_at``/generation guards), so any number of checks may repair at once from
-  several hosts: each repair happens once and the others find it done.
+  or ``Backend.remove_worker`` / ``Backend.restore_history`` (a copy, never a rewrite). Each
+  of those is guarded (a compare-and-set on the version, the FSM's ``resume_at``/generation
+  guards, the history collection's unique index), so any number of checks may repair at once
+  from several hosts: each repair happens once and the others find it done.
 - **Deadlines on the backend's time.** A worker is expired, a tombstone past its TTL, only when
   the deadline passed by the backend's time beyond doubt (``mgr.time.is_past``, docs/time.md);
   how long something has been stuck or overdue is reported against ``mgr.clock()``, the
@@ -81,7 +84,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from locstatus.backends.base import AckMap, Backend
+from locstatus.backends.base import AckMap, Backend, HistoryGaps
 from locstatus.clock import TimeSource
 from locstatus.errors import (
     BackendUnavailable,
@@ -136,6 +139,7 @@ class Kind(StrEnum):
     UNKNOWN_LOCATION = "unknown_location"
     CORRUPT_RECORD = "corrupt_record"
     HISTORY_MISMATCH = "history_mismatch"
+    HISTORY_GAP = "history_gap"
     EXPIRED_WORKER = "expired_worker"
     TOMBSTONE_READY = "tombstone_ready"
     CLOCK_SKEW = "clock_skew"
@@ -201,6 +205,7 @@ class Action(StrEnum):
     REMOVE_LOCATION = "remove_location"
     REMOVE_WORKER = "remove_worker"
     PURGE_LOCATION = "purge_location"
+    RESTORE_HISTORY = "restore_history"
 
 
 class _Model(BaseModel):
@@ -934,46 +939,69 @@ class _Scan:
         """Compare each service with its newest history entry. Returns when each transitional
         service entered its state (for stuck_transition), or None when the record is gone.
         ``newest``: the newest history writes read with the record, when the backend did."""
-        gaps = self._gaps(rec.location)  # before reading the history, which may back-fill
+        gaps = self._gaps(rec.location)
         entered = self._compare(rec, newest)
         if entered is not None and gaps:
-            left = self._gaps(rec.location)
-            f = self._add(
-                Kind.HISTORY_MISMATCH,
-                rec.location,
-                None,
-                None,
-                None,
-                f"writes at versions {', '.join(map(str, gaps))} are in the record's recent "
-                "history but missing from the full history"
-                + ("" if left else " (back-filled when this check read the history)"),
-                {
-                    "fields": ["history_copies"],
-                    "missing_versions": gaps,
-                    "still_missing": left,
-                    "record": {"version": rec.version},
-                    "history": None,
-                },
-                RepairPlan(
-                    action=None,
-                    description="none needed: the backend back-fills them when history is read",
-                ),
-                key="copies",
-            )
-            if not left:
-                f.state = FindingState.RESOLVED
+            # Confirmed by a second look, after the comparison: a write that has just landed
+            # is copied by its writer within a round trip, and is not a gap.
+            again = self._gaps(rec.location)
+            restorable = sorted(set(gaps.restorable) & set(again.restorable))
+            lost = sorted(set(gaps.lost) & set(again.lost))
+            if restorable:
+                self._gap(rec, restorable, restorable=True)
+            if lost:
+                self._gap(rec, lost, restorable=False)
         return entered
 
-    def _gaps(self, location: str) -> list[int]:
-        """History writes kept in one copy but missing from the other, for backends that keep
-        two (MongoDB: embedded recent history vs the history collection); see
+    def _gap(self, rec: LocationStatus, versions: list[int], *, restorable: bool) -> None:
+        listed = ", ".join(map(str, versions[:10])) + (", ..." if len(versions) > 10 else "")
+        if restorable:
+            message = (
+                f"writes at versions {listed} are missing from the full history; the record's "
+                "recent history still holds them (a writer stopped between its two writes)"
+            )
+            plan = RepairPlan(
+                action=Action.RESTORE_HISTORY,
+                description="copy them from the record's recent history",
+            )
+        else:
+            message = (
+                f"writes at versions {listed} are in neither the full history nor the "
+                "record's recent history: that history is lost"
+            )
+            plan = RepairPlan(
+                action=None,
+                description=(
+                    "none: nothing holds them any more; 'locstatus history' skips those "
+                    "versions"
+                ),
+            )
+        self._add(
+            Kind.HISTORY_GAP,
+            rec.location,
+            None,
+            None,
+            None,
+            message,
+            {
+                "missing_versions": versions,
+                "in_recent_history": restorable,
+                "version": rec.version,
+            },
+            plan,
+            key="restorable" if restorable else "lost",
+        )
+
+    def _gaps(self, location: str) -> HistoryGaps:
+        """Versions missing from the full history, for backends that keep two copies (MongoDB:
+        embedded recent history and the history collection); see
         :meth:`Backend.history_gaps`."""
         if not self._gaps_possible:
-            return []
+            return HistoryGaps()
         try:
-            return sorted(self.backend.history_gaps(location))
+            return self.backend.history_gaps(location)
         except NotFound:
-            return []
+            return HistoryGaps()
 
     def _compare(self, rec: LocationStatus, newest: _Newest) -> dict[str, datetime] | None:
         for _ in range(_CONFIRM_ATTEMPTS):
@@ -1310,6 +1338,7 @@ class _Repairer:
             if f.kind is Kind.STUCK_TRANSITION and f.repair.action is None:
                 f.state = FindingState.BLOCKED
         order = (
+            Action.RESTORE_HISTORY,
             Action.REMOVE_WORKER,
             Action.FIRE_DUE_RESUMES,
             Action.SETTLE,
@@ -1348,6 +1377,7 @@ class _Repairer:
             Action.ADD_LOCATION: self._add_location,
             Action.REMOVE_LOCATION: self._remove_location,
             Action.PURGE_LOCATION: self._purge,
+            Action.RESTORE_HISTORY: self._restore_history,
         }
         with _progress_bar(progress, len(groups), "repairing") as advance:
             for group in groups:
@@ -1408,6 +1438,34 @@ class _Repairer:
         return False
 
     # -- one handler per action ----------------------------------------------------------
+
+    def _restore_history(self, group: list[Finding]) -> None:
+        for f in group:
+            loc = f.location
+            assert loc is not None
+            wanted = set(f.evidence["missing_versions"])
+            try:
+                still = wanted & set(self.backend.history_gaps(loc).restorable)
+            except NotFound:
+                self._record(f, Outcome.ALREADY_DONE, "the location is gone")
+                continue
+            if not still:
+                self._record(f, Outcome.ALREADY_DONE, "copied meanwhile")
+                continue
+            copied = set(self.backend.restore_history(loc))
+            left = wanted & set(self.backend.history_gaps(loc).restorable)
+            if left:
+                self._record(
+                    f, Outcome.FAILED, f"still missing: {', '.join(map(str, sorted(left)))}"
+                )
+            elif copied & still:
+                self._record(
+                    f, Outcome.APPLIED,
+                    f"copied versions {', '.join(map(str, sorted(copied & still)))} from the "
+                    "record's recent history",
+                )
+            else:
+                self._record(f, Outcome.ALREADY_DONE, "copied meanwhile")
 
     def _remove_worker(self, group: list[Finding]) -> None:
         for f in group:

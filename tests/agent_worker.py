@@ -39,8 +39,8 @@ from typing import Any
 
 from locstatus.agent import HandlerRetry
 from locstatus.backends import Backend, HintCallback, Unsubscribe, open_backend
+from locstatus.client import Client
 from locstatus.errors import BackendUnavailable, CorruptRecord
-from locstatus.manager import Manager
 from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     link = Partition(open_backend(args.url))
     if args.session_leases:
         link.session_leases = link.inner.session_leases
-    mgr = Manager(link)
+    mgr = Client(link)
     agent = mgr.agent(
         args.id,
         services=args.services.split(","),

@@ -7,7 +7,10 @@ scheduled resumes pending and overdue, lagging workers, live workers) is read fr
 scrape time by a collector, so it is true for the whole fleet, not just for this process. If the
 backend is down the scrape still answers, with ``locstatus_backend_up 0``.
 
-Series (``route`` is the route template, never the raw path, so cardinality stays bounded):
+Series (every label takes a bounded set of values, whatever clients send: ``route`` is the
+route template, never the raw path, and ``unmatched`` for every path no route serves;
+``method`` is one of :data:`HTTP_METHODS` or ``other``, since any token is a valid method to
+HTTP and each new label value would be a new series kept forever):
 
 - ``locstatus_http_requests_total{method,route,status}``,
   ``locstatus_http_request_duration_seconds{method,route}``
@@ -41,6 +44,9 @@ from locstatus.models import LocationStatus, State, WorkerInfo
 
 if TYPE_CHECKING:
     from locstatus.reconciler import Reconciler
+
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+"""Methods counted under their own name; any other is counted as ``other``."""
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -235,7 +241,10 @@ class Metrics:
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
-        """Count one request and its latency (seconds)."""
+        """Count one request and its latency (seconds). ``route`` must be a route template or
+        ``unmatched``; ``method`` is counted as ``other`` unless it is in :data:`HTTP_METHODS`."""
+        if method not in HTTP_METHODS:
+            method = "other"
         key = (method, route, status)
         child = self._children.get(key)
         if child is None:

@@ -21,7 +21,7 @@ from collections import Counter
 from datetime import datetime
 
 from locstatus.clock import TimeSource
-from locstatus.errors import LocstatusError
+from locstatus.errors import CorruptRecord, LocstatusError
 from locstatus.fsm import table
 from locstatus.manager import Manager, lagging_workers, worker_live
 from locstatus.models import LocationStatus, WorkerInfo, utcnow
@@ -35,6 +35,7 @@ table{border-collapse:collapse} th,td{border:1px solid #ccc;padding:.25em .6em;t
 th{background:#f3f3f3} td.none{color:#999}
 .state-running{background:#e6f6e6} .state-paused{background:#fde8e8}
 .state-pausing,.state-resuming{background:#fff4d6}
+.state-corrupt{background:#d33;color:#fff;font-weight:bold}
 .banner{background:#fde8e8;border:1px solid #d33;padding:.5em 1em}
 .muted{color:#777} svg text{font:12px system-ui,sans-serif}
 """
@@ -83,10 +84,11 @@ def render(mgr: Manager, *, refresh: int = 5) -> tuple[str, int]:
     status = 200
     error: str | None = None
     records: list[LocationStatus] = []
+    corrupt: list[CorruptRecord] = []
     workers: list[WorkerInfo] = []
     acks: dict[str, dict[str, dict[str, int]]] = {}
     try:
-        records = mgr.statuses()
+        records, corrupt = mgr.listing()
         workers = mgr.workers()
         acks = mgr.backend.all_acks()
         now = mgr.clock()
@@ -111,8 +113,13 @@ def render(mgr: Manager, *, refresh: int = 5) -> tuple[str, int]:
     ]
     if error is not None:
         parts.append(f'<p class="banner" id="error">backend unavailable: {_e(error)}</p>')
-    parts.append(_summary(records, workers, time_source))
-    parts.append(_services_table(records, workers, acks, time_source))
+    if corrupt:
+        parts.append(
+            f'<p class="banner" id="corrupt">{len(corrupt)} corrupt record(s), shown as '
+            "CORRUPT below: their state is unknown; run <code>locstatus check</code></p>"
+        )
+    parts.append(_summary(records, len(corrupt), workers, time_source))
+    parts.append(_services_table(records, corrupt, workers, acks, time_source))
     parts.append(_workers_table(workers, time_source))
     parts.append("<h2>State machine</h2>")
     parts.append(state_diagram_svg())
@@ -126,20 +133,23 @@ def render(mgr: Manager, *, refresh: int = 5) -> tuple[str, int]:
 
 
 def _summary(
-    records: list[LocationStatus], workers: list[WorkerInfo], time_source: TimeSource
+    records: list[LocationStatus], corrupt: int, workers: list[WorkerInfo],
+    time_source: TimeSource,
 ) -> str:
     states = Counter(st.state.value for r in records for st in r.services.values())
     scheduled = sum(1 for r in records for st in r.services.values() if st.resume_at)
     alive = sum(1 for w in workers if worker_live(w, time_source))
     counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "no services"
+    locations = f"{len(records) + corrupt} locations" + (f" ({corrupt} corrupt)" if corrupt else "")
     return (
-        f'<p id="summary">{len(records)} locations; services: {_e(counts)}; '
+        f'<p id="summary">{locations}; services: {_e(counts)}; '
         f"scheduled resumes: {scheduled}; workers alive: {alive} of {len(workers)}</p>"
     )
 
 
 def _services_table(
     records: list[LocationStatus],
+    corrupt: list[CorruptRecord],
     workers: list[WorkerInfo],
     acks: dict[str, dict[str, dict[str, int]]],
     time_source: TimeSource,
@@ -150,7 +160,11 @@ def _services_table(
         "<th>Scheduled resume</th><th>Lagging workers</th><th>Reason</th><th>Actor</th>"
         "<th>Updated</th></tr></thead><tbody>"
     ]
-    for rec in records:
+    listed: list[LocationStatus | CorruptRecord] = [*records, *corrupt]
+    for rec in sorted(listed, key=lambda r: r.location):
+        if isinstance(rec, CorruptRecord):
+            rows.append(_corrupt_row(rec))
+            continue
         for svc, st in sorted(rec.services.items()):
             lagging = (
                 lagging_workers(
@@ -186,6 +200,22 @@ def _services_table(
         rows.append('<tr><td colspan="9" class="none">no locations yet</td></tr>')
     rows.append("</tbody></table>")
     return "".join(rows)
+
+
+def _corrupt_row(bad: CorruptRecord) -> str:
+    """A record that cannot be read: its location, ``CORRUPT`` as the state, the validation
+    error in place of the reason (every service's state is unknown)."""
+    return (
+        f'<tr data-location="{_e(bad.location)}" data-state="corrupt">'
+        + _cell(bad.location, "location")
+        + '<td class="service none">all</td>'
+        + '<td class="state state-corrupt">CORRUPT</td>'
+        + '<td class="generation none">&mdash;</td><td class="resume none">&mdash;</td>'
+        + '<td class="lagging none">&mdash;</td>'
+        + _cell(redact(bad.detail), "reason detail")
+        + '<td class="actor none">&mdash;</td><td class="updated none">&mdash;</td>'
+        + "</tr>"
+    )
 
 
 def _workers_table(workers: list[WorkerInfo], time_source: TimeSource) -> str:

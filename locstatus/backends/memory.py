@@ -174,6 +174,14 @@ class MemoryBackend(Backend):
                 break
         return out
 
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        self._check_open()
+        with self._store.lock:
+            raw = next((t for v, t in self._store.history.get(location, ()) if v == version), None)
+        if raw is None:
+            return []
+        return list(reversed(codec.decode_history(location, raw, version)))
+
     # -- workers -----------------------------------------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
@@ -258,3 +266,4 @@ class MemoryBackend(Backend):
         with self._store.lock:
             version = self._store.records.get(location, (0, ""))[0] + 1
             self._store.records[location] = (version, payload)
+        self._notify(Hint(kind="location", location=location))

@@ -20,6 +20,11 @@ lost) a ``{"ev": "health", "metrics": {...}}`` line is appended too, so the chec
 worker may have lost its lease. SIGTERM stops the agent cleanly (``agent.stop()``: unregister)
 and exits 0.
 
+``--fail-file PATH``: while that file exists every handler raises a 1 KB error after its
+``start`` event (an outage at every location: the worker's published errors grow);
+``--pad-filter N``: the agent's location filter is every location at start plus N names of 110
+characters that never exist (a registration near the size bound).
+
 This file imports only the standard library and locstatus: it runs as a plain script.
 """
 
@@ -53,6 +58,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow", type=float, default=0.02, help="max seconds a handler works")
     p.add_argument("--every", type=float, default=0.1, help="state file period, seconds")
     p.add_argument("--no-fire", action="store_true", help="leave scheduled resumes to others")
+    p.add_argument("--fail-file", default=None,
+                   help="while this file exists, every handler raises a 1 KB error (an outage)")
+    p.add_argument("--pad-filter", type=int, default=0,
+                   help="a location filter: every location at start plus N 110-character names")
     return p.parse_args(argv)
 
 
@@ -63,8 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     mgr = connect(args.url)
+    locations = None
+    if args.pad_filter:
+        known = [r.location for r in mgr.scan() if not isinstance(r, LocstatusError)]
+        locations = known + [f"pad-{i:06d}-".ljust(110, "x") for i in range(args.pad_filter)]
     agent = mgr.agent(
         args.id,
+        locations=locations,
         lease_seconds=args.lease,
         heartbeat_interval=args.heartbeat,
         resync_interval=args.resync,
@@ -85,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             applying = agent.applying
             gen = applying.status.generation if applying and applying.status else None
             event(ev="start", location=location, service=service, generation=gen, to=state)
+            if args.fail_file and os.path.exists(args.fail_file):
+                raise RuntimeError(f"outage at {location}/{service}: " + "x" * 1000)
             if args.slow > 0:
                 time.sleep(rng.uniform(0, args.slow))
             with lock:
