@@ -67,7 +67,7 @@ from locstatus.errors import (
     SettleTimeout,
 )
 from locstatus.locations import load_locations, load_sample
-from locstatus.manager import Manager, SyncReport, stuck_handlers
+from locstatus.manager import Manager, SyncReport, stuck_handlers, worker_live
 from locstatus.models import (
     HistoryEntry,
     LocationStatus,
@@ -706,7 +706,8 @@ def resume(
     if at is not None and in_ is not None:
         raise InvalidInput(f"give --at or --in, not both (got --at {at!r} and --in {in_!r})")
     if at is not None:
-        when = parse_when(at)
+        # "in the future" by the backend's time, not this host's (docs/time.md)
+        when = parse_when(at, now=_opts(ctx).manager().clock())
     elif in_ is not None:
         when = timedelta(seconds=parse_duration(in_))
     if when is not None and wait is not None:
@@ -832,8 +833,10 @@ def history(
 
 @app.command()
 def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List registered workers: lease, services, location filter, lag, stuck handlers (past
-    the agent's handler deadline) and handler errors."""
+    """List registered workers: lease, clock offset, services, location filter, lag, stuck
+    handlers (past the agent's handler deadline) and handler errors. A lease counts as expired
+    only once it passed by the backend's time beyond doubt; the clock offset is the one each
+    worker published (its host's clock minus the backend's)."""
     mgr = _opts(ctx).manager()
     now = mgr.clock()
     infos = mgr.workers()
@@ -841,7 +844,7 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     acks = mgr.backend.all_acks()
     rows: list[tuple[WorkerInfo, bool, list[dict[str, Any]]]] = []
     for w in infos:
-        alive = w.alive(now)
+        alive = worker_live(w, mgr.time)
         lag: list[dict[str, Any]] = []
         for rec in records:
             for svc, st in sorted(rec.services.items()):
@@ -872,9 +875,17 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if not rows:
         _console().print("no workers registered")
         return
-    table = Table(title="workers", title_justify="left")
-    for col in ("Worker", "Host/pid", "Lease", "Services", "Locations", "Lagging", "Stuck",
-                "Errors"):
+    own = mgr.time.offset_seconds()
+    table = Table(
+        title="workers",
+        title_justify="left",
+        caption=None if own is None else f"this host's clock minus the backend's: {_offset(own)}",
+        caption_justify="left",
+    )
+    for col in (
+        "Worker", "Host/pid", "Lease", "Clock", "Services", "Locations", "Lagging", "Stuck",
+        "Errors",
+    ):
         table.add_column(col)
     for w, alive, lag in rows:
         if w.lease_expires_at is None:
@@ -892,6 +903,7 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             Text(w.worker_id),
             _plain(f"{w.host}/{w.pid}"),
             lease,
+            _offset_cell(w.clock_offset_seconds),
             Text(", ".join(w.services)),
             Text("all" if w.locations is None else ", ".join(w.locations)),
             Text(lagging or "-", style="yellow" if lag else ""),
@@ -1127,6 +1139,15 @@ def check(
         ),
     ] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    max_skew: Annotated[
+        float,
+        typer.Option(
+            "--max-skew",
+            metavar="SECONDS",
+            min=0.0,
+            help="Report a worker (or this host) whose clock is off the backend's by more.",
+        ),
+    ] = 1.0,
 ) -> None:
     """Consistency check (SPEC §5.4): exit 0 clean, 1 findings left, 2 could not run."""
     stuck = parse_duration(stuck_after, option="--stuck-after")
@@ -1154,6 +1175,7 @@ def check(
         expected=expected,
         tombstone_ttl=ttl,
         progress=not no_progress and not as_json,
+        max_skew=max_skew,
     )
     if as_json:
         _print_json(json.dumps(report.as_dict()))
@@ -1266,6 +1288,24 @@ def _iso(when: datetime | None) -> str:
     if when is None:
         return ""
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+SKEW_SHOWN = 1.0
+"""Seconds of clock offset above which ``workers`` shows a worker's offset in red (the check
+job's default ``--max-skew``)."""
+
+
+def _offset(seconds: float) -> str:
+    """``+0.012s`` / ``+3h0m (+10800s)``: a clock offset to the backend (positive: ahead)."""
+    if abs(seconds) < 60:
+        return f"{seconds:+.3f}s"
+    return f"{'+' if seconds > 0 else '-'}{_span(abs(seconds))} ({seconds:+.0f}s)"
+
+
+def _offset_cell(seconds: float | None) -> Text:
+    if seconds is None:
+        return Text("-", style="dim")
+    return Text(_offset(seconds), style="bold red" if abs(seconds) > SKEW_SHOWN else "")
 
 
 def _ago(when: datetime, now: datetime) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers, handler_name
@@ -32,11 +33,13 @@ from locstatus.agent.replica import PURGED
 from locstatus.agent.settle import is_settler
 from locstatus.agent.state import FENCE, AgentState, Running
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
+from locstatus.manager import worker_live
 from locstatus.models import (
     TOMBSTONE_ACK,
     LocationStatus,
     ServiceStatus,
     tombstone_generation,
+    utcnow,
 )
 
 if TYPE_CHECKING:
@@ -178,8 +181,11 @@ class Applier:
             workers = self.backend.workers()
         except LocstatusError:
             return True
-        now = self.manager.clock()
-        live = (w.worker_id for w in workers if w.alive(now) and w.applies(location, service))
+        live = (
+            w.worker_id
+            for w in workers
+            if w.applies(location, service) and worker_live(w, self.manager.time)
+        )
         return is_settler(location, self.worker_id, live)
 
     def _apply_removal(self, key: Key, rec: LocationStatus) -> None:
@@ -299,13 +305,21 @@ class Applier:
     def _started(self, key: Key, event: str, fn: Handler) -> None:
         """A handler starts for ``key``: the guard watches its deadline."""
         s = self.state
-        run = Running(s.monotonic(), self.manager.clock(), event, handler_name(fn))
+        run = Running(s.monotonic(), self._now(), event, handler_name(fn))
         with s.lock:
             was_stuck = s.running.get(key, run).stuck
             s.running[key] = run
         s.guard_wake.set()
         if was_stuck:
             s.beat_now.set()  # the previous handler of this key was reported: it returned
+
+    def _now(self) -> datetime:
+        """The manager's time, for a report only (when a handler started); the local clock
+        while the backend's time cannot be read at all (nothing is decided on it)."""
+        try:
+            return self.manager.clock()
+        except LocstatusError:
+            return utcnow()
 
     def _ended(self, key: Key) -> None:
         s = self.state

@@ -158,8 +158,9 @@ class Lease:
         """Write the registration (after any pending unregistration of the same worker)."""
         _wait_for_unregistration(self.backend, self.worker_id)
         self.started_at = self.manager.clock()
-        sent, slack = self._monotonic(), self._slack()
+        sent = self._monotonic()
         info = self.info(errors)
+        slack = self._slack()  # the error of the deadline info() just dated
         self.backend.put_worker(info)
         self._registered = info
         self.last_ok = self._monotonic()
@@ -182,8 +183,8 @@ class Lease:
         ``ok=False``; it is never raised, so the heartbeat thread never dies of it."""
         sent = self._monotonic()
         try:
-            slack = self._slack()
             info = self.info(errors, stuck)
+            slack = self._slack()  # the error of the deadline info() just dated
             if self.backend.session_leases and info == self._registered:
                 self.backend.ping()  # the session holds the lease: nothing to rewrite
             else:

@@ -27,6 +27,9 @@ __all__ = ["Watcher"]
 
 log = logging.getLogger("locstatus.agent")
 
+RESUME_RETRY = 1.0
+"""Seconds before looking again for due resumes while the backend's time cannot be read."""
+
 
 class Watcher:
     """Keeps the local copy of ``state`` fresh for one worker and settles what it applied.
@@ -288,7 +291,11 @@ class Watcher:
         dues = self._resume_dues()
         if not dues:
             return float("inf")
-        return max(0.0, (min(dues.values()) - self.manager.clock()).total_seconds())
+        try:
+            now = self.manager.clock()
+        except LocstatusError:  # the backend's time is unknown: look again in a while
+            return RESUME_RETRY
+        return max(0.0, (min(dues.values()) - now).total_seconds())
 
     def _fire_due_resumes(self) -> None:
         due = [loc for loc, at in self._resume_dues().items() if self.manager.time.is_past(at)]
