@@ -24,6 +24,16 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    acknowledgements. An expired worker is either listed with its past lease or not listed.
    A registration is stored bounded the same way everywhere (:func:`codec.bounded_worker`):
    its handler errors trimmed, and refused whole when too large without them.
+   **An unreadable registration never lets a transition settle without its worker**: a stored
+   registration that does not parse or validate (a hand edit, a field a newer version wrote,
+   another worker's id) may belong to a running worker, so :meth:`workers` lists it, in its
+   place, as :func:`codec.corrupt_worker`'s stand-in: its id, ``corrupt`` naming what is wrong,
+   applying every service at every location, alive while listed unless the lease it carries
+   still reads (then that lease counts, and lapses as any other). Never left out, never an
+   error hiding the other workers; :meth:`put_worker` refuses to store it back. An
+   unreadable acknowledgement acknowledges nothing: :meth:`acks` and :meth:`all_acks` leave
+   it out and return the others (docs/agent.md "Unreadable registrations and
+   acknowledgements"; the check reports the registration as ``corrupt_worker``).
 7. **Hints may coalesce.** :meth:`subscribe` delivers :class:`Hint` values on a backend thread;
    hints can be merged or dropped, never relied on for every intermediate version. A
    ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
@@ -240,7 +250,9 @@ class Backend(ABC):
 
     @abstractmethod
     def workers(self) -> list[WorkerInfo]:
-        """Registered workers, sorted by id (expired ones may still be listed)."""
+        """Registered workers, sorted by id (expired ones may still be listed); one whose
+        stored registration does not read as its stand-in (``corrupt`` set, invariant 6).
+        Raises :class:`BackendUnavailable`, never for one registration's content."""
 
     @abstractmethod
     def ack(
@@ -264,11 +276,13 @@ class Backend(ABC):
 
     @abstractmethod
     def acks(self, location: str) -> AckMap:
-        """Acknowledgements for one location: worker_id -> service -> generation."""
+        """Acknowledgements for one location: worker_id -> service -> generation (integers);
+        an unreadable one is left out (invariant 6)."""
 
     @abstractmethod
     def all_acks(self) -> dict[str, AckMap]:
-        """Acknowledgements for every location: location -> worker_id -> service -> gen."""
+        """Acknowledgements for every location: location -> worker_id -> service -> gen;
+        unreadable ones left out (invariant 6)."""
 
     # -- hints and lifecycle -----------------------------------------------------------------
 

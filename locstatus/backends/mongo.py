@@ -805,7 +805,10 @@ class MongoBackend(Backend):
 
     def put_worker(self, info: WorkerInfo) -> None:
         stored, _ = codec.bounded_worker(info)  # errors trimmed; InvalidInput if too large
-        doc: Doc = {"_id": info.worker_id, "info": stored.model_dump(mode="json")}
+        doc: Doc = {
+            "_id": info.worker_id,
+            "info": stored.model_dump(mode="json", exclude=codec.WORKER_NOT_STORED),
+        }
         if info.lease_expires_at is not None:
             doc["expires_at"] = info.lease_expires_at
         with self._io(f"registration of worker {info.worker_id!r}"):
@@ -819,13 +822,9 @@ class MongoBackend(Backend):
     def workers(self) -> list[WorkerInfo]:
         with self._io("read of workers"):
             docs = list(self._workers.find({}, max_time_ms=self._mt).sort("_id", ASCENDING))
-        out: list[WorkerInfo] = []
-        for doc in docs:
-            try:
-                out.append(WorkerInfo.model_validate(doc.get("info")))
-            except ValidationError as exc:
-                raise CorruptRecord(str(doc["_id"]), "worker: " + codec._short(exc)) from exc
-        return out
+        # An unreadable document is listed as the live worker it may be, never left out and
+        # never an error hiding the others (codec.corrupt_worker).
+        return [codec.decode_worker(str(doc.get("_id")), doc.get("info")) for doc in docs]
 
     def ack(
         self,
@@ -857,7 +856,9 @@ class MongoBackend(Backend):
                                         max_time_ms=self._mt))
         out: AckMap = {}
         for d in docs:
-            out.setdefault(str(d["worker_id"]), {})[str(d["service"])] = int(d["generation"])
+            key = _ack_key(d)
+            if key is not None:
+                out.setdefault(key[1], {})[key[2]] = key[3]
         return out
 
     def all_acks(self) -> dict[str, AckMap]:
@@ -865,8 +866,9 @@ class MongoBackend(Backend):
             docs = list(self._acks.find({}, {"_id": 0}, max_time_ms=self._mt))
         out: dict[str, AckMap] = {}
         for d in docs:
-            per_loc = out.setdefault(str(d["location"]), {})
-            per_loc.setdefault(str(d["worker_id"]), {})[str(d["service"])] = int(d["generation"])
+            key = _ack_key(d)
+            if key is not None:
+                out.setdefault(key[0], {}).setdefault(key[1], {})[key[2]] = key[3]
         return out
 
     # -- hints -----------------------------------------------------------------------------
@@ -1039,3 +1041,18 @@ class MongoBackend(Backend):
 
 
 __all__ = ["MongoBackend", "MongoSettings", "parse_mongo_url"]
+
+
+def _ack_key(doc: Mapping[str, Any]) -> tuple[str, str, str, int] | None:
+    """``(location, worker_id, service, generation)`` of an acknowledgement document, or None
+    when a field is missing or of the wrong type (a hand edit): an unreadable acknowledgement
+    acknowledges nothing (contract invariant 6), and never hides the others."""
+    location, worker, service = doc.get("location"), doc.get("worker_id"), doc.get("service")
+    gen = codec.ack_generation(doc.get("generation"))
+    if (
+        isinstance(location, str) and isinstance(worker, str) and isinstance(service, str)
+        and gen is not None
+    ):
+        return location, worker, service, gen
+    log.warning("ignoring an unreadable acknowledgement: %r", dict(doc))
+    return None

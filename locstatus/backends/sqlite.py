@@ -351,8 +351,8 @@ class SQLiteBackend(Backend):
             db.execute("DELETE FROM acks WHERE worker_id = ?", (worker_id,))
 
     def workers(self) -> list[WorkerInfo]:
-        rows = self._query("SELECT data FROM workers ORDER BY worker_id")
-        return [codec.decode_worker(str(data)) for (data,) in rows]
+        rows = self._query("SELECT worker_id, data FROM workers ORDER BY worker_id")
+        return [codec.decode_worker(str(wid), data) for wid, data in rows]
 
     def ack(
         self,
@@ -378,18 +378,20 @@ class SQLiteBackend(Backend):
 
     def acks(self, location: str) -> AckMap:
         out: AckMap = {}
-        for worker, service, gen in self._query(
+        for worker, service, raw in self._query(
             "SELECT worker_id, service, generation FROM acks WHERE location = ?", (location,)
         ):
-            out.setdefault(str(worker), {})[str(service)] = int(gen)  # type: ignore[call-overload]
+            if (gen := codec.ack_generation(raw)) is not None:  # unreadable: acknowledges nothing
+                out.setdefault(str(worker), {})[str(service)] = gen
         return out
 
     def all_acks(self) -> dict[str, AckMap]:
         out: dict[str, AckMap] = {}
-        for loc, worker, service, gen in self._query(
+        for loc, worker, service, raw in self._query(
             "SELECT location, worker_id, service, generation FROM acks"
         ):
-            out.setdefault(str(loc), {}).setdefault(str(worker), {})[str(service)] = int(gen)  # type: ignore[call-overload]
+            if (gen := codec.ack_generation(raw)) is not None:  # unreadable: acknowledges nothing
+                out.setdefault(str(loc), {}).setdefault(str(worker), {})[str(service)] = gen
         return out
 
     # -- hints ---------------------------------------------------------------------------
