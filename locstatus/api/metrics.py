@@ -20,6 +20,10 @@ HTTP and each new label value would be a new series kept forever):
 - ``locstatus_services{service,state}``, ``locstatus_scheduled_resumes_pending{service}``,
   ``locstatus_scheduled_resumes_overdue{service}``, ``locstatus_lagging_workers{service}``,
   ``locstatus_workers{alive}``, ``locstatus_locations{removed}``, ``locstatus_backend_up``
+- ``locstatus_corrupt_records`` (location records that do not read: never left out of a count
+  silently, docs/http.md "Corrupt records in listings"), ``locstatus_corrupt_workers``
+  (registrations that do not read, each counted as a live worker applying everything:
+  docs/agent.md "Unreadable registrations and acknowledgements")
 - ``locstatus_reconciler_{runs,fired,settled,errors}_total``, ``..._last_run_timestamp_seconds``
 """
 
@@ -72,7 +76,7 @@ class _StateCollector(Collector):
         yield from self._reconciler()
         up = GaugeMetricFamily("locstatus_backend_up", "1 if the last scrape read the backend")
         try:
-            records = self.mgr.statuses(include_removed=True)
+            records, corrupt = self.mgr.listing(include_removed=True)
             workers = self.mgr.workers()
             acks = self.mgr.backend.all_acks()
         except LocstatusError:
@@ -82,6 +86,19 @@ class _StateCollector(Collector):
         up.add_metric([], 1.0)
         yield up
         yield from self._state(records, workers, acks)
+        g = GaugeMetricFamily(
+            "locstatus_corrupt_records",
+            "Location records that do not parse or validate (see 'locstatus check')",
+        )
+        g.add_metric([], float(len(corrupt)))
+        yield g
+        g = GaugeMetricFamily(
+            "locstatus_corrupt_workers",
+            "Worker registrations that do not parse, each counted as a live worker applying "
+            "every service at every location",
+        )
+        g.add_metric([], float(sum(1 for w in workers if w.corrupt is not None)))
+        yield g
 
     def _reconciler(self) -> Iterator[Metric]:
         rec = self.reconciler()
