@@ -324,6 +324,37 @@ def test_history_pages_merge_the_embedded_window_and_the_collection(
     assert b.restore_history("loc") == []
 
 
+@pytest.mark.parametrize(("writer_window", "reader_window"), [(4, 100), (100, 2), (3, 7)])
+def test_history_pages_are_whole_whatever_each_clients_recent_history(
+    mongo_server: MongoHandle, db_name: str, opened: Callable[[str], MongoBackend],
+    writer_window: int, reader_window: int,
+) -> None:
+    """Clients of one database configured with different ``recent_history`` values: a reader
+    whose window was larger than the writer's took the record's few embedded writes for the
+    whole history and never read the older pages from the collection."""
+    writer = opened(kit_url(mongo_server, db_name, recent_history=str(writer_window)))
+    reader = opened(kit_url(mongo_server, db_name, recent_history=str(reader_window)))
+    v = writer.create(record("loc"), [entry("loc", "op-c", "create")]).version
+    versions = [v]
+    for i in range(12):
+        v = writer.compare_and_set(
+            record("loc", State.PAUSING, i), v, [entry("loc", f"op-{i}")]
+        ).version
+        versions.append(v)
+    newest_first = list(reversed(versions))
+    assert [e.version for e in reader.history("loc", limit=1000)] == newest_first
+    paged: list[int] = []
+    before = None
+    while True:  # pages of 3, each from where the last one stopped
+        page = reader.history("loc", limit=3, before_version=before)
+        if not page:
+            break
+        paged.extend(e.version for e in page)
+        before = page[-1].version
+    assert paged == newest_first
+    assert [e.version for e in writer.history("loc", limit=1000)] == newest_first
+
+
 def test_a_write_whose_copy_failed_survives_any_number_of_later_writes(
     failpoint_server: MongoHandle, failpoint: Callable[..., None],
     opened: Callable[[str], MongoBackend],

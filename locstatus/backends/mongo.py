@@ -693,8 +693,11 @@ class MongoBackend(Backend):
                 out.extend(reversed(self._entries(location, raw, v)))
                 if len(out) >= limit:
                     return out
-        if len(writes) < self.settings.recent_history:
-            return out  # the embedded list holds every write of this life
+        if any(v == born for v, _ in writes):
+            # The embedded list still holds the life's first write, so it holds them all.
+            # Never judged by how many it holds: the writers' ``recent_history`` decides that,
+            # and it need not be this reader's.
+            return out
         below = min([upper, *(v for v, _ in writes)])
         with self._io(f"history of {location!r}"):
             cursor = self._history.find(
