@@ -19,7 +19,8 @@ HTTP and each new label value would be a new series kept forever):
   ``locstatus_cas_ambiguous_total``, ``locstatus_conflicts_exhausted_total``: this process
 - ``locstatus_services{service,state}``, ``locstatus_scheduled_resumes_pending{service}``,
   ``locstatus_scheduled_resumes_overdue{service}``, ``locstatus_lagging_workers{service}``,
-  ``locstatus_workers{alive}``, ``locstatus_locations{removed}``, ``locstatus_backend_up``
+  ``locstatus_workers{alive}``, ``locstatus_locations{removed}``, ``locstatus_backend_up``,
+  ``locstatus_backend_full`` (this process's latest write found the store full)
 - ``locstatus_corrupt_records`` (location records that do not read: never left out of a count
   silently, docs/http.md "Corrupt records in listings"), ``locstatus_corrupt_workers``
   (registrations that do not read, each counted as a live worker applying everything:
@@ -74,6 +75,12 @@ class _StateCollector(Collector):
             c.add_metric([], float(stats.get(key, 0)))
             yield c
         yield from self._reconciler()
+        full = GaugeMetricFamily(
+            "locstatus_backend_full",
+            "1 while this process's latest write found the store full (reads still work)",
+        )
+        full.add_metric([], 0.0 if self.mgr.backend.store_full is None else 1.0)
+        yield full
         up = GaugeMetricFamily("locstatus_backend_up", "1 if the last scrape read the backend")
         try:
             records, corrupt = self.mgr.listing(include_removed=True)

@@ -69,7 +69,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from locstatus.errors import CorruptRecord, VersionConflict
+from locstatus.errors import BackendFull, CorruptRecord, VersionConflict
 from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 HintCallback = Callable[[Hint], None]
@@ -133,6 +133,14 @@ class Backend(ABC):
     (ZooKeeper ephemeral nodes): agents then register without a lease deadline and do not
     rewrite their registration to renew it (a rewrite would wake every watcher of the worker
     list). False: the lease is ``lease_expires_at``, renewed by heartbeats."""
+
+    store_full: BackendFull | None = None
+    """The error of this client's latest write when the store refused it as full
+    (:class:`~locstatus.errors.BackendFull`, nothing written); None before any such failure
+    and again once a write succeeds. A full store still answers reads, so :meth:`ping` cannot
+    tell: ``/readyz`` reports it as ``degraded`` (still 200) and ``/metrics`` as
+    ``locstatus_backend_full`` (docs/http.md "Operations"). Only this client's own writes set
+    it. Backends that can tell a full store (SQLite) keep it."""
 
     two_history_copies: bool = False
     """True when history is kept in two copies that may disagree after a crash (MongoDB: recent

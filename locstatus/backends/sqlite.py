@@ -187,15 +187,17 @@ class SQLiteBackend(Backend):
             if isinstance(exc, sqlite3.Error):
                 raise self._failure("cannot write", exc) from exc
             raise
+        self.store_full = None  # this write went through: the store takes writes again
 
     def _failure(self, what: str, exc: sqlite3.Error) -> BackendUnavailable:
         """The locstatus error for the SQLite error of a write (nothing was written)."""
         code = getattr(exc, "sqlite_errorcode", None)  # absent on the module's own errors
         if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
-            return BackendFull(
+            self.store_full = full = BackendFull(
                 f"{what} {self.url}: the filesystem holding the database is full (SQLite: "
                 f"{exc}); nothing was written: free space there and retry"
             )
+            return full
         return BackendUnavailable(f"{what} {self.url}: {exc}; nothing was written")
 
     def _rollback(self, db: sqlite3.Connection) -> None:
