@@ -19,7 +19,10 @@ reports, per finding kind (:data:`KINDS`):
 - ``corrupt_worker``: a stored registration that does not parse or validate; it counts as a
   live worker applying everything (contract invariant 6), so it is removed only once the lease
   it still carries has run out;
-- ``tombstone_ready``: a removed location every live worker acknowledged, or older than the TTL.
+- ``tombstone_ready``: a removed location every live worker acknowledged, or older than the TTL;
+- ``clock_skew``: a worker whose published clock offset to the backend exceeds ``max_skew``, or
+  this check's own process when its offset does, or when it cannot tell the backend's time
+  within its bound (its deadline repairs are then refused; docs/time.md).
 
 Why it is shaped so:
 
@@ -30,6 +33,11 @@ Why it is shaped so:
   of those is guarded (a compare-and-set on the version, the FSM's ``resume_at``/generation
   guards, the history collection's unique index), so any number of checks may repair at once
   from several hosts: each repair happens once and the others find it done.
+- **Deadlines on the backend's time.** A worker is expired, a tombstone past its TTL, only when
+  the deadline passed by the backend's time beyond doubt (``mgr.time.is_past``, docs/time.md);
+  how long something has been stuck or overdue is reported against ``mgr.clock()``, the
+  backend's time as this process estimates it. A check on a host whose clock is off judges
+  exactly as one on a host whose clock is right, and reports the offset.
 - **Re-check before repairing.** A scan is a snapshot that may be seconds old when a repair
   runs. Each repair re-reads what it is about to fix and reports ``already_done`` when someone
   else fixed it meanwhile, ``blocked`` when it is not safe (a live worker still lags, so a
@@ -80,6 +88,7 @@ from rich.table import Table
 from rich.text import Text
 
 from locstatus.backends.base import AckMap, Backend, HistoryGaps
+from locstatus.clock import TimeSource
 from locstatus.errors import (
     BackendUnavailable,
     CorruptRecord,
@@ -89,7 +98,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.manager import Manager, lagging_workers
+from locstatus.manager import Manager, lagging_workers, worker_live
 from locstatus.models import (
     TOMBSTONE_ACK,
     HistoryEntry,
@@ -116,6 +125,11 @@ _CONFIRM_ATTEMPTS = 3
 
 _TRANSITIONAL = frozenset({State.PAUSING, State.RESUMING})
 
+DEFAULT_MAX_SKEW = 1.0
+"""Seconds of clock offset to the backend above which ``clock_skew`` is reported. Nothing in
+locstatus acts on a host's own clock (docs/time.md), so an offset only shows a host whose time
+sync is broken, which its other software (logs, TLS, schedulers) still suffers from."""
+
 _actor_ids = itertools.count(1)
 
 
@@ -132,6 +146,7 @@ class Kind(StrEnum):
     EXPIRED_WORKER = "expired_worker"
     CORRUPT_WORKER = "corrupt_worker"
     TOMBSTONE_READY = "tombstone_ready"
+    CLOCK_SKEW = "clock_skew"
 
 
 KINDS: tuple[str, ...] = tuple(k.value for k in Kind)
@@ -252,6 +267,8 @@ class Options(_Model):
     dry_run: bool
     stuck_after_seconds: float
     tombstone_ttl_seconds: float
+    max_skew_seconds: float
+    """Clock offset to the backend above which a ``clock_skew`` finding is reported."""
     expected_locations: int | None
     """Number of expected locations given, or None when no location list was given (then no
     ``missing_location``/``unknown_location`` findings)."""
@@ -267,6 +284,21 @@ class Scanned(_Model):
     services: int = 0
     workers: int = 0
     live_workers: int = 0
+
+
+class ClockView(_Model):
+    """The check process's view of the backend's time (docs/time.md), when the run ended."""
+
+    offset_seconds: float | None
+    """This host's wall clock minus the backend's time; None when not measured."""
+    uncertainty_seconds: float | None
+    """How far the estimate of the backend's time may be off; None when unknown."""
+    max_uncertainty_seconds: float
+    """Above this, deadline repairs are refused."""
+    refusals: int
+    """Deadline decisions refused during this run because the bound could not be met."""
+    problem: str | None
+    """Why deadlines are refused, or None."""
 
 
 class Summary(_Model):
@@ -298,7 +330,9 @@ class CheckReport(_Model):
     finished_at: datetime
     duration_seconds: float
     now: datetime
-    """The instant findings are judged at (the manager's clock when the scan began)."""
+    """The instant ages are measured from: the backend's time (as this process estimates it,
+    ``mgr.clock()``) when the scan began."""
+    clock: ClockView
     options: Options
     scanned: Scanned
     findings: list[Finding]
@@ -326,10 +360,13 @@ def run_check(
     expected: Mapping[str, Sequence[str]] | None = None,
     tombstone_ttl: float = 86400.0,
     progress: bool = False,
+    max_skew: float = DEFAULT_MAX_SKEW,
 ) -> CheckReport:
     """Scan every record, worker and acknowledgement; report findings; repair when asked.
 
-    - ``mgr``: the manager (its clock decides what is stuck, due, expired; aware UTC).
+    - ``mgr``: the manager: its time source (``mgr.time``, the backend's time) decides what is
+      expired and which tombstones are past their TTL, beyond doubt; ages are measured from
+      ``mgr.clock()`` (docs/time.md).
     - ``repair``: fix what is safe (see the module docstring); ``dry_run``: only plan the repairs
       (no write at all; findings with a repair are ``planned``).
     - ``stuck_after``: seconds a service may stay ``pausing``/``resuming`` (>= 0).
@@ -340,6 +377,8 @@ def run_check(
       live worker acknowledged it (>= 0).
     - ``progress``: show a progress bar on stderr when there are more than
       :data:`PROGRESS_THRESHOLD` records.
+    - ``max_skew``: seconds (>= 0) of clock offset to the backend above which a worker (or
+      this process) is reported as ``clock_skew`` (default :data:`DEFAULT_MAX_SKEW`).
 
     Raises :class:`InvalidInput` for bad arguments and :class:`BackendUnavailable` when the
     backend cannot be read (exit 2 either way). Repairs that fail are reported, not raised.
@@ -347,12 +386,14 @@ def run_check(
     """
     stuck_after = _seconds("stuck_after", stuck_after)
     tombstone_ttl = _seconds("tombstone_ttl", tombstone_ttl)
+    max_skew = _seconds("max_skew", max_skew)
     wanted = None if expected is None else _normalise_expected(expected, mgr.services)
     started = time.monotonic()
     now = mgr.clock()
+    refusals = mgr.time.refusals
     actor = f"check:{socket.gethostname()}:{os.getpid()}:{next(_actor_ids)}"
 
-    scan = _Scan(mgr, now, stuck_after, tombstone_ttl, wanted)
+    scan = _Scan(mgr, now, stuck_after, tombstone_ttl, wanted, max_skew)
     scan.run(progress)
     repairs: list[Repair] = []
     backend_down = False
@@ -360,6 +401,7 @@ def run_check(
         repairer = _Repairer(mgr, actor, dry_run, tombstone_ttl)
         repairs = repairer.run(scan.findings, progress)
         backend_down = repairer.backend_down
+    scan.own_clock(refusals)
 
     findings = sorted(
         scan.findings,
@@ -379,11 +421,13 @@ def run_check(
         finished_at=mgr.clock(),
         duration_seconds=round(time.monotonic() - started, 6),
         now=now,
+        clock=_clock_view(mgr.time, mgr.time.refusals - refusals),
         options=Options(
             repair=repair,
             dry_run=dry_run,
             stuck_after_seconds=stuck_after,
             tombstone_ttl_seconds=tombstone_ttl,
+            max_skew_seconds=max_skew,
             expected_locations=None if wanted is None else len(wanted),
         ),
         scanned=scan.scanned,
@@ -492,6 +536,12 @@ def metrics_text(report: CheckReport) -> str:
         "Registered workers seen by the last consistency check, by lease.",
         (({"alive": "true"}, sc.live_workers), ({"alive": "false"}, sc.workers - sc.live_workers)),
     )
+    if report.clock.offset_seconds is not None:
+        family(
+            "locstatus_check_clock_offset_seconds",
+            "The check host's wall clock minus the backend's time (docs/time.md).",
+            [({}, report.clock.offset_seconds)],
+        )
     family(
         "locstatus_check_duration_seconds",
         "Wall time of the last consistency check.",
@@ -523,10 +573,13 @@ class _Scan:
         stuck_after: float,
         tombstone_ttl: float,
         wanted: dict[str, tuple[str, ...]] | None,
+        max_skew: float = 0.0,
     ) -> None:
         self.mgr = mgr
         self.backend = mgr.backend
+        self.time: TimeSource = mgr.time
         self.now = now
+        self.max_skew = max_skew
         self.stuck_after = timedelta(seconds=stuck_after)
         self.ttl = timedelta(seconds=tombstone_ttl)
         self.wanted = wanted
@@ -541,7 +594,8 @@ class _Scan:
 
     def run(self, progress: bool) -> None:
         self.workers = self.backend.workers()
-        self.live = [w for w in self.workers if w.alive(self.now)]
+        self.live = [w for w in self.workers if worker_live(w, self.time)]
+        live_ids = {w.worker_id for w in self.live}
         self.acks = self.backend.all_acks()
         records = self.backend.scan_with_history()  # streamed where the backend can
         sc = self.scanned
@@ -567,9 +621,11 @@ class _Scan:
                 self._missing(loc, None, self.wanted[loc])
         for w in self.workers:
             if w.corrupt is not None:
-                self._corrupt_worker(w)
-            elif w.lease_expires_at is not None and not w.alive(self.now):
+                self._corrupt_worker(w, w.worker_id in live_ids)
+            elif w.lease_expires_at is not None and w.worker_id not in live_ids:
                 self._expired(w)
+            elif w.clock_offset_seconds is not None and abs(w.clock_offset_seconds) > self.max_skew:
+                self._worker_skew(w)
 
     # -- per record ----------------------------------------------------------------------
 
@@ -637,7 +693,8 @@ class _Scan:
             for w in self.workers
             if w.applies(loc, svc) and acks.get(w.worker_id, {}).get(svc, -1) < st.generation
         ]
-        live = [w.worker_id for w in lagging if w.alive(self.now)]
+        alive = {w.worker_id: worker_live(w, self.time) for w in lagging}
+        live = [w.worker_id for w in lagging if alive[w.worker_id]]
         evidence = {
             "state": st.state.value,
             "generation": st.generation,
@@ -645,7 +702,7 @@ class _Scan:
             "lagging_workers": [
                 {
                     "worker_id": w.worker_id,
-                    "lease_alive": w.alive(self.now),
+                    "lease_alive": alive[w.worker_id],
                     "lease_expires_at": _iso(w.lease_expires_at),
                     "acked_generation": acks.get(w.worker_id, {}).get(svc),
                 }
@@ -697,7 +754,7 @@ class _Scan:
     def _tombstone(self, rec: LocationStatus) -> None:
         assert rec.deleted_at is not None
         loc = rec.location
-        ready = _tombstone_readiness(rec, self.workers, self.acks.get(loc, {}), self.now, self.ttl)
+        ready = _tombstone_readiness(rec, self.workers, self.acks.get(loc, {}), self.time, self.ttl)
         if ready is None:
             return
         why, acked, waiting = ready
@@ -794,9 +851,9 @@ class _Scan:
             ),
         )
 
-    def _corrupt_worker(self, w: WorkerInfo) -> None:
+    def _corrupt_worker(self, w: WorkerInfo, live: bool) -> None:
         assert w.corrupt is not None
-        expired = w.lease_expires_at is not None and not w.alive(self.now)
+        expired = not live  # only a lease it still carries can have run out
         lease = (
             f"its lease ran out at {_iso(w.lease_expires_at)}" if expired
             else "counted as a live worker that applies every service at every location"
@@ -812,7 +869,7 @@ class _Scan:
             {
                 "detail": w.corrupt,
                 "lease_expires_at": _iso(w.lease_expires_at),
-                "lease_alive": w.alive(self.now),
+                "lease_alive": live,
                 "locations_acknowledged": sum(
                     1 for per in self.acks.values() if w.worker_id in per
                 ),
@@ -828,6 +885,69 @@ class _Scan:
                     "is gone, remove the registration with the backend's own client"
                 ),
             ),
+        )
+
+    def _worker_skew(self, w: WorkerInfo) -> None:
+        offset = w.clock_offset_seconds
+        assert offset is not None
+        self._add(
+            Kind.CLOCK_SKEW,
+            None,
+            None,
+            w.worker_id,
+            None,
+            f"host {w.host or '?'} (pid {w.pid}) clock is {_offset_text(offset)} the backend's "
+            f"(bound {self.max_skew:g}s)",
+            {
+                "process": "worker",
+                "host": w.host,
+                "pid": w.pid,
+                "offset_seconds": offset,
+                "max_skew_seconds": self.max_skew,
+                "uncertainty_seconds": None,
+                "problem": None,
+            },
+            _SKEW_REPAIR,
+        )
+
+    def own_clock(self, refusals_before: int) -> None:
+        """The ``clock_skew`` finding of this check's own process: its host clock is off by
+        more than the bound, or it could not tell the backend's time within its own bound
+        (then every deadline repair of this run was refused). Called once the repairs ran."""
+        time_source = self.time
+        offset = time_source.offset_seconds()
+        problem = time_source.problem()
+        refused = time_source.refusals - refusals_before
+        skewed = offset is not None and abs(offset) > self.max_skew
+        if not skewed and problem is None and not refused:
+            return
+        parts = []
+        if skewed:
+            assert offset is not None
+            parts.append(f"this check's host clock is {_offset_text(offset)} the backend's "
+                         f"(bound {self.max_skew:g}s)")
+        if problem is not None or refused:
+            parts.append(f"deadlines refused ({refused} this run): "
+                         f"{problem or 'backend time uncertain'}")
+        unc = time_source.uncertainty_seconds()
+        self._add(
+            Kind.CLOCK_SKEW,
+            None,
+            None,
+            None,
+            None,
+            "; ".join(parts),
+            {
+                "process": "check",
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "offset_seconds": offset,
+                "max_skew_seconds": self.max_skew,
+                "uncertainty_seconds": unc if math.isfinite(unc) else None,
+                "problem": problem,
+            },
+            _SKEW_REPAIR,
+            key="check",
         )
 
     def _expired(self, w: WorkerInfo) -> None:
@@ -1212,17 +1332,18 @@ def _tombstone_readiness(
     rec: LocationStatus,
     workers: Sequence[WorkerInfo],
     acks: AckMap,
-    now: datetime,
+    time_source: TimeSource,
     ttl: timedelta,
 ) -> tuple[str, list[str], list[str]] | None:
     """(``ttl`` | ``acknowledged``, acked ids, not-acked ids) when the tombstone may be
     purged (SPEC §3.5), else None. A worker applies a tombstone when its location filter admits
-    the location; as for settle, no live worker counts as all acknowledged."""
+    the location; as for settle, no live worker counts as all acknowledged. Older than the TTL
+    means ``deleted_at + ttl`` passed by the backend's time beyond doubt (docs/time.md)."""
     assert rec.deleted_at is not None
     applying = [
         w
         for w in workers
-        if w.alive(now) and (w.locations is None or rec.location in w.locations)
+        if (w.locations is None or rec.location in w.locations) and worker_live(w, time_source)
     ]
     removal = tombstone_generation(rec.deleted_at)
     acked = [
@@ -1231,7 +1352,7 @@ def _tombstone_readiness(
         if acks.get(w.worker_id, {}).get(TOMBSTONE_ACK, 0) >= removal
     ]
     waiting = [w.worker_id for w in applying if w.worker_id not in acked]
-    if now - rec.deleted_at >= ttl:
+    if time_source.is_past(rec.deleted_at + ttl):
         return "ttl", acked, waiting
     if not waiting:
         return "acknowledged", acked, waiting
@@ -1392,12 +1513,15 @@ class _Repairer:
         for f in group:
             wid = f.worker_id
             assert wid is not None
-            now = self.mgr.clock()
             current = next((w for w in self.backend.workers() if w.worker_id == wid), None)
             if current is None:
                 self._record(f, Outcome.ALREADY_DONE, "no longer registered")
-            elif current.alive(now):
-                self._record(f, Outcome.ALREADY_DONE, "lease renewed meanwhile; kept")
+            elif worker_live(current, self.mgr.time):
+                problem = self.mgr.time.problem()
+                if problem is not None:
+                    self._record(f, Outcome.BLOCKED, f"kept: {problem} (docs/time.md)")
+                else:
+                    self._record(f, Outcome.ALREADY_DONE, "lease renewed meanwhile; kept")
             else:
                 self.backend.remove_worker(wid)
                 self._record(f, Outcome.APPLIED, "unregistered; its acknowledgements dropped")
@@ -1405,7 +1529,7 @@ class _Repairer:
     def _fire(self, group: list[Finding]) -> None:
         loc = group[0].location
         assert loc is not None
-        now = self.mgr.clock()
+        time_source = self.mgr.time
         before = self._read(loc)
         due = (
             set()
@@ -1415,10 +1539,11 @@ class _Repairer:
                 for f in group
                 if f.service in before.services
                 and (at := before.services[f.service].resume_at) is not None
-                and at <= now
+                and time_source.is_past(at)
             }
         )
         rec = self.mgr.fire_due_resumes(loc, actor=self.actor) if due else before
+        now = self.mgr.clock()
         for f in group:
             st = None if rec is None else rec.services.get(f.service or "")
             version = None if rec is None else rec.version
@@ -1429,6 +1554,14 @@ class _Repairer:
             elif st.resume_at is None or st.resume_at > now:
                 self._record(
                     f, Outcome.ALREADY_DONE, f"fired or rescheduled meanwhile ({st.state.value})",
+                    version,
+                )
+            elif f.service not in due:
+                problem = time_source.problem()
+                self._record(
+                    f, Outcome.BLOCKED,
+                    f"not fired: {problem} (docs/time.md)" if problem is not None
+                    else "not fired: not yet past by the backend's time beyond doubt",
                     version,
                 )
             else:
@@ -1460,12 +1593,14 @@ class _Repairer:
                 continue
             lagging = lagging_workers(
                 loc, svc, st.generation, self.backend.workers(), self.backend.acks(loc),
-                self.mgr.clock(),
+                self.mgr.time,
             )
+            problem = self.mgr.time.problem()
             self._record(
                 f,
                 Outcome.BLOCKED,
-                f"live workers still lag: {', '.join(lagging) or 'none'}; not settled",
+                f"live workers still lag: {', '.join(lagging) or 'none'}; not settled"
+                + (f" ({problem}: leases not judged, docs/time.md)" if problem else ""),
                 rec.version,
             )
 
@@ -1518,13 +1653,13 @@ class _Repairer:
                 except VersionConflict:
                     # Changed since the scan: purge only if it is still the same, ready tombstone.
                     rec = self._read(loc)
-                    now = self.mgr.clock()
                     if rec is None:
                         self._record(f, Outcome.ALREADY_DONE, "purged meanwhile")
                     elif not rec.deleted:
                         self._record(f, Outcome.ALREADY_DONE, "restored meanwhile; kept")
                     elif rec.deleted_at != f.since or _tombstone_readiness(
-                        rec, self.backend.workers(), self.backend.acks(loc), now, self.ttl
+                        rec, self.backend.workers(), self.backend.acks(loc), self.mgr.time,
+                        self.ttl,
                     ) is None:
                         self._record(f, Outcome.BLOCKED, "changed meanwhile; no longer ready")
                     else:
@@ -1538,6 +1673,30 @@ class _Repairer:
 
 
 # -- small helpers -----------------------------------------------------------------------------
+
+_SKEW_REPAIR = RepairPlan(
+    action=None,
+    description=(
+        "none: fix that host's time sync (NTP); deadlines are judged on the backend's time "
+        "meanwhile (docs/time.md)"
+    ),
+)
+
+
+def _offset_text(offset: float) -> str:
+    """``10800.0s ahead of`` / ``3.2s behind``: a clock offset for a sentence."""
+    return f"{abs(offset):.1f}s {'ahead of' if offset > 0 else 'behind'}"
+
+
+def _clock_view(time_source: TimeSource, refusals: int) -> ClockView:
+    unc = time_source.uncertainty_seconds()
+    return ClockView(
+        offset_seconds=time_source.offset_seconds(),
+        uncertainty_seconds=unc if math.isfinite(unc) else None,
+        max_uncertainty_seconds=time_source.max_uncertainty_seconds,
+        refusals=refusals,
+        problem=time_source.problem(),
+    )
 
 
 def _seconds(name: str, value: float) -> float:

@@ -67,7 +67,7 @@ from locstatus.errors import (
     SettleTimeout,
 )
 from locstatus.locations import load_locations, load_sample
-from locstatus.manager import Manager, SyncReport
+from locstatus.manager import Manager, SyncReport, worker_live
 from locstatus.models import (
     HistoryEntry,
     LocationStatus,
@@ -706,7 +706,8 @@ def resume(
     if at is not None and in_ is not None:
         raise InvalidInput(f"give --at or --in, not both (got --at {at!r} and --in {in_!r})")
     if at is not None:
-        when = parse_when(at)
+        # "in the future" by the backend's time, not this host's (docs/time.md)
+        when = parse_when(at, now=_opts(ctx).manager().clock())
     elif in_ is not None:
         when = timedelta(seconds=parse_duration(in_))
     if when is not None and wait is not None:
@@ -832,7 +833,9 @@ def history(
 
 @app.command()
 def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List registered workers: lease, services, location filter, lag and handler errors.
+    """List registered workers: lease, clock offset, services, location filter, lag and handler
+    errors. A lease counts as expired only once it passed by the backend's time beyond doubt;
+    the clock offset is the one each worker published (its host's clock minus the backend's).
     A record that cannot be read is named where its lag is unknown, and a registration that
     cannot be read is listed as the live worker it counts as; both are errors (exit 2)."""
     mgr = _opts(ctx).manager()
@@ -842,7 +845,7 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     acks = mgr.backend.all_acks()
     rows: list[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]] = []
     for w in infos:
-        alive = w.alive(now)
+        alive = worker_live(w, mgr.time)
         lag: list[dict[str, Any]] = []
         for rec in records:
             for svc, st in sorted(rec.services.items()):
@@ -878,16 +881,26 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     elif not rows:
         _console().print("no workers registered")
     else:
-        _console().print(_workers_table(rows, now))
+        _console().print(_workers_table(rows, now, mgr.time.offset_seconds()))
     _report_corrupt_workers([w for w in infos if w.corrupt is not None], bool(corrupt))
     _report_corrupt(corrupt)
 
 
 def _workers_table(
-    rows: Sequence[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]], now: datetime
+    rows: Sequence[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]],
+    now: datetime,
+    own: float | None,
 ) -> Table:
-    table = Table(title="workers", title_justify="left")
-    for col in ("Worker", "Host/pid", "Lease", "Services", "Locations", "Lagging", "Errors"):
+    """The ``workers`` table; ``own``: this host's clock minus the backend's (seconds)."""
+    table = Table(
+        title="workers",
+        title_justify="left",
+        caption=None if own is None else f"this host's clock minus the backend's: {_offset(own)}",
+        caption_justify="left",
+    )
+    for col in (
+        "Worker", "Host/pid", "Lease", "Clock", "Services", "Locations", "Lagging", "Errors"
+    ):
         table.add_column(col)
     for w, alive, lag, unknown in rows:
         if w.lease_expires_at is None:
@@ -909,6 +922,7 @@ def _workers_table(
             Text(w.worker_id),
             _plain(f"{w.host}/{w.pid}" if w.corrupt is None else "?"),
             lease,
+            _offset_cell(w.clock_offset_seconds),
             Text(", ".join(w.services) if w.corrupt is None else "all (unreadable)"),
             Text("all" if w.locations is None else ", ".join(w.locations)),
             lagging if len(lagging) else Text("-"),
@@ -1163,6 +1177,15 @@ def check(
         ),
     ] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    max_skew: Annotated[
+        float,
+        typer.Option(
+            "--max-skew",
+            metavar="SECONDS",
+            min=0.0,
+            help="Report a worker (or this host) whose clock is off the backend's by more.",
+        ),
+    ] = 1.0,
 ) -> None:
     """Consistency check (SPEC §5.4): exit 0 clean, 1 findings left, 2 could not run."""
     stuck = parse_duration(stuck_after, option="--stuck-after")
@@ -1190,6 +1213,7 @@ def check(
         expected=expected,
         tombstone_ttl=ttl,
         progress=not no_progress and not as_json,
+        max_skew=max_skew,
     )
     if as_json:
         _print_json(json.dumps(report.as_dict()))
@@ -1302,6 +1326,24 @@ def _iso(when: datetime | None) -> str:
     if when is None:
         return ""
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+SKEW_SHOWN = 1.0
+"""Seconds of clock offset above which ``workers`` shows a worker's offset in red (the check
+job's default ``--max-skew``)."""
+
+
+def _offset(seconds: float) -> str:
+    """``+0.012s`` / ``+3h0m (+10800s)``: a clock offset to the backend (positive: ahead)."""
+    if abs(seconds) < 60:
+        return f"{seconds:+.3f}s"
+    return f"{'+' if seconds > 0 else '-'}{_span(abs(seconds))} ({seconds:+.0f}s)"
+
+
+def _offset_cell(seconds: float | None) -> Text:
+    if seconds is None:
+        return Text("-", style="dim")
+    return Text(_offset(seconds), style="bold red" if abs(seconds) > SKEW_SHOWN else "")
 
 
 def _ago(when: datetime, now: datetime) -> str:

@@ -41,6 +41,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from locstatus.backend_clock import time_source_for
 from locstatus.backends.base import AckMap, Backend
 from locstatus.clock import CallerClock, Clock, TimeSource
 from locstatus.errors import (
@@ -63,7 +64,6 @@ from locstatus.models import (
     ServiceStatus,
     WorkerInfo,
     new_op_id,
-    utcnow,
 )
 from locstatus.names import (
     DEFAULT_SERVICES,
@@ -180,6 +180,15 @@ class _Ambiguity:
     sent: dict[int, LocationStatus] = field(default_factory=dict)
 
 
+def worker_live(worker: WorkerInfo, time_source: TimeSource) -> bool:
+    """True unless the worker's lease deadline has passed by the backend's time beyond doubt
+    (docs/time.md): a worker is dead (may be settled without, dropped as expired) only then;
+    while the clock cannot tell, it is alive. A session-held registration (no deadline) is
+    alive while it is listed."""
+    expires = worker.lease_expires_at
+    return expires is None or not time_source.is_past(expires)
+
+
 def _check_free_text(reason: object, actor: object) -> None:
     """Refuse a bad ``reason``/``actor`` before any I/O (the FSM's :class:`Event` checks them
     again where it is built)."""
@@ -193,16 +202,16 @@ def lagging_workers(
     generation: int,
     workers: Sequence[WorkerInfo],
     acks: AckMap,
-    now: datetime,
+    time_source: TimeSource,
 ) -> list[str]:
-    """Ids of live workers that apply ``service`` at ``location`` and have not acknowledged
-    ``generation`` yet (SPEC §3 settle rule)."""
+    """Ids of live workers (:func:`worker_live`) that apply ``service`` at ``location`` and
+    have not acknowledged ``generation`` yet (the settle rule, docs/fsm.md)."""
     return [
         w.worker_id
         for w in workers
-        if w.alive(now)
-        and w.applies(location, service)
+        if w.applies(location, service)
         and acks.get(w.worker_id, {}).get(service, -1) < generation
+        and worker_live(w, time_source)
     ]
 
 
@@ -218,6 +227,10 @@ class Manager:
         mgr.resume("us-east-1", "replication", at=timedelta(hours=2))
         mgr.status("us-east-1").services["replication"].state   # State.PAUSED
 
+    ``clock``: None (default) judges every deadline on the backend's own time, measured
+    (docs/time.md); a :class:`~locstatus.clock.TimeSource`, or an aware-UTC ``datetime``
+    factory taken as exact (tests move a fake clock instead of sleeping).
+
     ``service`` arguments take a name (``crr`` means ``replication``), a list of names, or None
     for every service of the location. Mutations return the stored :class:`LocationStatus`;
     ``op_id=`` (1-64 printable characters) names the operation in the record and its history
@@ -230,13 +243,19 @@ class Manager:
         backend: Backend,
         *,
         services: Iterable[str] = DEFAULT_SERVICES,
-        clock: Clock | TimeSource = utcnow,
+        clock: Clock | TimeSource | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
         self.backend = backend
         self.services: tuple[str, ...] = tuple(services)
-        self.time: TimeSource = clock if isinstance(clock, TimeSource) else CallerClock(clock)
-        """The backend's time (docs/time.md): every deadline is judged on it."""
+        self.time: TimeSource = (
+            time_source_for(backend)
+            if clock is None
+            else clock if isinstance(clock, TimeSource) else CallerClock(clock)
+        )
+        """The backend's time (docs/time.md): every deadline is judged on it. Default: the
+        store's own time, measured (:class:`~locstatus.backend_clock.BackendClock`); a callable
+        ``clock`` (a fake clock in tests) is taken as exact."""
         self.clock: Clock = self.time.now
         self.retry = retry or RetryPolicy()
         self.stats = {"writes": 0, "conflicts": 0, "ambiguous": 0, "stale_hints": 0}
@@ -308,7 +327,7 @@ class Manager:
             rec.services[svc].generation,
             self.backend.workers(),
             self.backend.acks(location),
-            self.clock(),
+            self.time,
         )
 
     # -- operator mutations ----------------------------------------------------------------
@@ -395,11 +414,17 @@ class Manager:
 
     # -- reconcile primitives (agents, sidecar, check job) -----------------------------------
 
-    def fire_due_resumes(self, location: str, *, actor: str = "scheduler") -> LocationStatus:
-        """Fire every scheduled resume of ``location`` that is due (SPEC §3.3). The guard
-        (``resume_at`` still equals the value read) makes exactly one transition happen
-        however many processes call this."""
+    def fire_due_resumes(
+        self, location: str, services: ServiceArg = None, *, actor: str = "scheduler"
+    ) -> LocationStatus:
+        """Fire the scheduled resumes of ``location`` that are due (docs/time.md): those whose
+        ``resume_at`` has passed by the backend's time beyond doubt (``self.time.is_past``, so
+        never early, and none while the clock cannot tell; docs/time.md). ``services``: only
+        these (a name or a list; None: every service), e.g. the services an agent applies.
+        The guard (``resume_at`` still equals the value read) makes exactly one transition
+        happen however many processes call this."""
         check_location(location)
+        only = self._services_arg(services)
         _check_free_text(None, actor)
         op_id = new_op_id()
 
@@ -409,7 +434,9 @@ class Manager:
             due = {
                 s: st.resume_at
                 for s, st in rec.services.items()
-                if st.resume_at is not None and st.resume_at <= now
+                if st.resume_at is not None
+                and (only is None or s in only)
+                and self.time.is_past(st.resume_at)
             }
             return self._plan(
                 rec, now, op_id, list(due),
@@ -420,7 +447,8 @@ class Manager:
 
     def settle(self, location: str, service: ServiceArg = None) -> LocationStatus:
         """Settle pausing -> paused / resuming -> running for services whose current generation
-        every live worker has acknowledged (none live counts as all)."""
+        every live worker has acknowledged (none live counts as all). A worker counts as live
+        until its lease has passed by the backend's time beyond doubt (:func:`worker_live`)."""
         check_location(location)
         op_id = new_op_id()
 
@@ -434,7 +462,7 @@ class Manager:
                 s
                 for s in targets
                 if not lagging_workers(
-                    location, s, rec.services[s].generation, workers, acks, now
+                    location, s, rec.services[s].generation, workers, acks, self.time
                 )
             ]
             return self._plan(
@@ -652,13 +680,13 @@ class Manager:
         now: datetime,
         op_id: str,
     ) -> None:
-        """A new generation no live worker applies settles at once, in the same write: a part
-        of the call that made it (``made``: service -> its event), so its history row names
-        that call's actor and reason (docs/cli.md, "Reading state")."""
+        """A new generation no live worker (:func:`worker_live`) applies settles at once, in the
+        same write: a part of the call that made it (``made``: service -> its event), so its
+        history row names that call's actor and reason (docs/cli.md, "Reading state")."""
         changed = {e.service for e in entries if services[e.service].state.transitional}
         if not changed:
             return
-        live = [w for w in self.backend.workers() if w.alive(now)]
+        live = [w for w in self.backend.workers() if worker_live(w, self.time)]
         for svc in sorted(changed):
             status = services[svc]
             if any(w.applies(location, svc) for w in live):
@@ -925,7 +953,8 @@ class Manager:
     ) -> LocationStatus:
         """Block until the targeted services are no longer pausing/resuming, settling them
         when every live worker has acknowledged. Raises :class:`SettleTimeout` after
-        ``timeout`` seconds, naming the lagging workers."""
+        ``timeout`` seconds (this process's monotonic clock), naming the lagging workers (and
+        the clock's problem when it refused to count a lapsed lease; docs/time.md)."""
         deadline = time.monotonic() + timeout
         woken = threading.Event()
         unsubscribe = self.backend.subscribe(lambda _hint: woken.set())
@@ -939,7 +968,6 @@ class Manager:
                     return rec
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    now = self.clock()
                     workers = self.backend.workers()
                     acks = self.backend.acks(location)
                     lagging = sorted(
@@ -947,14 +975,21 @@ class Manager:
                             w
                             for s in pending
                             for w in lagging_workers(
-                                location, s, rec.services[s].generation, workers, acks, now
+                                location, s, rec.services[s].generation, workers, acks,
+                                self.time,
                             )
                         }
                     )
+                    problem = self.time.problem()
                     raise SettleTimeout(
                         f"{location}: {', '.join(pending)} still "
                         f"{'/'.join(sorted({rec.services[s].state.value for s in pending}))} "
-                        f"after {timeout:g}s; lagging workers: {', '.join(lagging) or 'none'}",
+                        f"after {timeout:g}s; lagging workers: {', '.join(lagging) or 'none'}"
+                        + (
+                            f"; not settling without them while the {problem} (docs/time.md)"
+                            if problem
+                            else ""
+                        ),
                         lagging,
                     )
                 woken.wait(min(remaining, 0.25))

@@ -33,6 +33,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,8 @@ class Partition(Backend):
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
         self.url = inner.url
+        self.local_clock = inner.local_clock
+        self.clock_resolution = inner.clock_resolution
         self._cut = threading.Event()
 
     def cut(self) -> None:
@@ -148,6 +151,10 @@ class Partition(Backend):
                 callback(hint)
 
         return self.inner.subscribe(forward, kinds=kinds)
+
+    def probe_time(self) -> datetime:
+        self._check()
+        return self.inner.probe_time()
 
     def ping(self) -> None:
         self._check()

@@ -61,7 +61,7 @@ def mgr(backend_url: str, clock: FakeClock) -> Iterator[Manager]:
 
 @pytest.fixture
 def server(mgr: Manager, clock: FakeClock) -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_app(mgr, token=TOKEN, clock=clock)) as srv:
+    with BackgroundServer(create_app(mgr, token=TOKEN)) as srv:
         yield srv
 
 
@@ -289,7 +289,7 @@ def test_scheduled_resume_fires_on_time(
 ) -> None:
     http.post("/v1/locations/us-east-1/replication/pause")
     http.post("/v1/locations/us-east-1/replication/resume", json={"in_seconds": 3600})
-    reconciler = Reconciler(mgr, interval=60, clock=clock)
+    reconciler = Reconciler(mgr, interval=60)
     clock.advance(3599)
     assert reconciler.run_once().fired == []
     assert http.get("/v1/locations/us-east-1").json()["services"]["replication"]["state"] == (
@@ -656,7 +656,7 @@ def test_health_ready_and_backend_down(backend_url: str, clock: FakeClock) -> No
 
 
 def test_readyz_reports_a_stopped_reconciler(mgr: Manager, clock: FakeClock) -> None:
-    reconciler = Reconciler(mgr, interval=30, clock=clock)
+    reconciler = Reconciler(mgr, interval=30)
     with BackgroundServer(create_app(mgr, reconciler=reconciler)) as srv:
         assert_problem(httpx.get(srv.url + "/readyz", timeout=60), 503)
         reconciler.start()
@@ -750,6 +750,27 @@ def test_metrics_and_workers_count_what_does_not_read(
     assert "all: registration corrupt (" in http.get("/").text  # the status page names it
 
 
+def test_workers_and_metrics_show_clock_offsets_to_the_backend(backend_url: str) -> None:
+    """docs/time.md "What an operator sees": each worker's published offset in GET
+    /v1/workers, this sidecar's own offset and error bound in /metrics."""
+    m = Manager(open_backend(backend_url))  # the backend's own time, measured
+    try:
+        m.backend.put_worker(WorkerInfo(
+            worker_id="w-skewed", services=("replication",), clock_offset_seconds=30.0,
+            lease_expires_at=m.clock() + timedelta(minutes=5),
+        ))
+        with BackgroundServer(create_app(m)) as srv:
+            (w,) = httpx.get(srv.url + "/v1/workers", timeout=60).json()
+            assert w["clock_offset_seconds"] == 30.0 and w["is_alive"] is True
+            text = httpx.get(srv.url + "/metrics", timeout=60).text
+        assert abs(_metric(text, "locstatus_clock_offset_seconds")) < 1.0  # servers on this host
+        assert 0 <= _metric(text, "locstatus_clock_uncertainty_seconds") <= 0.25
+        assert _metric(text, "locstatus_clock_max_uncertainty_seconds") == 0.25
+        assert _metric(text, "locstatus_clock_refusals_total") == 0
+    finally:
+        m.close()
+
+
 def test_concurrent_operators_never_lose_a_change(http: httpx.Client, mgr: Manager) -> None:
     """Two operators pausing and resuming different services of one record at once: every
     change lands (compare-and-set + retry), none reverts another."""
@@ -807,7 +828,7 @@ def test_serve_reports_a_port_in_use(backend_url: str) -> None:
     port = taken.getsockname()[1]
     try:
         with pytest.raises(InvalidInput, match=f"127.0.0.1:{port}"):
-            serve(backend_url, host="127.0.0.1", port=port, token="t", insecure=False,
+            serve(backend_url, host="127.0.0.1", port=port, token="port-in-use-token-4e7a", insecure=False,
                   reconcile_interval=1.0, check_interval=None)
     finally:
         taken.close()

@@ -57,7 +57,7 @@ def mgr(backend_url: str, clock: FakeClock) -> Iterator[Manager]:
 
 @pytest.fixture
 def http(mgr: Manager, clock: FakeClock) -> Iterator[httpx.Client]:
-    with BackgroundServer(create_app(mgr, token=TOKEN, clock=clock)) as srv, httpx.Client(
+    with BackgroundServer(create_app(mgr, token=TOKEN)) as srv, httpx.Client(
         base_url=srv.url + API, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
     ) as c:
         yield c
@@ -274,7 +274,7 @@ def test_scheduled_resume_fires_on_time(
 ) -> None:
     http.post("/crr/pause/zenko")
     http.post("/crr/resume/zenko/schedule", json={"hours": 1})
-    reconciler = Reconciler(mgr, interval=60, clock=clock)
+    reconciler = Reconciler(mgr, interval=60)
     clock.advance(3600 - 1)
     reconciler.run_once()
     assert http.get("/crr/status/zenko").json() == {"zenko": "disabled"}
@@ -309,7 +309,7 @@ EVIL = "http://evil.example"
 @pytest.fixture
 def loopback(mgr: Manager, clock: FakeClock) -> Iterator[str]:
     """A sidecar without a token on 127.0.0.1, as Backbeat's API server runs."""
-    with BackgroundServer(create_app(mgr, clock=clock)) as srv:
+    with BackgroundServer(create_app(mgr)) as srv:
         yield srv.url + API
 
 

@@ -15,6 +15,7 @@ import pytest
 from locstatus.backends import Backend, codec
 from locstatus.errors import (
     AlreadyExists,
+    BackendUnavailable,
     CorruptRecord,
     InvalidInput,
     NotFound,
@@ -754,3 +755,19 @@ def test_after_unsubscribe_no_more_hints_arrive(kit: Kit) -> None:
 
 def test_ping_answers_on_a_live_backend(b: Backend) -> None:
     b.ping()
+
+
+def test_the_store_tells_its_own_time(b: Backend) -> None:
+    """Invariant 11: ``probe_time`` is the store's clock (every server of the suite runs on this
+    host, unfaked, so it is this host's time), aware UTC, never going back, stamped within the
+    call at the store's resolution; a closed backend says it cannot tell."""
+    before = datetime.now(UTC)
+    first = b.probe_time()
+    second = b.probe_time()
+    after = datetime.now(UTC)
+    slack = timedelta(seconds=b.clock_resolution + 0.005)
+    assert first.tzinfo is not None and first.utcoffset() == timedelta(0)
+    assert before - slack <= first <= second <= after + slack
+    b.close()
+    with pytest.raises(BackendUnavailable):
+        b.probe_time()

@@ -675,7 +675,7 @@ def test_json_report_has_stable_documented_keys(mgr: Manager, kit: Kit, clock: F
     assert json.loads(text) == data
     assert data["format"] == "locstatus.check/1"
     top = ["format", "backend", "actor", "started_at", "finished_at", "duration_seconds", "now",
-           "options", "scanned", "findings", "repairs", "summary", "status", "exit_code"]
+           "clock", "options", "scanned", "findings", "repairs", "summary", "status", "exit_code"]
     assert list(data) == top
     assert set(data["summary"]["by_kind"]) == set(KINDS)
     finding_keys = {"id", "kind", "location", "service", "worker_id", "since", "age_seconds",
@@ -685,8 +685,8 @@ def test_json_report_has_stable_documented_keys(mgr: Manager, kit: Kit, clock: F
                           "outcome", "detail", "version"} for r in data["repairs"])
     doc = DOC.read_text()
     documented = set(re.findall(r"^\| `([a-z_]+)`", doc, flags=re.M))
-    nested = [data["options"], data["scanned"], data["summary"], data["findings"][0],
-              data["repairs"][0]]
+    nested = [data["options"], data["clock"], data["scanned"], data["summary"],
+              data["findings"][0], data["repairs"][0]]
     for key in [*data, *(k for d in nested for k in d)]:
         assert key in documented, f"{key} is not documented in docs/check.md"
     for f in data["findings"]:

@@ -437,6 +437,21 @@ def test_workers_shows_lease_state_lag_and_handler_errors(synced: Cli) -> None:
         assert text in human, text
 
 
+def test_workers_show_each_workers_clock_offset_to_the_backend(synced: Cli) -> None:
+    """docs/time.md "What an operator sees": the offset each worker published (its host's
+    clock minus the backend's), in --json and in the table, and this host's own below it."""
+    register(synced.url, "w-ahead", clock_offset_seconds=10_800.0)
+    register(synced.url, "w-near", clock_offset_seconds=-0.004)
+    register(synced.url, "w-unknown")
+    rows = {w["worker_id"]: w for w in json.loads(synced.ok("workers", "--json").stdout)}
+    assert rows["w-ahead"]["clock_offset_seconds"] == 10_800.0
+    assert rows["w-near"]["clock_offset_seconds"] == -0.004
+    assert rows["w-unknown"]["clock_offset_seconds"] is None
+    human = synced.ok("workers").stdout
+    assert "Clock" in human and "+3h (+10800s)" in human and "-0.004s" in human
+    assert "this host's clock minus the backend's: " in human
+
+
 # -- text written by other means ---------------------------------------------------------------
 
 TITLE = "\x1b]0;owned\x07"  # sets the terminal's title
@@ -554,8 +569,8 @@ def test_workers_names_corrupt_records_and_registrations_as_errors(synced: Cli) 
 
     human = synced("workers")
     assert human.exit_code == 2
-    for text in ("worker-a", "dr-site-a/replication (0<1)", "us-east-1/? (record corrupt)",
-                 "worker-bad", "registration corrupt"):
+    for text in ("worker-a", "dr-site-a/replication (0<1)", "us-east-1/? (record",
+                 "worker-bad", "registration corrupt"):  # (cells wrap: a phrase may split)
         assert text in human.stdout, text
     assert "1 corrupt record(s)" in human.stderr
     assert "1 corrupt worker registration(s)" in human.stderr
@@ -642,12 +657,15 @@ def test_check_passes_parsed_options_and_exits_with_the_report_code(
         str(sample_path("locationConfig.json")),
         "--metrics-file",
         str(metrics),
+        "--max-skew",
+        "0.5",
     )
     assert result.exit_code == 1
     assert json.loads(result.stdout) == {"findings": [{"kind": "overdue_resume"}]}
     call = fake_modules["check"]
     assert call["repair"] is True and call["dry_run"] is False
     assert call["stuck_after"] == 90.0 and call["tombstone_ttl"] == 86_400.0
+    assert call["max_skew"] == 0.5
     assert call["expected"] == load_sample()
     assert call["progress"] is False  # never a progress bar mixed into JSON
     assert call["locations"] == sorted(load_sample())
@@ -656,6 +674,8 @@ def test_check_passes_parsed_options_and_exits_with_the_report_code(
     human = synced("check", "--no-progress")
     assert human.exit_code == 1 and "rendered report" in human.stdout
     assert fake_modules["check"]["expected"] is None and fake_modules["check"]["progress"] is False
+    assert fake_modules["check"]["max_skew"] == 1.0
+    assert synced("check", "--max-skew", "-1").exit_code == 2
 
 
 def test_check_refuses_a_metrics_file_it_cannot_write_before_it_scans(

@@ -60,14 +60,14 @@ def _assert_corrupt_everywhere(mgr: Manager) -> None:
     assert [r.location for r in records] == GOOD and [c.location for c in corrupt] == [BAD]
     assert [c.location for c in mgr.scan() if isinstance(c, CorruptRecord)] == [BAD]
     # the reconciler's pass goes on for every other location
-    Reconciler(mgr, interval=60, clock=mgr.clock).run_once()
+    Reconciler(mgr, interval=60).run_once()
     assert mgr.status("us-east-1").services["replication"].state is State.PAUSED
     # the check
     report = run_check(mgr)
     assert [(f.kind.value, f.location) for f in report.findings] == [("corrupt_record", BAD)]
     assert report.findings[0].evidence["detail"] == exc.value.detail
     # the sidecar
-    with BackgroundServer(create_app(mgr, clock=mgr.clock)) as srv, httpx.Client(
+    with BackgroundServer(create_app(mgr)) as srv, httpx.Client(
         base_url=srv.url, timeout=60
     ) as http:
         _assert_served_as_corrupt(http, exc.value.detail)

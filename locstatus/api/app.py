@@ -63,7 +63,6 @@ from starlette.routing import Match
 from starlette.routing import Route as StarletteRoute
 
 from locstatus import __version__
-from locstatus.clock import Clock
 from locstatus.errors import (
     CorruptRecord,
     InvalidInput,
@@ -72,7 +71,7 @@ from locstatus.errors import (
     PreconditionFailed,
     Unauthorized,
 )
-from locstatus.manager import Manager
+from locstatus.manager import Manager, worker_live
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
 from locstatus.names import (
     BULK_LOCATION,
@@ -216,7 +215,9 @@ class BulkResult(BaseModel):
 
 
 class WorkerView(WorkerInfo):
-    """A registered worker and whether its lease holds now (``is_alive``)."""
+    """A registered worker and whether its lease holds (``is_alive``: false only once its lease
+    deadline passed by the backend's time beyond doubt; docs/time.md). ``clock_offset_seconds``
+    is the offset the worker published (its wall clock minus the backend's time)."""
 
     is_alive: bool
 
@@ -258,14 +259,14 @@ _WORKERS = TypeAdapter(list[WorkerView])
 
 
 class Context:
-    """What the routes share: the manager, the token, the clock, metrics and helpers."""
+    """What the routes share: the manager, the token, metrics and helpers. Every time is the
+    manager's (``mgr.time``, the backend's; docs/time.md)."""
 
     def __init__(
         self,
         mgr: Manager,
         *,
         token: str | None,
-        clock: Clock,
         metrics: Metrics,
         reconciler: Reconciler | None,
         check: CheckState | None,
@@ -273,7 +274,6 @@ class Context:
     ) -> None:
         self.mgr = mgr
         self.token = token
-        self.clock = clock
         self.metrics = metrics
         self.reconciler = reconciler
         self.check = check
@@ -783,11 +783,11 @@ def history(
     responses=responses(503),
 )
 def workers(ctx: Ctx) -> Response:
-    now = ctx.clock()
+    time_source = ctx.mgr.time
     # Built as read, not validated again: a registration listed as corrupt (contract
     # invariant 6) may be stored under a key that is no valid worker id.
     views = [
-        WorkerView.model_construct(**w.model_dump(), is_alive=w.alive(now))
+        WorkerView.model_construct(**w.model_dump(), is_alive=worker_live(w, time_source))
         for w in ctx.mgr.workers()
     ]
     return Response(_WORKERS.dump_json(views), media_type="application/json")
@@ -892,7 +892,7 @@ def status_page(
     ctx: Ctx,
     refresh: Annotated[int, Query(ge=0, le=3600, description="Auto-refresh seconds")] = 5,
 ) -> HTMLResponse:
-    text, status = page.render(ctx.mgr, ctx.clock, refresh=refresh)
+    text, status = page.render(ctx.mgr, refresh=refresh)
     return HTMLResponse(text, status_code=status)
 
 
@@ -1056,7 +1056,6 @@ def create_app(
     mgr: Manager,
     *,
     token: str | None = None,
-    clock: Clock | None = None,
     reconciler: Reconciler | None = None,
     check: CheckState | None = None,
     max_body: int = MAX_BODY,
@@ -1072,8 +1071,6 @@ def create_app(
       (127.0.0.0/8, ``::1``, ``localhost``, any port) or one of these names are served, others
       get a 421 (DNS rebinding, docs/http.md); ``["*"]`` serves every ``Host``. With a token
       every ``Host`` is served.
-    - ``clock``: aware-UTC ``datetime`` factory for lease liveness and overdue resumes on the
-      page and in metrics; default ``mgr.clock``.
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
     - ``check``: where the periodic consistency check stores its result (``/v1/check``).
@@ -1086,7 +1083,7 @@ def create_app(
     token = check_token(token) if token else None
     extra = list(allowed_hosts or ())
     hosts = HostPolicy(allow_any=token is not None or "*" in extra, extra=extra)
-    metrics = Metrics(mgr, clock=clock, reconciler=lambda: reconciler)
+    metrics = Metrics(mgr, reconciler=lambda: reconciler)
     app = FastAPI(
         title="locstatus sidecar",
         version=__version__,
@@ -1102,7 +1099,6 @@ def create_app(
     app.state.locstatus = Context(
         mgr,
         token=token,
-        clock=clock or mgr.clock,
         metrics=metrics,
         reconciler=reconciler,
         check=check,

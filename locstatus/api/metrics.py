@@ -26,11 +26,16 @@ HTTP and each new label value would be a new series kept forever):
   (registrations that do not read, each counted as a live worker applying everything:
   docs/agent.md "Unreadable registrations and acknowledgements")
 - ``locstatus_reconciler_{runs,fired,settled,errors}_total``, ``..._last_run_timestamp_seconds``
+- ``locstatus_clock_offset_seconds`` (this host's wall clock minus the backend's time),
+  ``locstatus_clock_uncertainty_seconds`` (how far this process's estimate of the backend's
+  time may be off), ``locstatus_clock_max_uncertainty_seconds`` (above it deadlines are
+  refused), ``locstatus_clock_refusals_total`` (deadline decisions refused): docs/time.md
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -38,9 +43,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from locstatus.clock import Clock
 from locstatus.errors import LocstatusError
-from locstatus.manager import Manager, lagging_workers
+from locstatus.manager import Manager, lagging_workers, worker_live
 from locstatus.models import LocationStatus, State, WorkerInfo
 
 if TYPE_CHECKING:
@@ -55,11 +59,8 @@ _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 class _StateCollector(Collector):
     """Reads the stored state at scrape time."""
 
-    def __init__(
-        self, mgr: Manager, clock: Clock, reconciler: Callable[[], Reconciler | None]
-    ) -> None:
+    def __init__(self, mgr: Manager, reconciler: Callable[[], Reconciler | None]) -> None:
         self.mgr = mgr
-        self.clock = clock
         self.reconciler = reconciler
 
     def collect(self) -> Iterator[Metric]:
@@ -86,13 +87,16 @@ class _StateCollector(Collector):
             records, corrupt = self.mgr.listing(include_removed=True)
             workers = self.mgr.workers()
             acks = self.mgr.backend.all_acks()
+            now = self.mgr.clock()
         except LocstatusError:
             up.add_metric([], 0.0)
             yield up
+            yield from self._clock()
             return
         up.add_metric([], 1.0)
         yield up
-        yield from self._state(records, workers, acks)
+        yield from self._clock()
+        yield from self._state(records, workers, acks, now)
         g = GaugeMetricFamily(
             "locstatus_corrupt_records",
             "Location records that do not parse or validate (see 'locstatus check')",
@@ -106,6 +110,36 @@ class _StateCollector(Collector):
         )
         g.add_metric([], float(sum(1 for w in workers if w.corrupt is not None)))
         yield g
+
+    def _clock(self) -> Iterator[Metric]:
+        """This process's view of the backend's time (docs/time.md)."""
+        t = self.mgr.time
+        offset = t.offset_seconds()
+        if offset is not None:
+            g = GaugeMetricFamily(
+                "locstatus_clock_offset_seconds",
+                "This host's wall clock minus the backend's time, seconds (positive: ahead)",
+            )
+            g.add_metric([], offset)
+            yield g
+        g = GaugeMetricFamily(
+            "locstatus_clock_uncertainty_seconds",
+            "How far this process's estimate of the backend's time may be off, seconds",
+        )
+        g.add_metric([], t.uncertainty_seconds())
+        yield g
+        g = GaugeMetricFamily(
+            "locstatus_clock_max_uncertainty_seconds",
+            "Uncertainty above which this process refuses to act on a deadline, seconds",
+        )
+        g.add_metric([], t.max_uncertainty_seconds)
+        yield g
+        c = CounterMetricFamily(
+            "locstatus_clock_refusals",
+            "Deadline decisions refused because the backend's time was not known within the bound",
+        )
+        c.add_metric([], float(t.refusals))
+        yield c
 
     def _reconciler(self) -> Iterator[Metric]:
         rec = self.reconciler()
@@ -132,8 +166,9 @@ class _StateCollector(Collector):
         records: list[LocationStatus],
         workers: list[WorkerInfo],
         acks: dict[str, dict[str, dict[str, int]]],
+        now: datetime,
     ) -> Iterator[Metric]:
-        now = self.clock()
+        time_source = self.mgr.time
         services = sorted(set(self.mgr.services) | {s for r in records for s in r.services})
         states = {(s, st.value): 0 for s in services for st in State}
         pending = dict.fromkeys(services, 0)
@@ -154,7 +189,7 @@ class _StateCollector(Collector):
                     lagging[svc].update(
                         lagging_workers(
                             rec.location, svc, st.generation, workers,
-                            acks.get(rec.location, {}), now,
+                            acks.get(rec.location, {}), time_source,
                         )
                     )
         g = GaugeMetricFamily(
@@ -182,7 +217,7 @@ class _StateCollector(Collector):
             g.add_metric([svc], float(len(ids)))
         yield g
         g = GaugeMetricFamily("locstatus_workers", "Registered workers", labels=["alive"])
-        alive = sum(1 for w in workers if w.alive(now))
+        alive = sum(1 for w in workers if worker_live(w, time_source))
         g.add_metric(["true"], float(alive))
         g.add_metric(["false"], float(len(workers) - alive))
         yield g
@@ -206,7 +241,6 @@ class Metrics:
         self,
         mgr: Manager,
         *,
-        clock: Clock | None = None,
         reconciler: Callable[[], Reconciler | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -227,7 +261,7 @@ class Metrics:
             "Operations refused because compare-and-set kept conflicting (409)",
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(mgr, clock or mgr.clock, reconciler))
+        self.registry.register(_StateCollector(mgr, reconciler))
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:

@@ -19,11 +19,12 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    (invariant 9). :class:`BackendUnavailable` means nothing was sent or the backend is down.
 5. **Corrupt data never breaks its neighbours.** :meth:`read` raises :class:`CorruptRecord` naming
    the location; :meth:`read_all` returns the error in place of that record and carries on.
-6. **Leases.** A worker is alive while its lease holds (``lease_expires_at`` in the future, or a
-   session-held registration that is still listed). Removing a worker removes its
-   acknowledgements. An expired worker is either listed with its past lease or not listed.
-   A registration is stored bounded the same way everywhere (:func:`codec.bounded_worker`):
-   its handler errors trimmed, and refused whole when too large without them.
+6. **Leases.** A worker is alive while its lease holds (``lease_expires_at`` ahead of the store's
+   time, invariant 11, or a session-held registration that is still listed). Removing a worker
+   removes its acknowledgements. An expired worker is either listed with its past lease or not
+   listed. A registration is stored bounded the same way everywhere
+   (:func:`codec.bounded_worker`): its handler errors trimmed, and refused whole when too large
+   without them.
    **An unreadable registration never lets a transition settle without its worker**: a stored
    registration that does not parse or validate (a hand edit, a field a newer version wrote,
    another worker's id) may belong to a running worker, so :meth:`workers` lists it, in its
@@ -58,6 +59,10 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    until a later write, :meth:`restore_history` or the check copies it; :meth:`history_gaps`
    tells such writes (``restorable``) from versions neither copy holds (``lost``, a hand edit).
 
+11. **The backend tells its own time.** :meth:`Backend.probe_time` returns the store's clock
+   (a server's stamp, the kernel's file stamp), never the calling process's own clock, in one
+   round trip; every deadline is judged on it (docs/time.md).
+
 History of the design: one record per location (not per service) so that a bulk pause of every
 service of a location is one compare-and-set, and so that a tombstone is one field.
 """
@@ -67,6 +72,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from locstatus.errors import BackendFull, CorruptRecord, VersionConflict
@@ -148,6 +154,14 @@ class Backend(ABC):
     job then verifies the full copy's version chain through :meth:`history_gaps` for every
     record and repairs it with :meth:`restore_history`. Such a backend never lets a write leave
     the recent copy before the full copy holds it (invariant 10)."""
+
+    local_clock: bool = False
+    """True when the store lives in this process (``memory://``): its time *is* this process's
+    clock, exactly, and no measuring is needed (docs/time.md)."""
+
+    clock_resolution: float = 0.001
+    """Seconds: how coarse the stamps :meth:`probe_time` returns are (ZooKeeper's ``mtime`` and
+    MongoDB's ``localTime`` are milliseconds); added to the time source's uncertainty."""
 
     # -- location records -------------------------------------------------------------------
 
@@ -304,6 +318,13 @@ class Backend(ABC):
         watch what no subscriber asked for (ZooKeeper then sets no watch on acknowledgements,
         which every worker's acknowledgement would fire in every process), and may still
         deliver other kinds: hints are advisory."""
+
+    @abstractmethod
+    def probe_time(self) -> datetime:
+        """The store's current time (aware UTC), stamped by the store itself in one round trip:
+        the caller measures the round trip around this call and takes the stamp as the store's
+        time somewhere inside it (docs/time.md "Reading the backend's time"). Raises
+        :class:`BackendUnavailable` when the store does not answer."""
 
     @abstractmethod
     def ping(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
@@ -22,7 +23,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
+from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo, utcnow
 
 
 @dataclass
@@ -55,6 +56,9 @@ _SHARED_LOCK = threading.Lock()
 
 class MemoryBackend(Backend):
     """In-process backend. ``MemoryBackend("memory://test")`` shares the store named test."""
+
+    local_clock = True
+    clock_resolution = 0.0
 
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
@@ -253,6 +257,11 @@ class MemoryBackend(Backend):
                 self._store.subscribers.remove(callback)
 
         return unsubscribe
+
+    def probe_time(self) -> datetime:
+        """The store lives in this process: its time is this process's clock."""
+        self._check_open()
+        return utcnow()
 
     def ping(self) -> None:
         self._check_open()

@@ -66,6 +66,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -1052,6 +1053,22 @@ class MongoBackend(Backend):
             before = after
 
     # -- lifecycle -----------------------------------------------------------------------
+
+    def probe_time(self) -> datetime:
+        """The server's time: ``localTime`` of its ``hello`` reply (milliseconds; on a replica
+        set the primary's clock, the one its TTL monitor expires worker documents by;
+        docs/time.md)."""
+        with self._io("read of the server's time"):
+            hello = self._client.admin.command("hello", maxTimeMS=self._mt)
+        at = hello.get("localTime")
+        if not isinstance(at, datetime):
+            raise BackendUnavailable(
+                f"MongoDB at {self.settings.where} answered hello without its localTime "
+                f"({type(at).__name__}): cannot read its time"
+            )
+        # command() decodes with the driver's default codec options: a BSON date, which is
+        # always UTC, comes back naive
+        return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
     def ping(self) -> None:
         with self._io("ping"):

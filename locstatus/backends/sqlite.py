@@ -18,6 +18,12 @@ Why it is shaped so:
   poller thread per backend reads it every ``poll_interval`` seconds (default 0.05) and falls
   back to a ``resync`` hint when it has fallen behind the pruned log.
 
+- Time (docs/time.md): the store's clock is the kernel's, as it stamps a file beside the
+  database (``<db>-clock``): :meth:`SQLiteBackend.probe_time` writes one byte to it and reads
+  the modification time back. Every process of the host shares that clock, whatever its own
+  view of the time (libfaketime fakes a process's ``clock_gettime`` and ``utimensat``, not the
+  kernel stamping a write), so this file is where the processes of one SQLite store agree.
+
 URL forms follow SQLAlchemy: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``, query
 parameters ``timeout`` (seconds, busy timeout, more than 0 and at most 3600), ``synchronous``
 (full|normal|extra), ``poll_interval`` (seconds, 0.01..60), checked by
@@ -32,6 +38,7 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
@@ -116,6 +123,9 @@ class SQLiteBackend(Backend):
 
         backend = SQLiteBackend("sqlite:///./locstatus.db")
     """
+
+    clock_resolution = 0.01
+    """A write's stamp is the kernel's coarse clock: at most one tick (10 ms at HZ=100) old."""
 
     def __init__(self, url: str = "sqlite:///./locstatus.db") -> None:
         self.url = url
@@ -458,6 +468,31 @@ class SQLiteBackend(Backend):
                 self._emit(Hint(kind="resync"))
 
     # -- lifecycle -----------------------------------------------------------------------
+
+    def probe_time(self) -> datetime:
+        """The kernel's time, as it stamps a write to ``<db>-clock`` (one byte rewritten in
+        place: no block is allocated, so it works on a full disk once the file exists).
+        A write, not ``os.utime``: libfaketime rewrites the time a process passes to
+        ``utimensat``, never the kernel's own stamp of a write."""
+        if self._closed:
+            raise BackendUnavailable(f"backend {self.url} is closed")
+        path = self.path + "-clock"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                os.pwrite(fd, b"t", 0)
+                ns = os.fstat(fd).st_mtime_ns
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"cannot read the time of {self.url}: writing {path} failed: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        if ns % 1_000_000_000 == 0:
+            self.clock_resolution = 1.0  # a file system that stamps whole seconds
+        seconds, rest = divmod(ns, 1_000_000_000)
+        return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=rest // 1000)
 
     def ping(self) -> None:
         self._query("SELECT 1")

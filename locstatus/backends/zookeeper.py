@@ -13,6 +13,8 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
       acks/<loc>/<worker_id>                   ephemeral {service: observed generation}
       workers/<worker_id>                      ephemeral WorkerInfo JSON (the session bounds the
                                                lease; lease_expires_at is kept as given)
+      clock                                    empty; rewritten by every time probe, whose
+                                               returned mtime is the leader's clock
 
 - **Versions.** The exposed version is ``incarnation << 32 | (znode version + 1)``: the first
   life of a record counts 1, 2, 3 ... like SQLite, a recreated record starts above every
@@ -72,6 +74,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache, partial
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote
@@ -264,6 +267,10 @@ class Layout:
     @property
     def acks_root(self) -> str:
         return f"{self.root}/acks"
+
+    @property
+    def clock(self) -> str:
+        return f"{self.root}/clock"
 
     def location(self, location: str) -> str:
         return f"{self.locations}/{_name(location)}"
@@ -1469,6 +1476,31 @@ class ZooKeeperBackend(Backend):
         return unsubscribe
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    def probe_time(self) -> datetime:
+        """The ensemble's time: the ``mtime`` the leader stamps on a write of ``<chroot>/clock``
+        (milliseconds, the leader's clock when it proposed the write; docs/time.md). Fails at
+        once, with :class:`BackendUnavailable`, while not connected: a time source keeps its
+        last estimate meanwhile rather than wait."""
+        self._check_open()
+        if not self._live.is_set():
+            raise BackendUnavailable(
+                f"not connected to ZooKeeper {self.params.hosts} (connection "
+                f"{self._client.state}): cannot read its time"
+            )
+        path = self.paths.clock
+
+        def stamp() -> int:
+            try:
+                stat = self._get(self._client.set_async(path, b"", -1))
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self._get(self._client.create_async(path, b""))
+                stat = self._get(self._client.set_async(path, b"", -1))
+            return int(stat.mtime)
+
+        ms = self._call("read the server's time", stamp)
+        return datetime.fromtimestamp(ms / 1000, UTC)
 
     def ping(self) -> None:
         self._check_open()
