@@ -147,11 +147,11 @@ regen() {  # NAME SEARCH FLAGS: search the variant, keep its counter-example
 
 names() { local e; for e in "${RUNS[@]}" "${VARIANTS[@]}"; do field "$e" 0; done; }
 
+[ "${1:-}" = --list ] && { names; exit 0; }
 command -v spin >/dev/null || { echo "spin is not installed (scripts/setup.sh installs it)" >&2; exit 2; }
-command -v gcc >/dev/null || { echo "gcc is not installed (scripts/setup.sh)" >&2; exit 2; }
+command -v gcc >/dev/null || { echo "gcc is not installed (scripts/setup.sh installs it)" >&2; exit 2; }
 
 case "${1:-}" in
-  --list) names; exit 0 ;;
   --regen)
     shift
     todo=("$@"); [ ${#todo[@]} -eq 0 ] && for e in "${VARIANTS[@]}"; do todo+=("$(field "$e" 0)"); done
