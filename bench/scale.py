@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from check import SERVICES, build, count
 
-from locstatus import Manager
+from locstatus import Client
 from locstatus.backends.sqlite import SQLiteBackend
 
 
@@ -110,7 +110,7 @@ def main() -> int:
     else:
         print(f"reusing {path} ({n} locations)")
 
-    mgr = Manager(SQLiteBackend(f"sqlite:///{path}"))
+    mgr = Client(SQLiteBackend(f"sqlite:///{path}"))
     bare = bare_read(path)
     assert len(bare()) == n
     assert len(mgr.statuses()) == n

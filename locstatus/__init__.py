@@ -6,10 +6,11 @@ The whole public API is re-exported here::
 """
 
 from locstatus.backends import Backend, open_backend
-from locstatus.client import connect
+from locstatus.client import Client, connect
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
+    BackendFull,
     BackendUnavailable,
     ConflictError,
     CorruptRecord,
@@ -23,7 +24,7 @@ from locstatus.errors import (
     Unauthorized,
     VersionConflict,
 )
-from locstatus.manager import Manager, RetryPolicy, SyncReport
+from locstatus.manager import Listing, Manager, RetryPolicy, SyncReport
 from locstatus.models import (
     Hint,
     HistoryEntry,
@@ -41,7 +42,9 @@ __all__ = [
     "AlreadyExists",
     "AmbiguousCommit",
     "Backend",
+    "BackendFull",
     "BackendUnavailable",
+    "Client",
     "ConflictError",
     "CorruptRecord",
     "Forbidden",
@@ -49,6 +52,7 @@ __all__ = [
     "HistoryEntry",
     "InvalidInput",
     "InvalidTransition",
+    "Listing",
     "LocationStatus",
     "LocstatusError",
     "Manager",

@@ -13,17 +13,28 @@ reports, per finding kind (:data:`KINDS`):
 - ``corrupt_record``: a record (or its history) that does not parse or validate;
 - ``history_mismatch``: the newest history entry of a service disagrees with the record
   (op_id, state, generation, resume_at), or the record's version has no history at all;
+- ``history_gap``: on a backend with two history copies (MongoDB), versions of the record's
+  life missing from its full history: restorable from the recent copy, or lost;
 - ``expired_worker``: a registration whose heartbeat lease has run out;
-- ``tombstone_ready``: a removed location every live worker acknowledged, or older than the TTL.
+- ``tombstone_ready``: a removed location every live worker acknowledged, or older than the TTL;
+- ``clock_skew``: a worker whose published clock offset to the backend exceeds ``max_skew``, or
+  this check's own process when its offset does, or when it cannot tell the backend's time
+  within its bound (its deadline repairs are then refused; docs/time.md).
 
 Why it is shaped so:
 
 - **It only consumes the manager.** Reads go through :meth:`Manager.scan` and the
   :class:`~locstatus.backends.base.Backend` interface; every repair is a manager call
   (``settle``, ``fire_due_resumes``, ``add_location``, ``remove_location``, ``purge_location``)
-  or ``Backend.remove_worker``. Each of those is guarded (a compare-and-set on the version, the
-  FSM's ``resume_at``/generation guards), so any number of checks may repair at once from
-  several hosts: each repair happens once and the others find it done.
+  or ``Backend.remove_worker`` / ``Backend.restore_history`` (a copy, never a rewrite). Each
+  of those is guarded (a compare-and-set on the version, the FSM's ``resume_at``/generation
+  guards, the history collection's unique index), so any number of checks may repair at once
+  from several hosts: each repair happens once and the others find it done.
+- **Deadlines on the backend's time.** A worker is expired, a tombstone past its TTL, only when
+  the deadline passed by the backend's time beyond doubt (``mgr.time.is_past``, docs/time.md);
+  how long something has been stuck or overdue is reported against ``mgr.clock()``, the
+  backend's time as this process estimates it. A check on a host whose clock is off judges
+  exactly as one on a host whose clock is right, and reports the offset.
 - **Re-check before repairing.** A scan is a snapshot that may be seconds old when a repair
   runs. Each repair re-reads what it is about to fix and reports ``already_done`` when someone
   else fixed it meanwhile, ``blocked`` when it is not safe (a live worker still lags, so a
@@ -73,7 +84,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from locstatus.backends.base import AckMap, Backend
+from locstatus.backends.base import AckMap, Backend, HistoryGaps
+from locstatus.clock import TimeSource
 from locstatus.errors import (
     BackendUnavailable,
     CorruptRecord,
@@ -83,7 +95,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.manager import Manager, lagging_workers
+from locstatus.manager import Manager, lagging_workers, worker_live
 from locstatus.models import (
     TOMBSTONE_ACK,
     HistoryEntry,
@@ -110,6 +122,11 @@ _CONFIRM_ATTEMPTS = 3
 
 _TRANSITIONAL = frozenset({State.PAUSING, State.RESUMING})
 
+DEFAULT_MAX_SKEW = 1.0
+"""Seconds of clock offset to the backend above which ``clock_skew`` is reported. Nothing in
+locstatus acts on a host's own clock (docs/time.md), so an offset only shows a host whose time
+sync is broken, which its other software (logs, TLS, schedulers) still suffers from."""
+
 _actor_ids = itertools.count(1)
 
 
@@ -122,8 +139,10 @@ class Kind(StrEnum):
     UNKNOWN_LOCATION = "unknown_location"
     CORRUPT_RECORD = "corrupt_record"
     HISTORY_MISMATCH = "history_mismatch"
+    HISTORY_GAP = "history_gap"
     EXPIRED_WORKER = "expired_worker"
     TOMBSTONE_READY = "tombstone_ready"
+    CLOCK_SKEW = "clock_skew"
 
 
 KINDS: tuple[str, ...] = tuple(k.value for k in Kind)
@@ -186,6 +205,7 @@ class Action(StrEnum):
     REMOVE_LOCATION = "remove_location"
     REMOVE_WORKER = "remove_worker"
     PURGE_LOCATION = "purge_location"
+    RESTORE_HISTORY = "restore_history"
 
 
 class _Model(BaseModel):
@@ -243,6 +263,8 @@ class Options(_Model):
     dry_run: bool
     stuck_after_seconds: float
     tombstone_ttl_seconds: float
+    max_skew_seconds: float
+    """Clock offset to the backend above which a ``clock_skew`` finding is reported."""
     expected_locations: int | None
     """Number of expected locations given, or None when no location list was given (then no
     ``missing_location``/``unknown_location`` findings)."""
@@ -258,6 +280,21 @@ class Scanned(_Model):
     services: int = 0
     workers: int = 0
     live_workers: int = 0
+
+
+class ClockView(_Model):
+    """The check process's view of the backend's time (docs/time.md), when the run ended."""
+
+    offset_seconds: float | None
+    """This host's wall clock minus the backend's time; None when not measured."""
+    uncertainty_seconds: float | None
+    """How far the estimate of the backend's time may be off; None when unknown."""
+    max_uncertainty_seconds: float
+    """Above this, deadline repairs are refused."""
+    refusals: int
+    """Deadline decisions refused during this run because the bound could not be met."""
+    problem: str | None
+    """Why deadlines are refused, or None."""
 
 
 class Summary(_Model):
@@ -289,7 +326,9 @@ class CheckReport(_Model):
     finished_at: datetime
     duration_seconds: float
     now: datetime
-    """The instant findings are judged at (the manager's clock when the scan began)."""
+    """The instant ages are measured from: the backend's time (as this process estimates it,
+    ``mgr.clock()``) when the scan began."""
+    clock: ClockView
     options: Options
     scanned: Scanned
     findings: list[Finding]
@@ -317,10 +356,13 @@ def run_check(
     expected: Mapping[str, Sequence[str]] | None = None,
     tombstone_ttl: float = 86400.0,
     progress: bool = False,
+    max_skew: float = DEFAULT_MAX_SKEW,
 ) -> CheckReport:
     """Scan every record, worker and acknowledgement; report findings; repair when asked.
 
-    - ``mgr``: the manager (its clock decides what is stuck, due, expired; aware UTC).
+    - ``mgr``: the manager: its time source (``mgr.time``, the backend's time) decides what is
+      expired and which tombstones are past their TTL, beyond doubt; ages are measured from
+      ``mgr.clock()`` (docs/time.md).
     - ``repair``: fix what is safe (see the module docstring); ``dry_run``: only plan the repairs
       (no write at all; findings with a repair are ``planned``).
     - ``stuck_after``: seconds a service may stay ``pausing``/``resuming`` (>= 0).
@@ -331,6 +373,8 @@ def run_check(
       live worker acknowledged it (>= 0).
     - ``progress``: show a progress bar on stderr when there are more than
       :data:`PROGRESS_THRESHOLD` records.
+    - ``max_skew``: seconds (>= 0) of clock offset to the backend above which a worker (or
+      this process) is reported as ``clock_skew`` (default :data:`DEFAULT_MAX_SKEW`).
 
     Raises :class:`InvalidInput` for bad arguments and :class:`BackendUnavailable` when the
     backend cannot be read (exit 2 either way). Repairs that fail are reported, not raised.
@@ -338,12 +382,14 @@ def run_check(
     """
     stuck_after = _seconds("stuck_after", stuck_after)
     tombstone_ttl = _seconds("tombstone_ttl", tombstone_ttl)
+    max_skew = _seconds("max_skew", max_skew)
     wanted = None if expected is None else _normalise_expected(expected, mgr.services)
     started = time.monotonic()
     now = mgr.clock()
+    refusals = mgr.time.refusals
     actor = f"check:{socket.gethostname()}:{os.getpid()}:{next(_actor_ids)}"
 
-    scan = _Scan(mgr, now, stuck_after, tombstone_ttl, wanted)
+    scan = _Scan(mgr, now, stuck_after, tombstone_ttl, wanted, max_skew)
     scan.run(progress)
     repairs: list[Repair] = []
     backend_down = False
@@ -351,6 +397,7 @@ def run_check(
         repairer = _Repairer(mgr, actor, dry_run, tombstone_ttl)
         repairs = repairer.run(scan.findings, progress)
         backend_down = repairer.backend_down
+    scan.own_clock(refusals)
 
     findings = sorted(
         scan.findings,
@@ -370,11 +417,13 @@ def run_check(
         finished_at=mgr.clock(),
         duration_seconds=round(time.monotonic() - started, 6),
         now=now,
+        clock=_clock_view(mgr.time, mgr.time.refusals - refusals),
         options=Options(
             repair=repair,
             dry_run=dry_run,
             stuck_after_seconds=stuck_after,
             tombstone_ttl_seconds=tombstone_ttl,
+            max_skew_seconds=max_skew,
             expected_locations=None if wanted is None else len(wanted),
         ),
         scanned=scan.scanned,
@@ -483,6 +532,12 @@ def metrics_text(report: CheckReport) -> str:
         "Registered workers seen by the last consistency check, by lease.",
         (({"alive": "true"}, sc.live_workers), ({"alive": "false"}, sc.workers - sc.live_workers)),
     )
+    if report.clock.offset_seconds is not None:
+        family(
+            "locstatus_check_clock_offset_seconds",
+            "The check host's wall clock minus the backend's time (docs/time.md).",
+            [({}, report.clock.offset_seconds)],
+        )
     family(
         "locstatus_check_duration_seconds",
         "Wall time of the last consistency check.",
@@ -514,10 +569,13 @@ class _Scan:
         stuck_after: float,
         tombstone_ttl: float,
         wanted: dict[str, tuple[str, ...]] | None,
+        max_skew: float = 0.0,
     ) -> None:
         self.mgr = mgr
         self.backend = mgr.backend
+        self.time: TimeSource = mgr.time
         self.now = now
+        self.max_skew = max_skew
         self.stuck_after = timedelta(seconds=stuck_after)
         self.ttl = timedelta(seconds=tombstone_ttl)
         self.wanted = wanted
@@ -532,7 +590,8 @@ class _Scan:
 
     def run(self, progress: bool) -> None:
         self.workers = self.backend.workers()
-        self.live = [w for w in self.workers if w.alive(self.now)]
+        self.live = [w for w in self.workers if worker_live(w, self.time)]
+        live_ids = {w.worker_id for w in self.live}
         self.acks = self.backend.all_acks()
         records = self.backend.scan_with_history()  # streamed where the backend can
         sc = self.scanned
@@ -557,8 +616,10 @@ class _Scan:
             for loc in sorted(set(self.wanted) - seen):
                 self._missing(loc, None, self.wanted[loc])
         for w in self.workers:
-            if w.lease_expires_at is not None and not w.alive(self.now):
+            if w.lease_expires_at is not None and w.worker_id not in live_ids:
                 self._expired(w)
+            elif w.clock_offset_seconds is not None and abs(w.clock_offset_seconds) > self.max_skew:
+                self._worker_skew(w)
 
     # -- per record ----------------------------------------------------------------------
 
@@ -626,7 +687,8 @@ class _Scan:
             for w in self.workers
             if w.applies(loc, svc) and acks.get(w.worker_id, {}).get(svc, -1) < st.generation
         ]
-        live = [w.worker_id for w in lagging if w.alive(self.now)]
+        alive = {w.worker_id: worker_live(w, self.time) for w in lagging}
+        live = [w.worker_id for w in lagging if alive[w.worker_id]]
         evidence = {
             "state": st.state.value,
             "generation": st.generation,
@@ -634,7 +696,7 @@ class _Scan:
             "lagging_workers": [
                 {
                     "worker_id": w.worker_id,
-                    "lease_alive": w.alive(self.now),
+                    "lease_alive": alive[w.worker_id],
                     "lease_expires_at": _iso(w.lease_expires_at),
                     "acked_generation": acks.get(w.worker_id, {}).get(svc),
                 }
@@ -686,7 +748,7 @@ class _Scan:
     def _tombstone(self, rec: LocationStatus) -> None:
         assert rec.deleted_at is not None
         loc = rec.location
-        ready = _tombstone_readiness(rec, self.workers, self.acks.get(loc, {}), self.now, self.ttl)
+        ready = _tombstone_readiness(rec, self.workers, self.acks.get(loc, {}), self.time, self.ttl)
         if ready is None:
             return
         why, acked, waiting = ready
@@ -783,6 +845,69 @@ class _Scan:
             ),
         )
 
+    def _worker_skew(self, w: WorkerInfo) -> None:
+        offset = w.clock_offset_seconds
+        assert offset is not None
+        self._add(
+            Kind.CLOCK_SKEW,
+            None,
+            None,
+            w.worker_id,
+            None,
+            f"host {w.host or '?'} (pid {w.pid}) clock is {_offset_text(offset)} the backend's "
+            f"(bound {self.max_skew:g}s)",
+            {
+                "process": "worker",
+                "host": w.host,
+                "pid": w.pid,
+                "offset_seconds": offset,
+                "max_skew_seconds": self.max_skew,
+                "uncertainty_seconds": None,
+                "problem": None,
+            },
+            _SKEW_REPAIR,
+        )
+
+    def own_clock(self, refusals_before: int) -> None:
+        """The ``clock_skew`` finding of this check's own process: its host clock is off by
+        more than the bound, or it could not tell the backend's time within its own bound
+        (then every deadline repair of this run was refused). Called once the repairs ran."""
+        time_source = self.time
+        offset = time_source.offset_seconds()
+        problem = time_source.problem()
+        refused = time_source.refusals - refusals_before
+        skewed = offset is not None and abs(offset) > self.max_skew
+        if not skewed and problem is None and not refused:
+            return
+        parts = []
+        if skewed:
+            assert offset is not None
+            parts.append(f"this check's host clock is {_offset_text(offset)} the backend's "
+                         f"(bound {self.max_skew:g}s)")
+        if problem is not None or refused:
+            parts.append(f"deadlines refused ({refused} this run): "
+                         f"{problem or 'backend time uncertain'}")
+        unc = time_source.uncertainty_seconds()
+        self._add(
+            Kind.CLOCK_SKEW,
+            None,
+            None,
+            None,
+            None,
+            "; ".join(parts),
+            {
+                "process": "check",
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "offset_seconds": offset,
+                "max_skew_seconds": self.max_skew,
+                "uncertainty_seconds": unc if math.isfinite(unc) else None,
+                "problem": problem,
+            },
+            _SKEW_REPAIR,
+            key="check",
+        )
+
     def _expired(self, w: WorkerInfo) -> None:
         assert w.lease_expires_at is not None
         acks = sum(1 for per in self.acks.values() if w.worker_id in per)
@@ -814,46 +939,69 @@ class _Scan:
         """Compare each service with its newest history entry. Returns when each transitional
         service entered its state (for stuck_transition), or None when the record is gone.
         ``newest``: the newest history writes read with the record, when the backend did."""
-        gaps = self._gaps(rec.location)  # before reading the history, which may back-fill
+        gaps = self._gaps(rec.location)
         entered = self._compare(rec, newest)
         if entered is not None and gaps:
-            left = self._gaps(rec.location)
-            f = self._add(
-                Kind.HISTORY_MISMATCH,
-                rec.location,
-                None,
-                None,
-                None,
-                f"writes at versions {', '.join(map(str, gaps))} are in the record's recent "
-                "history but missing from the full history"
-                + ("" if left else " (back-filled when this check read the history)"),
-                {
-                    "fields": ["history_copies"],
-                    "missing_versions": gaps,
-                    "still_missing": left,
-                    "record": {"version": rec.version},
-                    "history": None,
-                },
-                RepairPlan(
-                    action=None,
-                    description="none needed: the backend back-fills them when history is read",
-                ),
-                key="copies",
-            )
-            if not left:
-                f.state = FindingState.RESOLVED
+            # Confirmed by a second look, after the comparison: a write that has just landed
+            # is copied by its writer within a round trip, and is not a gap.
+            again = self._gaps(rec.location)
+            restorable = sorted(set(gaps.restorable) & set(again.restorable))
+            lost = sorted(set(gaps.lost) & set(again.lost))
+            if restorable:
+                self._gap(rec, restorable, restorable=True)
+            if lost:
+                self._gap(rec, lost, restorable=False)
         return entered
 
-    def _gaps(self, location: str) -> list[int]:
-        """History writes kept in one copy but missing from the other, for backends that keep
-        two (MongoDB: embedded recent history vs the history collection); see
+    def _gap(self, rec: LocationStatus, versions: list[int], *, restorable: bool) -> None:
+        listed = ", ".join(map(str, versions[:10])) + (", ..." if len(versions) > 10 else "")
+        if restorable:
+            message = (
+                f"writes at versions {listed} are missing from the full history; the record's "
+                "recent history still holds them (a writer stopped between its two writes)"
+            )
+            plan = RepairPlan(
+                action=Action.RESTORE_HISTORY,
+                description="copy them from the record's recent history",
+            )
+        else:
+            message = (
+                f"writes at versions {listed} are in neither the full history nor the "
+                "record's recent history: that history is lost"
+            )
+            plan = RepairPlan(
+                action=None,
+                description=(
+                    "none: nothing holds them any more; 'locstatus history' skips those "
+                    "versions"
+                ),
+            )
+        self._add(
+            Kind.HISTORY_GAP,
+            rec.location,
+            None,
+            None,
+            None,
+            message,
+            {
+                "missing_versions": versions,
+                "in_recent_history": restorable,
+                "version": rec.version,
+            },
+            plan,
+            key="restorable" if restorable else "lost",
+        )
+
+    def _gaps(self, location: str) -> HistoryGaps:
+        """Versions missing from the full history, for backends that keep two copies (MongoDB:
+        embedded recent history and the history collection); see
         :meth:`Backend.history_gaps`."""
         if not self._gaps_possible:
-            return []
+            return HistoryGaps()
         try:
-            return sorted(self.backend.history_gaps(location))
+            return self.backend.history_gaps(location)
         except NotFound:
-            return []
+            return HistoryGaps()
 
     def _compare(self, rec: LocationStatus, newest: _Newest) -> dict[str, datetime] | None:
         for _ in range(_CONFIRM_ATTEMPTS):
@@ -1142,17 +1290,18 @@ def _tombstone_readiness(
     rec: LocationStatus,
     workers: Sequence[WorkerInfo],
     acks: AckMap,
-    now: datetime,
+    time_source: TimeSource,
     ttl: timedelta,
 ) -> tuple[str, list[str], list[str]] | None:
     """(``ttl`` | ``acknowledged``, acked ids, not-acked ids) when the tombstone may be
     purged (SPEC §3.5), else None. A worker applies a tombstone when its location filter admits
-    the location; as for settle, no live worker counts as all acknowledged."""
+    the location; as for settle, no live worker counts as all acknowledged. Older than the TTL
+    means ``deleted_at + ttl`` passed by the backend's time beyond doubt (docs/time.md)."""
     assert rec.deleted_at is not None
     applying = [
         w
         for w in workers
-        if w.alive(now) and (w.locations is None or rec.location in w.locations)
+        if (w.locations is None or rec.location in w.locations) and worker_live(w, time_source)
     ]
     removal = tombstone_generation(rec.deleted_at)
     acked = [
@@ -1161,7 +1310,7 @@ def _tombstone_readiness(
         if acks.get(w.worker_id, {}).get(TOMBSTONE_ACK, 0) >= removal
     ]
     waiting = [w.worker_id for w in applying if w.worker_id not in acked]
-    if now - rec.deleted_at >= ttl:
+    if time_source.is_past(rec.deleted_at + ttl):
         return "ttl", acked, waiting
     if not waiting:
         return "acknowledged", acked, waiting
@@ -1189,6 +1338,7 @@ class _Repairer:
             if f.kind is Kind.STUCK_TRANSITION and f.repair.action is None:
                 f.state = FindingState.BLOCKED
         order = (
+            Action.RESTORE_HISTORY,
             Action.REMOVE_WORKER,
             Action.FIRE_DUE_RESUMES,
             Action.SETTLE,
@@ -1227,6 +1377,7 @@ class _Repairer:
             Action.ADD_LOCATION: self._add_location,
             Action.REMOVE_LOCATION: self._remove_location,
             Action.PURGE_LOCATION: self._purge,
+            Action.RESTORE_HISTORY: self._restore_history,
         }
         with _progress_bar(progress, len(groups), "repairing") as advance:
             for group in groups:
@@ -1288,16 +1439,47 @@ class _Repairer:
 
     # -- one handler per action ----------------------------------------------------------
 
+    def _restore_history(self, group: list[Finding]) -> None:
+        for f in group:
+            loc = f.location
+            assert loc is not None
+            wanted = set(f.evidence["missing_versions"])
+            try:
+                still = wanted & set(self.backend.history_gaps(loc).restorable)
+            except NotFound:
+                self._record(f, Outcome.ALREADY_DONE, "the location is gone")
+                continue
+            if not still:
+                self._record(f, Outcome.ALREADY_DONE, "copied meanwhile")
+                continue
+            copied = set(self.backend.restore_history(loc))
+            left = wanted & set(self.backend.history_gaps(loc).restorable)
+            if left:
+                self._record(
+                    f, Outcome.FAILED, f"still missing: {', '.join(map(str, sorted(left)))}"
+                )
+            elif copied & still:
+                self._record(
+                    f, Outcome.APPLIED,
+                    f"copied versions {', '.join(map(str, sorted(copied & still)))} from the "
+                    "record's recent history",
+                )
+            else:
+                self._record(f, Outcome.ALREADY_DONE, "copied meanwhile")
+
     def _remove_worker(self, group: list[Finding]) -> None:
         for f in group:
             wid = f.worker_id
             assert wid is not None
-            now = self.mgr.clock()
             current = next((w for w in self.backend.workers() if w.worker_id == wid), None)
             if current is None:
                 self._record(f, Outcome.ALREADY_DONE, "no longer registered")
-            elif current.alive(now):
-                self._record(f, Outcome.ALREADY_DONE, "lease renewed meanwhile; kept")
+            elif worker_live(current, self.mgr.time):
+                problem = self.mgr.time.problem()
+                if problem is not None:
+                    self._record(f, Outcome.BLOCKED, f"kept: {problem} (docs/time.md)")
+                else:
+                    self._record(f, Outcome.ALREADY_DONE, "lease renewed meanwhile; kept")
             else:
                 self.backend.remove_worker(wid)
                 self._record(f, Outcome.APPLIED, "unregistered; its acknowledgements dropped")
@@ -1305,7 +1487,7 @@ class _Repairer:
     def _fire(self, group: list[Finding]) -> None:
         loc = group[0].location
         assert loc is not None
-        now = self.mgr.clock()
+        time_source = self.mgr.time
         before = self._read(loc)
         due = (
             set()
@@ -1315,10 +1497,11 @@ class _Repairer:
                 for f in group
                 if f.service in before.services
                 and (at := before.services[f.service].resume_at) is not None
-                and at <= now
+                and time_source.is_past(at)
             }
         )
         rec = self.mgr.fire_due_resumes(loc, actor=self.actor) if due else before
+        now = self.mgr.clock()
         for f in group:
             st = None if rec is None else rec.services.get(f.service or "")
             version = None if rec is None else rec.version
@@ -1329,6 +1512,14 @@ class _Repairer:
             elif st.resume_at is None or st.resume_at > now:
                 self._record(
                     f, Outcome.ALREADY_DONE, f"fired or rescheduled meanwhile ({st.state.value})",
+                    version,
+                )
+            elif f.service not in due:
+                problem = time_source.problem()
+                self._record(
+                    f, Outcome.BLOCKED,
+                    f"not fired: {problem} (docs/time.md)" if problem is not None
+                    else "not fired: not yet past by the backend's time beyond doubt",
                     version,
                 )
             else:
@@ -1360,12 +1551,14 @@ class _Repairer:
                 continue
             lagging = lagging_workers(
                 loc, svc, st.generation, self.backend.workers(), self.backend.acks(loc),
-                self.mgr.clock(),
+                self.mgr.time,
             )
+            problem = self.mgr.time.problem()
             self._record(
                 f,
                 Outcome.BLOCKED,
-                f"live workers still lag: {', '.join(lagging) or 'none'}; not settled",
+                f"live workers still lag: {', '.join(lagging) or 'none'}; not settled"
+                + (f" ({problem}: leases not judged, docs/time.md)" if problem else ""),
                 rec.version,
             )
 
@@ -1418,13 +1611,13 @@ class _Repairer:
                 except VersionConflict:
                     # Changed since the scan: purge only if it is still the same, ready tombstone.
                     rec = self._read(loc)
-                    now = self.mgr.clock()
                     if rec is None:
                         self._record(f, Outcome.ALREADY_DONE, "purged meanwhile")
                     elif not rec.deleted:
                         self._record(f, Outcome.ALREADY_DONE, "restored meanwhile; kept")
                     elif rec.deleted_at != f.since or _tombstone_readiness(
-                        rec, self.backend.workers(), self.backend.acks(loc), now, self.ttl
+                        rec, self.backend.workers(), self.backend.acks(loc), self.mgr.time,
+                        self.ttl,
                     ) is None:
                         self._record(f, Outcome.BLOCKED, "changed meanwhile; no longer ready")
                     else:
@@ -1438,6 +1631,30 @@ class _Repairer:
 
 
 # -- small helpers -----------------------------------------------------------------------------
+
+_SKEW_REPAIR = RepairPlan(
+    action=None,
+    description=(
+        "none: fix that host's time sync (NTP); deadlines are judged on the backend's time "
+        "meanwhile (docs/time.md)"
+    ),
+)
+
+
+def _offset_text(offset: float) -> str:
+    """``10800.0s ahead of`` / ``3.2s behind``: a clock offset for a sentence."""
+    return f"{abs(offset):.1f}s {'ahead of' if offset > 0 else 'behind'}"
+
+
+def _clock_view(time_source: TimeSource, refusals: int) -> ClockView:
+    unc = time_source.uncertainty_seconds()
+    return ClockView(
+        offset_seconds=time_source.offset_seconds(),
+        uncertainty_seconds=unc if math.isfinite(unc) else None,
+        max_uncertainty_seconds=time_source.max_uncertainty_seconds,
+        refusals=refusals,
+        problem=time_source.problem(),
+    )
 
 
 def _seconds(name: str, value: float) -> float:

@@ -67,7 +67,7 @@ from locstatus.errors import (
     SettleTimeout,
 )
 from locstatus.locations import load_locations, load_sample
-from locstatus.manager import Manager, SyncReport
+from locstatus.manager import Manager, SyncReport, worker_live
 from locstatus.models import (
     HistoryEntry,
     LocationStatus,
@@ -79,10 +79,14 @@ from locstatus.models import (
 )
 from locstatus.names import (
     DEFAULT_SERVICES,
+    MAX_ACTOR,
+    MAX_REASON,
     SERVICE_ALIASES,
     SERVICE_RE,
     canonical_service,
     check_location,
+    check_text,
+    printable,
 )
 
 ALL = "all"
@@ -91,8 +95,6 @@ ALL = "all"
 MAX_WAIT_SECONDS = 86_400.0
 MAX_DELAY_SECONDS = 10 * 365 * 86_400.0
 """``--in`` longer than ten years is refused as a typo."""
-MAX_REASON = 1024
-MAX_ACTOR = 256
 
 _STATE_STYLE = {
     State.RUNNING: "green",
@@ -110,8 +112,19 @@ _HISTORY_LIST = TypeAdapter(list[HistoryEntry])
 
 def _fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: <message>`` on stderr and exit with ``code``."""
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {_escaped(message)}", err=True)
     raise typer.Exit(code)
+
+
+def _escaped(message: str) -> str:
+    """A message for the terminal: control characters from stored or foreign text (a reason,
+    a handler's error) escaped line by line (:func:`locstatus.names.printable`)."""
+    return "\n".join(printable(line) for line in message.split("\n"))
+
+
+def _plain(value: str | None, style: str = "") -> Text:
+    """Stored or foreign text as a cell: plain (no markup), control characters escaped."""
+    return Text(printable(value or ""), style=style)
 
 
 class _Group(typer.core.TyperGroup):
@@ -240,8 +253,7 @@ def default_actor() -> str:
 def _check_text(option: str, value: str | None, limit: int) -> None:
     if value is None:
         return
-    if len(value) > limit:
-        raise InvalidInput(f"{option} is {len(value)} characters long, at most {limit} allowed")
+    check_text(option, value, limit)  # length, control characters (locstatus.names)
     if option == "--actor" and not value.strip():
         raise InvalidInput(f"--actor must not be blank, got {value!r}")
 
@@ -549,7 +561,7 @@ def _run_mutation(ctx: typer.Context, location: str, m: _Mutation, as_json: bool
         _print_json(rec.model_dump_json(indent=2))
         return
     console = _console()
-    console.print(Text(m.describe(location, rec, changed)))
+    console.print(_plain(m.describe(location, rec, changed)))
     console.print(_location_table(rec, mgr.clock(), only=m.services))
 
 
@@ -633,11 +645,11 @@ def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool) -> None:
             table.add_column(col)
         style = {"changed": "green", "unchanged": "", "skipped": "dim", "error": "bold red"}
         for r in results:
-            table.add_row(Text(r.location), Text(r.result, style=style[r.result]), Text(r.detail))
+            table.add_row(Text(r.location), Text(r.result, style=style[r.result]), _plain(r.detail))
         _console().print(table)
     errors = [r for r in results if r.result == "error"]
     for r in errors:
-        typer.echo(f"error: {r.detail}", err=True)
+        typer.echo(f"error: {_escaped(r.detail)}", err=True)
     if errors:
         raise typer.Exit(max(r.exit_code for r in errors))
     if all(r.result == "skipped" for r in results):
@@ -694,7 +706,8 @@ def resume(
     if at is not None and in_ is not None:
         raise InvalidInput(f"give --at or --in, not both (got --at {at!r} and --in {in_!r})")
     if at is not None:
-        when = parse_when(at)
+        # "in the future" by the backend's time, not this host's (docs/time.md)
+        when = parse_when(at, now=_opts(ctx).manager().clock())
     elif in_ is not None:
         when = timedelta(seconds=parse_duration(in_))
     if when is not None and wait is not None:
@@ -756,7 +769,7 @@ def status(
             _console().print(_location_table(rec, mgr.clock()))
         return
     mgr = _opts(ctx).manager()
-    records, corrupt = _scan(mgr, include_removed=include_removed)
+    records, corrupt = mgr.listing(include_removed=include_removed)
     if as_json:
         _print_json(_STATUS_LIST.dump_json(records, indent=2).decode())
     elif not records and not corrupt:
@@ -782,7 +795,7 @@ def history(
     try:
         mgr.status(location)  # unknown location: refused (exit 1)
     except CorruptRecord as exc:  # the history of a corrupt record is what one wants to see
-        typer.echo(f"warning: {exc.message}", err=True)
+        typer.echo(f"warning: {_escaped(exc.message)}", err=True)
     entries = mgr.history(location, limit=count)
     if as_json:
         _print_json(_HISTORY_LIST.dump_json(entries, indent=2).decode())
@@ -807,20 +820,22 @@ def history(
         table.add_row(
             _iso(e.at),
             str(e.version),
-            Text(e.service),
-            Text(e.event),
+            _plain(e.service),
+            _plain(e.event),
             move,
             str(e.generation),
             _iso(e.resume_at),
-            Text(e.actor or ""),
-            Text(e.reason or ""),
+            _plain(e.actor),
+            _plain(e.reason),
         )
     _console().print(table)
 
 
 @app.command()
 def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List registered workers: lease, services, location filter, lag and handler errors."""
+    """List registered workers: lease, clock offset, services, location filter, lag and handler
+    errors. A lease counts as expired only once it passed by the backend's time beyond doubt;
+    the clock offset is the one each worker published (its host's clock minus the backend's)."""
     mgr = _opts(ctx).manager()
     now = mgr.clock()
     infos = mgr.workers()
@@ -828,7 +843,7 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     acks = mgr.backend.all_acks()
     rows: list[tuple[WorkerInfo, bool, list[dict[str, Any]]]] = []
     for w in infos:
-        alive = w.alive(now)
+        alive = worker_live(w, mgr.time)
         lag: list[dict[str, Any]] = []
         for rec in records:
             for svc, st in sorted(rec.services.items()):
@@ -859,8 +874,16 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if not rows:
         _console().print("no workers registered")
         return
-    table = Table(title="workers", title_justify="left")
-    for col in ("Worker", "Host/pid", "Lease", "Services", "Locations", "Lagging", "Errors"):
+    own = mgr.time.offset_seconds()
+    table = Table(
+        title="workers",
+        title_justify="left",
+        caption=None if own is None else f"this host's clock minus the backend's: {_offset(own)}",
+        caption_justify="left",
+    )
+    for col in (
+        "Worker", "Host/pid", "Lease", "Clock", "Services", "Locations", "Lagging", "Errors"
+    ):
         table.add_column(col)
     for w, alive, lag in rows:
         if w.lease_expires_at is None:
@@ -875,12 +898,13 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         errors = "; ".join(f"{k}: {v}" for k, v in sorted(w.errors.items()))
         table.add_row(
             Text(w.worker_id),
-            Text(f"{w.host}/{w.pid}"),
+            _plain(f"{w.host}/{w.pid}"),
             lease,
+            _offset_cell(w.clock_offset_seconds),
             Text(", ".join(w.services)),
             Text("all" if w.locations is None else ", ".join(w.locations)),
             Text(lagging or "-", style="yellow" if lag else ""),
-            Text(errors or "-", style="red" if errors else ""),
+            _plain(errors or "-", style="red" if errors else ""),
         )
     _console().print(table)
 
@@ -1029,7 +1053,7 @@ def locations_list(
 ) -> None:
     """List every stored location (removed ones included) with its services."""
     mgr = _opts(ctx).manager()
-    records, corrupt = _scan(mgr, include_removed=True)
+    records, corrupt = mgr.listing(include_removed=True)
     if as_json:
         _print_json(_STATUS_LIST.dump_json(records, indent=2).decode())
     else:
@@ -1111,6 +1135,15 @@ def check(
         ),
     ] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    max_skew: Annotated[
+        float,
+        typer.Option(
+            "--max-skew",
+            metavar="SECONDS",
+            min=0.0,
+            help="Report a worker (or this host) whose clock is off the backend's by more.",
+        ),
+    ] = 1.0,
 ) -> None:
     """Consistency check (SPEC §5.4): exit 0 clean, 1 findings left, 2 could not run."""
     stuck = parse_duration(stuck_after, option="--stuck-after")
@@ -1138,6 +1171,7 @@ def check(
         expected=expected,
         tombstone_ttl=ttl,
         progress=not no_progress and not as_json,
+        max_skew=max_skew,
     )
     if as_json:
         _print_json(json.dumps(report.as_dict()))
@@ -1182,6 +1216,15 @@ def serve(
             "--check-interval", metavar="SECONDS", help="Run the consistency check this often."
         ),
     ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Without a token, also serve requests for this Host name (repeatable); "
+            "loopback names are always served.",
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP sidecar (SPEC §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
@@ -1197,6 +1240,7 @@ def serve(
         insecure=insecure,
         reconcile_interval=reconcile,
         check_interval=check_every,
+        allowed_hosts=tuple(allow_host or ()),
     )
 
 
@@ -1242,6 +1286,24 @@ def _iso(when: datetime | None) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+SKEW_SHOWN = 1.0
+"""Seconds of clock offset above which ``workers`` shows a worker's offset in red (the check
+job's default ``--max-skew``)."""
+
+
+def _offset(seconds: float) -> str:
+    """``+0.012s`` / ``+3h0m (+10800s)``: a clock offset to the backend (positive: ahead)."""
+    if abs(seconds) < 60:
+        return f"{seconds:+.3f}s"
+    return f"{'+' if seconds > 0 else '-'}{_span(abs(seconds))} ({seconds:+.0f}s)"
+
+
+def _offset_cell(seconds: float | None) -> Text:
+    if seconds is None:
+        return Text("-", style="dim")
+    return Text(_offset(seconds), style="bold red" if abs(seconds) > SKEW_SHOWN else "")
+
+
 def _ago(when: datetime, now: datetime) -> str:
     delta = (when - now).total_seconds()
     text = _span(abs(delta))
@@ -1272,7 +1334,7 @@ def _resume_text(st: ServiceStatus, now: datetime) -> Text:
 
 def _who(st: ServiceStatus) -> Text:
     parts = [p for p in (st.reason, f"by {st.actor}" if st.actor else None) if p]
-    return Text(" ".join(parts))
+    return _plain(" ".join(parts))
 
 
 def _location_table(rec: LocationStatus, now: datetime, only: Sequence[str] | None = None) -> Table:
@@ -1353,25 +1415,12 @@ def _status_table(
     return table
 
 
-def _scan(
-    mgr: Manager, *, include_removed: bool
-) -> tuple[list[LocationStatus], list[CorruptRecord]]:
-    records: list[LocationStatus] = []
-    corrupt: list[CorruptRecord] = []
-    for item in mgr.scan():
-        if isinstance(item, CorruptRecord):
-            corrupt.append(item)
-        elif include_removed or not item.deleted:
-            records.append(item)
-    return records, corrupt
-
-
 def _report_corrupt(corrupt: Sequence[CorruptRecord]) -> None:
     """Name every corrupt record on stderr and exit 2 after the readable ones were shown."""
     if not corrupt:
         return
     for bad in corrupt:
-        typer.echo(f"error: {bad.message}", err=True)
+        typer.echo(f"error: {_escaped(bad.message)}", err=True)
     typer.echo(
         f"error: {len(corrupt)} corrupt record(s); run 'locstatus check' for details", err=True
     )

@@ -45,6 +45,23 @@ class TimeSource(ABC):
         """True when ``deadline`` (aware UTC) has passed by the backend's time, beyond doubt."""
         return self.now() - timedelta(seconds=self.uncertainty_seconds()) >= deadline
 
+    @property
+    def max_uncertainty_seconds(self) -> float:
+        """The bound this source holds deadlines to (seconds): above it, :meth:`is_past`
+        refuses (answers False) rather than guess. 0 for an exact source."""
+        return 0.0
+
+    @property
+    def refusals(self) -> int:
+        """How many deadline decisions this source refused because it could not meet its
+        bound (docs/time.md "When the bound cannot be met"). Always 0 for an exact source."""
+        return 0
+
+    def problem(self) -> str | None:
+        """Why deadlines are refused right now (backend time unknown, uncertainty above the
+        bound), or None when they are judged normally."""
+        return None
+
 
 class CallerClock(TimeSource):
     """A source whose time is the caller's own: a fake clock in tests, or a store that lives

@@ -110,6 +110,16 @@ class BackendUnavailable(LocstatusError):
     title = "backend unavailable"
 
 
+class BackendFull(BackendUnavailable):
+    """The backend's storage is full (SQLite: the filesystem holding the database or its
+    write-ahead log, ``SQLITE_FULL``). Nothing was written, and the backend is usable again
+    once space is freed. A :class:`BackendUnavailable` (same exit code, HTTP 503): callers
+    retry it like an outage (an agent's heartbeat keeps trying), while its own class and title
+    tell the operator to free space rather than look for a server that is down."""
+
+    title = "backend full"
+
+
 class AmbiguousCommit(BackendUnavailable):
     """Backend level: the connection failed after a write was sent, so it may or may not have
     been applied. The manager resolves it by looking for the op_id (SPEC §3.2)."""

@@ -8,7 +8,8 @@ Every mutation is the same short loop (SPEC §3.1, §3.2), in :meth:`Manager._wr
 4. on :class:`VersionConflict` re-read and re-apply under a bounded, jittered retry policy
    (tenacity), then raise :class:`ConflictError`;
 5. on :class:`AmbiguousCommit` (connection lost after send) re-read and look for the operation's
-   op_id in the record and its recent history before trying again, never retrying blindly.
+   op_id in the history write at the version it would have produced before trying again, never
+   retrying blindly (:meth:`Manager._landed`).
 
 Nothing here is trusted between calls: a stale process can never write back an old view. The
 one thing kept is a *version hint* (:class:`_VersionHints`): the last record of a location this
@@ -29,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, NoReturn
+from typing import NamedTuple, NoReturn
 
 from tenacity import (
     RetryError,
@@ -40,6 +41,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from locstatus.backend_clock import time_source_for
 from locstatus.backends.base import AckMap, Backend
 from locstatus.clock import CallerClock, Clock, TimeSource
 from locstatus.errors import (
@@ -62,12 +64,15 @@ from locstatus.models import (
     ServiceStatus,
     WorkerInfo,
     new_op_id,
-    utcnow,
 )
-from locstatus.names import DEFAULT_SERVICES, canonical_service, check_location
-
-if TYPE_CHECKING:
-    from locstatus.agent import Agent
+from locstatus.names import (
+    DEFAULT_SERVICES,
+    MAX_ACTOR,
+    MAX_REASON,
+    canonical_service,
+    check_location,
+    check_text,
+)
 
 ServiceArg = str | Iterable[str] | None
 Plan = tuple[LocationStatus, list[HistoryEntry]] | None
@@ -85,6 +90,17 @@ class RetryPolicy:
     max_seconds: float = 15.0
     base: float = 0.002
     cap: float = 0.2
+
+
+class Listing(NamedTuple):
+    """Every record as one read of all of them found it (:meth:`Manager.listing`): what
+    front ends list, corrupt records as errors beside the readable ones (docs/http.md,
+    "Corrupt records in listings"). Unpacks as ``records, corrupt``."""
+
+    records: list[LocationStatus]
+    """The readable records, sorted by location (tombstones only if asked)."""
+    corrupt: list[CorruptRecord]
+    """Every record that does not validate, sorted by location; each names its location."""
 
 
 @dataclass
@@ -164,22 +180,38 @@ class _Ambiguity:
     sent: dict[int, LocationStatus] = field(default_factory=dict)
 
 
+def worker_live(worker: WorkerInfo, time_source: TimeSource) -> bool:
+    """True unless the worker's lease deadline has passed by the backend's time beyond doubt
+    (docs/time.md): a worker is dead (may be settled without, dropped as expired) only then;
+    while the clock cannot tell, it is alive. A session-held registration (no deadline) is
+    alive while it is listed."""
+    expires = worker.lease_expires_at
+    return expires is None or not time_source.is_past(expires)
+
+
+def _check_free_text(reason: object, actor: object) -> None:
+    """Refuse a bad ``reason``/``actor`` before any I/O (the FSM's :class:`Event` checks them
+    again where it is built)."""
+    check_text("reason", reason, MAX_REASON)
+    check_text("actor", actor, MAX_ACTOR)
+
+
 def lagging_workers(
     location: str,
     service: str,
     generation: int,
     workers: Sequence[WorkerInfo],
     acks: AckMap,
-    now: datetime,
+    time_source: TimeSource,
 ) -> list[str]:
-    """Ids of live workers that apply ``service`` at ``location`` and have not acknowledged
-    ``generation`` yet (SPEC §3 settle rule)."""
+    """Ids of live workers (:func:`worker_live`) that apply ``service`` at ``location`` and
+    have not acknowledged ``generation`` yet (the settle rule, docs/fsm.md)."""
     return [
         w.worker_id
         for w in workers
-        if w.alive(now)
-        and w.applies(location, service)
+        if w.applies(location, service)
         and acks.get(w.worker_id, {}).get(service, -1) < generation
+        and worker_live(w, time_source)
     ]
 
 
@@ -195,6 +227,10 @@ class Manager:
         mgr.resume("us-east-1", "replication", at=timedelta(hours=2))
         mgr.status("us-east-1").services["replication"].state   # State.PAUSED
 
+    ``clock``: None (default) judges every deadline on the backend's own time, measured
+    (docs/time.md); a :class:`~locstatus.clock.TimeSource`, or an aware-UTC ``datetime``
+    factory taken as exact (tests move a fake clock instead of sleeping).
+
     ``service`` arguments take a name (``crr`` means ``replication``), a list of names, or None
     for every service of the location. Mutations return the stored :class:`LocationStatus`;
     ``op_id=`` (1-64 printable characters) names the operation in the record and its history
@@ -207,13 +243,19 @@ class Manager:
         backend: Backend,
         *,
         services: Iterable[str] = DEFAULT_SERVICES,
-        clock: Clock | TimeSource = utcnow,
+        clock: Clock | TimeSource | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
         self.backend = backend
         self.services: tuple[str, ...] = tuple(services)
-        self.time: TimeSource = clock if isinstance(clock, TimeSource) else CallerClock(clock)
-        """The backend's time (docs/time.md): every deadline is judged on it."""
+        self.time: TimeSource = (
+            time_source_for(backend)
+            if clock is None
+            else clock if isinstance(clock, TimeSource) else CallerClock(clock)
+        )
+        """The backend's time (docs/time.md): every deadline is judged on it. Default: the
+        store's own time, measured (:class:`~locstatus.backend_clock.BackendClock`); a callable
+        ``clock`` (a fake clock in tests) is taken as exact."""
         self.clock: Clock = self.time.now
         self.retry = retry or RetryPolicy()
         self.stats = {"writes": 0, "conflicts": 0, "ambiguous": 0, "stale_hints": 0}
@@ -230,7 +272,8 @@ class Manager:
 
     def statuses(self, *, include_removed: bool = False) -> list[LocationStatus]:
         """Every readable record, sorted by location (tombstones only if asked). Corrupt
-        records are skipped here; :meth:`scan` returns them."""
+        records are skipped here (the reconciler's passes, the agent's lag view); wherever
+        records are listed for a person, :meth:`listing` gives them beside the others."""
         with _gc_paused():
             records = self.backend.read_all()
         return [
@@ -238,6 +281,20 @@ class Manager:
             for r in records
             if isinstance(r, LocationStatus) and (include_removed or not r.deleted)
         ]
+
+    def listing(self, *, include_removed: bool = False) -> Listing:
+        """:meth:`statuses` with the corrupt records beside them, for whatever lists records
+        (the HTTP list and the ``all`` routes, the status page, ``locstatus status``): a record
+        that cannot be read is shown as an error there, never left out. Raises
+        :class:`BackendUnavailable`."""
+        records: list[LocationStatus] = []
+        corrupt: list[CorruptRecord] = []
+        for item in self.scan():
+            if isinstance(item, CorruptRecord):
+                corrupt.append(item)
+            elif include_removed or not item.deleted:
+                records.append(item)
+        return Listing(records, corrupt)
 
     def scan(self) -> list[LocationStatus | CorruptRecord]:
         """Every record, corrupt ones as :class:`CorruptRecord` values (for the check job)."""
@@ -270,7 +327,7 @@ class Manager:
             rec.services[svc].generation,
             self.backend.workers(),
             self.backend.acks(location),
-            self.clock(),
+            self.time,
         )
 
     # -- operator mutations ----------------------------------------------------------------
@@ -289,7 +346,10 @@ class Manager:
         """Pause services (SPEC §3 ``pause``): running/resuming -> pausing; a pause of a paused
         service cancels its scheduled resume, else it is a no-op. ``wait`` seconds: block until
         settled (:class:`SettleTimeout` names the lagging workers). ``if_version``: refuse with
-        :class:`PreconditionFailed` unless the record is at that version."""
+        :class:`PreconditionFailed` unless the record is at that version. ``reason`` (at most
+        1024 characters) and ``actor`` (256) are free text without control characters
+        (:func:`~locstatus.names.check_text`, :class:`InvalidInput` otherwise)."""
+        _check_free_text(reason, actor)
         return self._operator_event(
             location, service, lambda _s: Event("pause", reason=reason, actor=actor),
             wait=wait, if_version=if_version, op_id=op_id,
@@ -310,7 +370,10 @@ class Manager:
         """Resume now, or schedule a resume when ``at`` is given (an aware datetime, or a
         positive timedelta from now). Scheduling a running service raises
         :class:`InvalidTransition`; when ``service`` is None, services that are running are
-        left alone as long as one service takes the schedule."""
+        left alone as long as one service takes the schedule. Raises :class:`InvalidInput` for a
+        time that is not aware, not in the future or out of range, and for ``reason``/``actor``
+        as :meth:`pause` does."""
+        _check_free_text(reason, actor)
         if at is None:
             return self._operator_event(
                 location, service, lambda _s: Event("resume", reason=reason, actor=actor),
@@ -337,7 +400,9 @@ class Manager:
         if_version: int | None = None,
         op_id: str | None = None,
     ) -> LocationStatus:
-        """Clear a scheduled resume (no write if none is scheduled)."""
+        """Clear a scheduled resume (no write if none is scheduled). ``reason``/``actor`` as
+        :meth:`pause`."""
+        _check_free_text(reason, actor)
         return self._operator_event(
             location,
             service,
@@ -349,11 +414,18 @@ class Manager:
 
     # -- reconcile primitives (agents, sidecar, check job) -----------------------------------
 
-    def fire_due_resumes(self, location: str, *, actor: str = "scheduler") -> LocationStatus:
-        """Fire every scheduled resume of ``location`` that is due (SPEC §3.3). The guard
-        (``resume_at`` still equals the value read) makes exactly one transition happen
-        however many processes call this."""
+    def fire_due_resumes(
+        self, location: str, services: ServiceArg = None, *, actor: str = "scheduler"
+    ) -> LocationStatus:
+        """Fire the scheduled resumes of ``location`` that are due (docs/time.md): those whose
+        ``resume_at`` has passed by the backend's time beyond doubt (``self.time.is_past``, so
+        never early, and none while the clock cannot tell; docs/time.md). ``services``: only
+        these (a name or a list; None: every service), e.g. the services an agent applies.
+        The guard (``resume_at`` still equals the value read) makes exactly one transition
+        happen however many processes call this."""
         check_location(location)
+        only = self._services_arg(services)
+        _check_free_text(None, actor)
         op_id = new_op_id()
 
         def plan(rec: LocationStatus, now: datetime) -> Plan:
@@ -362,7 +434,9 @@ class Manager:
             due = {
                 s: st.resume_at
                 for s, st in rec.services.items()
-                if st.resume_at is not None and st.resume_at <= now
+                if st.resume_at is not None
+                and (only is None or s in only)
+                and self.time.is_past(st.resume_at)
             }
             return self._plan(
                 rec, now, op_id, list(due),
@@ -373,7 +447,8 @@ class Manager:
 
     def settle(self, location: str, service: ServiceArg = None) -> LocationStatus:
         """Settle pausing -> paused / resuming -> running for services whose current generation
-        every live worker has acknowledged (none live counts as all)."""
+        every live worker has acknowledged (none live counts as all). A worker counts as live
+        until its lease has passed by the backend's time beyond doubt (:func:`worker_live`)."""
         check_location(location)
         op_id = new_op_id()
 
@@ -387,7 +462,7 @@ class Manager:
                 s
                 for s in targets
                 if not lagging_workers(
-                    location, s, rec.services[s].generation, workers, acks, now
+                    location, s, rec.services[s].generation, workers, acks, self.time
                 )
             ]
             return self._plan(
@@ -410,8 +485,10 @@ class Manager:
         """Make the stored locations match ``locations``: a list of names (every configured
         service) or a mapping name -> services (SPEC §5.2). Adds missing locations and
         services, restores tombstoned ones, and tombstones locations not listed (SPEC §3.5)
-        unless ``remove_missing`` is False. All names are validated before anything is written.
+        unless ``remove_missing`` is False. All names (and ``actor``) are validated before
+        anything is written.
         """
+        _check_free_text(None, actor)
         wanted = self._normalise_locations(locations)
         report = SyncReport()
         existing = {r.location: r for r in self.backend.read_all()}
@@ -432,6 +509,7 @@ class Manager:
         self, location: str, services: Iterable[str] | None = None, *, actor: str | None = None
     ) -> LocationStatus:
         """Create (or restore) one location with ``services`` (default: all configured)."""
+        _check_free_text(None, actor)
         svcs = self._normalise_locations({location: services or self.services})
         self._add(location, svcs[location], actor, SyncReport(), exists=False)
         return self.status(location)
@@ -440,6 +518,7 @@ class Manager:
         """Tombstone a location (SPEC §3.5): ``deleted_at`` is set, workers see it and
         acknowledge it, and the check job purges it later. No-op if already removed."""
         check_location(location)
+        _check_free_text(None, actor)
         op_id = new_op_id()
 
         def plan(rec: LocationStatus, now: datetime) -> Plan:
@@ -457,20 +536,6 @@ class Manager:
         if not rec.deleted:
             raise InvalidTransition(f"location {location!r} is not removed; refusing to purge")
         self.backend.delete(location, expected_version)
-
-    # -- the agent -------------------------------------------------------------------------
-
-    def agent(
-        self,
-        worker_id: str,
-        services: Iterable[str] | None = None,
-        locations: Iterable[str] | None = None,
-        **kwargs: object,
-    ) -> Agent:
-        """A worker-side :class:`~locstatus.agent.Agent` bound to this manager."""
-        from locstatus.agent import Agent
-
-        return Agent(self, worker_id, services=services, locations=locations, **kwargs)  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Close the backend."""
@@ -498,7 +563,13 @@ class Manager:
             raise InvalidInput(
                 f"resume time {at.isoformat()} has no timezone: give an aware UTC datetime"
             )
-        return at.astimezone(self.clock().tzinfo)
+        try:  # 9999-12-31T23:59:59-01:00 is a valid datetime whose UTC time is not
+            return at.astimezone(self.clock().tzinfo)
+        except OverflowError:
+            raise InvalidInput(
+                f"resume time {at.isoformat()} is out of range: its UTC time is past year 9999 "
+                "or before year 1"
+            ) from None
 
     def _services_arg(self, service: ServiceArg) -> list[str] | None:
         if service is None:
@@ -575,12 +646,12 @@ class Manager:
     ) -> Plan:
         services = dict(rec.services)
         entries: list[HistoryEntry] = []
+        made: dict[str, Event] = {}
         refused: InvalidTransition | None = None
         for svc in targets:
+            event = make_event(svc)
             try:
-                change = transition(
-                    rec.location, svc, services[svc], make_event(svc), now=now, op_id=op_id
-                )
+                change = transition(rec.location, svc, services[svc], event, now=now, op_id=op_id)
             except InvalidTransition as exc:
                 if not skip_refused:
                     raise
@@ -589,6 +660,7 @@ class Manager:
             if change is not None:
                 services[svc] = change.status
                 entries.append(change.entry)
+                made[svc] = event
         if refused is not None and len(entries) == 0 and all(
             not rec.services[s].paused for s in targets
         ):
@@ -596,7 +668,7 @@ class Manager:
         if not entries:
             return None
         if auto_settle:
-            self._settle_unwatched(rec.location, services, entries, now, op_id)
+            self._settle_unwatched(rec.location, services, entries, made, now, op_id)
         return rec.model_copy(update={"services": services}), entries
 
     def _settle_unwatched(
@@ -604,19 +676,26 @@ class Manager:
         location: str,
         services: dict[str, ServiceStatus],
         entries: list[HistoryEntry],
+        made: Mapping[str, Event],
         now: datetime,
         op_id: str,
     ) -> None:
-        """A new generation no live worker applies settles at once, in the same write."""
+        """A new generation no live worker (:func:`worker_live`) applies settles at once, in the
+        same write: a part of the call that made it (``made``: service -> its event), so its
+        history row names that call's actor and reason (docs/cli.md, "Reading state")."""
         changed = {e.service for e in entries if services[e.service].state.transitional}
         if not changed:
             return
-        live = [w for w in self.backend.workers() if w.alive(now)]
+        live = [w for w in self.backend.workers() if worker_live(w, self.time)]
         for svc in sorted(changed):
             status = services[svc]
             if any(w.applies(location, svc) for w in live):
                 continue
-            event = Event("settle", generation=status.generation, acked=True)
+            cause = made[svc]
+            event = Event(
+                "settle", generation=status.generation, acked=True,
+                actor=cause.actor, reason=cause.reason,
+            )
             change = transition(location, svc, status, event, now=now, op_id=op_id)
             if change is not None:
                 services[svc] = change.status
@@ -747,16 +826,27 @@ class Manager:
     ) -> LocationStatus | None:
         """After an ambiguous commit: the record our write stored if it landed, else None.
 
-        Found in the current record: that record. Found only in the history (later writes
-        changed the services since): the record exactly as our write stored it, so the caller
-        still sees its op_id and version (SPEC §3.2)."""
-        if rec.version in ambiguity.sent and any(
-            s.op_id == op_id for s in rec.services.values()
-        ):
-            return rec  # our write is the current record
-        for e in self.backend.history(rec.location, limit=200):
-            if e.op_id == op_id:
-                return ambiguity.sent.get(e.version, rec)
+        Each write whose outcome was unknown would have produced one version: it landed if and
+        only if the history write at exactly that version carries ``op_id`` (Backend
+        invariant 9), however many writes followed it, so the answer never depends on how far
+        back a search looks. Found as the current record: that record. Found in an older write:
+        the record exactly as our write stored it, so the caller still sees its op_id and
+        version (docs/design.md §3.2). A version above the record's was not written (yet)."""
+        for version in sorted(ambiguity.sent):
+            if version > rec.version:
+                continue
+            if version == rec.version and any(s.op_id == op_id for s in rec.services.values()):
+                return rec  # our write is the current record
+            try:
+                entries = self.backend.history_write(rec.location, version)
+            except CorruptRecord as exc:
+                raise AmbiguousCommit(
+                    f"location {rec.location!r}: the history write at version {version} does "
+                    f"not parse ({exc.detail}): the write may or may not have been applied: "
+                    f"look for op_id {op_id} in the history"
+                ) from exc
+            if any(e.op_id == op_id for e in entries):
+                return ambiguity.sent[version]
         return None
 
     def _record_entry(
@@ -863,7 +953,8 @@ class Manager:
     ) -> LocationStatus:
         """Block until the targeted services are no longer pausing/resuming, settling them
         when every live worker has acknowledged. Raises :class:`SettleTimeout` after
-        ``timeout`` seconds, naming the lagging workers."""
+        ``timeout`` seconds (this process's monotonic clock), naming the lagging workers (and
+        the clock's problem when it refused to count a lapsed lease; docs/time.md)."""
         deadline = time.monotonic() + timeout
         woken = threading.Event()
         unsubscribe = self.backend.subscribe(lambda _hint: woken.set())
@@ -877,7 +968,6 @@ class Manager:
                     return rec
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    now = self.clock()
                     workers = self.backend.workers()
                     acks = self.backend.acks(location)
                     lagging = sorted(
@@ -885,14 +975,21 @@ class Manager:
                             w
                             for s in pending
                             for w in lagging_workers(
-                                location, s, rec.services[s].generation, workers, acks, now
+                                location, s, rec.services[s].generation, workers, acks,
+                                self.time,
                             )
                         }
                     )
+                    problem = self.time.problem()
                     raise SettleTimeout(
                         f"{location}: {', '.join(pending)} still "
                         f"{'/'.join(sorted({rec.services[s].state.value for s in pending}))} "
-                        f"after {timeout:g}s; lagging workers: {', '.join(lagging) or 'none'}",
+                        f"after {timeout:g}s; lagging workers: {', '.join(lagging) or 'none'}"
+                        + (
+                            f"; not settling without them while the {problem} (docs/time.md)"
+                            if problem
+                            else ""
+                        ),
                         lagging,
                     )
                 woken.wait(min(remaining, 0.25))

@@ -24,7 +24,7 @@ from pydantic import (
     StringConstraints,
     WithJsonSchema,
 )
-from pydantic_core import core_schema
+from pydantic_core import SchemaValidator, core_schema
 
 from locstatus.names import LOCATION_RE, SERVICE_ALIASES, SERVICE_RE, check_location
 
@@ -40,13 +40,21 @@ def new_op_id() -> str:
 
 
 def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-01:00: a valid datetime, no UTC time
+        raise ValueError("out of range: its UTC time is past year 9999 or before year 1") from None
 
 
 def _service_aliases(value: Any) -> Any:
-    """Map alias keys (``crr``) to canonical service names."""
+    """Map alias keys (``crr``) to canonical service names. Raises ValueError when an alias
+    and the name it stands for are both keys: which of the two holds the state is not said."""
     if isinstance(value, dict) and any(k in SERVICE_ALIASES for k in value):
-        return {SERVICE_ALIASES.get(k, k): v for k, v in value.items()}
+        out = {SERVICE_ALIASES.get(k, k): v for k, v in value.items()}
+        if len(out) != len(value):
+            both = [f"{a!r} and {c!r}" for a, c in SERVICE_ALIASES.items() if {a, c} <= set(value)]
+            raise ValueError(f"{', '.join(both)} name the same service: keep one of them")
+        return out
     return value
 
 
@@ -242,7 +250,9 @@ class WorkerInfo(_Frozen):
     """Heartbeat backends: the lease deadline (UTC). None: the lease is a session (ZooKeeper
     ephemeral node) and the worker is alive while it is listed."""
     errors: dict[str, str] = Field(default_factory=dict)
-    """Last handler error per ``location/service`` (cleared on success)."""
+    """Last handler error per ``location/service`` (cleared on success). Stored bounded
+    (docs/agent.md "Registrations are bounded"): at most 100, each cut to 1000 characters,
+    the others counted under the key ``...``."""
     clock_offset_seconds: float | None = None
     """The worker process's wall clock minus the backend's time, in seconds, as it last
     measured it (docs/time.md); None when not measured. Reported, never trusted."""
@@ -271,3 +281,37 @@ class Hint(_Frozen):
     """For a ``resync`` hint: the backend's session was replaced by a new one (a ZooKeeper
     session expiry), so the acknowledgements it held for this process are gone; an agent
     acknowledges again what it applied."""
+
+
+# -- stored records: only what was written is read ----------------------------------------------
+
+
+def _every_field_required(node: Any) -> Any:
+    """A copy of the core schema ``node`` in which no model field has a default."""
+    if isinstance(node, dict):
+        out = {k: _every_field_required(v) for k, v in node.items()}
+        inner = out.get("schema")
+        if out.get("type") == "model-field" and isinstance(inner, dict) and (
+            inner.get("type") == "default"
+        ):
+            out["schema"] = inner["schema"]
+        return out
+    if isinstance(node, list):
+        return [_every_field_required(v) for v in node]
+    return node
+
+
+STORED_RECORD = SchemaValidator(
+    _every_field_required(LocationStatus.__pydantic_core_schema__),
+    # Build from the schema given, not from the models' own validators (which pydantic-core
+    # would otherwise reuse for the nested model, defaults included).
+    _use_prebuilt=False,
+)
+"""The validator of a record as a backend stores it: :class:`LocationStatus` with every field
+of the record and of each :class:`ServiceStatus` required (``null`` where the field allows it),
+so a stored record that leaves a field out is refused instead of being completed with defaults
+(a service entry without ``state`` read as ``running``: Backbeat's BB-37). Every record any
+version of locstatus stored carries every field, since the encoder writes them all, ``null``
+included (docs/reliability.md, "What a stored record carries"). It builds the same instances
+from the same hand-built field schemas, in one pass of pydantic-core, so a decode costs what a
+decode with :class:`LocationStatus` costs. Values built in Python keep the defaults."""

@@ -1,8 +1,13 @@
-"""Validation of location and service names (SPEC §2), shared by models, CLI and HTTP.
+"""Validation of names and free text (docs/design.md §2), shared by the FSM, manager, CLI and HTTP.
 
 Names are checked before anything reaches a backend: a location name becomes a znode path, a
 SQLite key and a Mongo ``_id``, so anything outside the pattern (``..``, ``/``, unicode, control
 characters, 10 000 characters) is refused here with a message naming the value.
+
+Free text (``reason``, ``actor``) is printed by ``locstatus status/history`` on operators'
+terminals, so it may not carry control characters: ``ESC ]0;...`` retitles the window,
+``ESC [2K`` and cursor moves rewrite what was printed above. :func:`check_text` refuses them on
+input; :func:`printable` escapes what a record written by other means still holds, on output.
 """
 
 from __future__ import annotations
@@ -17,6 +22,14 @@ SERVICE_RE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
 BULK_LOCATION = "all"
 """Reserved: ``all`` addresses every location in the CLI and HTTP API (SPEC §5.3)."""
+
+MAX_REASON = 1024
+"""Longest ``reason``, in characters."""
+MAX_ACTOR = 256
+"""Longest ``actor``, in characters."""
+
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Control characters (Unicode category Cc): C0, DEL and C1."""
 
 DEFAULT_SERVICES: tuple[str, ...] = ("replication", "lifecycle", "ingestion")
 SERVICE_ALIASES: dict[str, str] = {"crr": "replication"}
@@ -61,3 +74,52 @@ def canonical_service(name: object, allowed: Iterable[str] | None = None) -> str
             f"unknown service {_shown(name)}: expected one of {', '.join(known)} (or crr)"
         )
     return canon
+
+
+def check_text(field: str, value: object, limit: int) -> str | None:
+    """Return ``value`` if it is None or acceptable free text for ``field`` (``reason``,
+    ``actor``): a string of at most ``limit`` characters, encodable as UTF-8, with no control
+    character (U+0000-U+001F, U+007F-U+009F: a terminal acts on them, see the module docstring).
+
+    Raises :class:`InvalidInput` naming ``field`` and, for a control character, its code point
+    and position.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"{field} must be a string, got {_shown(value)}")
+    if len(value) > limit:
+        raise InvalidInput(f"{field} is {len(value)} characters long, at most {limit}")
+    bad = _CONTROL_RE.search(value)
+    if bad is not None:
+        raise InvalidInput(
+            f"{field} {_shown(value)} contains the control character "
+            f"U+{ord(bad.group()):04X} at position {bad.start()}: control characters "
+            "(tabs, newlines, escape sequences) are not allowed in free text"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            f"{field} {_shown(value)} is not valid text (undecodable bytes?)"
+        ) from None
+    return value
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal could act on (control, format, separator and
+    unassigned characters: whatever :meth:`str.isprintable` refuses, except the space) written
+    as a Python escape (``\\x1b``, ``\\u202e``). For text that came from the store or from a
+    handler's exception, which :func:`check_text` never saw."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"

@@ -15,8 +15,10 @@ Why it is shaped so (SPEC §3.3, §3 settle rule):
 - Hints only make it *faster*: a backend hint for one location reconciles that location at once,
   a ``workers``/``resync`` hint triggers a full scan; a full scan also runs every ``interval``
   seconds and just before the nearest scheduled resume, so a dropped hint is never permanent.
-- The clock is injectable (``clock=``, an aware-UTC ``datetime`` factory) so tests fire
-  scheduled resumes by moving a fake clock, not by sleeping.
+- "Due" is judged on the backend's time, through the manager's time source
+  (``mgr.time.is_past``, docs/time.md): a sidecar whose host clock is hours off fires nothing
+  early, and while the time source cannot meet its bound nothing fires at all. Tests give the
+  manager a fake clock (``Manager(clock=...)``) and move it instead of sleeping.
 
 Usage::
 
@@ -36,9 +38,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from locstatus.clock import Clock
 from locstatus.errors import LocstatusError
 from locstatus.manager import Manager
 from locstatus.models import Hint, LocationStatus, State
@@ -50,8 +51,8 @@ EventObserver = Callable[[str, str], None]
 ``event`` is ``resume_due`` or ``settle``; ``result`` is ``applied`` or an error kind."""
 
 _MIN_WAIT = 0.05
-"""Floor of the loop's sleep (seconds): a clock skew between reconciler and manager never
-turns the loop into a busy spin."""
+"""Floor of the loop's sleep (seconds): a resume due inside the clock's uncertainty (not yet
+past beyond doubt) never turns the loop into a busy spin."""
 
 _ids = itertools.count(1)
 
@@ -77,9 +78,7 @@ class Reconciler:
 
     - ``mgr``: the :class:`Manager` to act through (every write is its compare-and-set path).
     - ``interval``: seconds between full scans of every record (> 0).
-    - ``clock``: aware-UTC ``datetime`` factory deciding what is due; default ``mgr.clock``.
-      Give the manager the same clock, since the manager's guard checks ``resume_at <= now``
-      with its own clock.
+      What is due is decided on the manager's time source (``mgr.time``, docs/time.md).
     - ``actor``: recorded on the resumes this reconciler fires; default
       ``scheduler:<host>:<pid>:<n>`` so history shows which process fired each one.
     - ``observer``: optional ``(event, result)`` callback (metrics).
@@ -96,7 +95,6 @@ class Reconciler:
         self,
         mgr: Manager,
         interval: float = 1.0,
-        clock: Clock | None = None,
         *,
         actor: str | None = None,
         observer: EventObserver | None = None,
@@ -105,7 +103,6 @@ class Reconciler:
             raise ValueError(f"reconcile interval must be > 0 seconds, got {interval!r}")
         self.mgr = mgr
         self.interval = float(interval)
-        self.clock: Clock = clock or mgr.clock
         self.actor = actor or f"scheduler:{socket.gethostname()}:{os.getpid()}:{next(_ids)}"
         self.observer = observer
         self.stats: dict[str, int] = {
@@ -117,7 +114,7 @@ class Reconciler:
         }
         """Counters since start: full passes, resumes fired, transitions settled, errors, hints."""
         self.last_run: datetime | None = None
-        """When the last full pass finished (by ``clock``), or None."""
+        """When the last full pass finished (backend time, ``mgr.clock()``), or None."""
         self.last_error: str | None = None
         """The last error message of a pass, or None after a clean pass."""
         self.pending_resumes = 0
@@ -146,7 +143,7 @@ class Reconciler:
         # A random order per pass: several sidecars spread over the due records instead of
         # all queueing on the same first one (the guard keeps it exactly-once either way).
         random.shuffle(records)
-        now = self.clock()
+        now = self.mgr.clock()
         pending = 0
         for rec in records:
             report.scanned += 1
@@ -156,7 +153,7 @@ class Reconciler:
             self._next_due = report.next_due
         self.pending_resumes = pending
         self.stats["runs"] += 1
-        self.last_run = self.clock()
+        self.last_run = self.mgr.clock()
         self.last_error = next(iter(report.errors.values()), None)
         return report
 
@@ -170,7 +167,7 @@ class Reconciler:
                 self._error(location, exc, report)
             return report
         report.scanned = 1
-        self._reconcile_record(rec, self.clock(), report)
+        self._reconcile_record(rec, self.mgr.clock(), report)
         if report.next_due is not None:
             with self._lock:
                 if self._next_due is None or report.next_due < self._next_due:
@@ -184,7 +181,9 @@ class Reconciler:
             return
         loc = rec.location
         due = [
-            s for s, st in rec.services.items() if st.resume_at is not None and st.resume_at <= now
+            s
+            for s, st in rec.services.items()
+            if st.resume_at is not None and self.mgr.time.is_past(st.resume_at)
         ]
         try:
             if due:
@@ -223,10 +222,14 @@ class Reconciler:
             return
         self._logged.pop(loc, None)
         for st in rec.services.values():
-            if st.resume_at is not None and st.resume_at > now and (
-                report.next_due is None or st.resume_at < report.next_due
-            ):
-                report.next_due = st.resume_at
+            at = st.resume_at
+            if at is None:
+                continue
+            if at <= now:  # due by the estimate, not past beyond doubt (or the clock refused)
+                retry = self.interval if self.mgr.time.problem() else _MIN_WAIT
+                at = now + timedelta(seconds=retry)
+            if report.next_due is None or at < report.next_due:
+                report.next_due = at
 
     def _error(self, location: str, exc: LocstatusError, report: ReconcileReport) -> None:
         report.errors[location] = exc.message
@@ -322,7 +325,7 @@ class Reconciler:
         with self._lock:
             due = self._next_due
         if due is not None:
-            until_due = (due - self.clock()).total_seconds()
+            until_due = (due - self.mgr.clock()).total_seconds()
             if until_due < wait:
                 wait = until_due
                 with self._lock:  # wake for it once; the pass then recomputes it

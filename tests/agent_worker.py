@@ -33,13 +33,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from locstatus.agent import HandlerRetry
 from locstatus.backends import Backend, HintCallback, Unsubscribe, open_backend
+from locstatus.client import Client
 from locstatus.errors import BackendUnavailable, CorruptRecord
-from locstatus.manager import Manager
 from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 
@@ -68,6 +69,8 @@ class Partition(Backend):
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
         self.url = inner.url
+        self.local_clock = inner.local_clock
+        self.clock_resolution = inner.clock_resolution
         self._cut = threading.Event()
 
     def cut(self) -> None:
@@ -149,6 +152,10 @@ class Partition(Backend):
 
         return self.inner.subscribe(forward, kinds=kinds)
 
+    def probe_time(self) -> datetime:
+        self._check()
+        return self.inner.probe_time()
+
     def ping(self) -> None:
         self._check()
         self.inner.ping()
@@ -185,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     link = Partition(open_backend(args.url))
     if args.session_leases:
         link.session_leases = link.inner.session_leases
-    mgr = Manager(link)
+    mgr = Client(link)
     agent = mgr.agent(
         args.id,
         services=args.services.split(","),

@@ -2,6 +2,7 @@
 
 ``kit``: all backends (memory, sqlite, zk, mongo).
 ``durable_kit``: backends reachable from other OS processes (everything but memory).
+``small_disk``: a small tmpfs that a test fills up for real (``fulldisk.py``).
 
 Server backends bring their own session-scoped server fixtures (``kits_zk.py``,
 ``kits_mongo.py``): real ZooKeeper from the Debian package, and a real mongod (or testcontainers,
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fulldisk import small_disk  # noqa: F401  (a fixture: a tmpfs to fill up)
 
 from kits import Kit, memory_kit, sqlite_kit
 

@@ -851,6 +851,15 @@ class MongoHandle:
     def kill(self) -> None:
         raise NotImplementedError
 
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP, or ``docker pause``): its sockets stay open and it
+        answers nothing (clients see timeouts, not connection refused)."""
+        raise NotImplementedError
+
+    def resume(self) -> None:
+        """Undo :meth:`pause` (SIGCONT, or ``docker unpause``)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -911,6 +920,12 @@ class ExternalMongo(MongoHandle):
 
     def kill(self) -> None:
         raise self._unsupported("kill")
+
+    def pause(self) -> None:
+        raise self._unsupported("pause")
+
+    def resume(self) -> None:
+        raise self._unsupported("resume")
 
     def close(self) -> None:
         pass
@@ -1020,8 +1035,16 @@ class SecantusMongo(MongoHandle):
         if self._proc is not None:
             _kill9(self._proc)
 
+    def pause(self) -> None:
+        if self._proc is not None and self.running:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None and self.running:
+            self._proc.send_signal(signal.SIGCONT)
+
     def close(self) -> None:
-        self.stop()
+        self.stop()  # SIGCONTs a paused server first (_terminate)
 
     def prune_ttl(self) -> int:
         """Run the TTL monitor now (``secantusAdmin.pruneTtl``); returns the
@@ -1101,6 +1124,14 @@ class TestcontainersMongo(MongoHandle):
     def kill(self) -> None:
         if self._container is not None and self.running:
             self._wrapped().kill()
+
+    def pause(self) -> None:
+        if self._container is not None and self.running:
+            self._wrapped().pause()
+
+    def resume(self) -> None:
+        if self._container is not None:
+            self._wrapped().unpause()
 
     def close(self) -> None:
         if self._container is not None:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from locstatus import (
+    Client,
     InvalidInput,
     Manager,
     NotFound,
@@ -33,7 +34,8 @@ from locstatus import (
     State,
     connect,
 )
-from locstatus.agent import UNREGISTER_GRACE, Agent, HandlerRetry, _rendezvous
+from locstatus.agent import UNREGISTER_GRACE, Agent, HandlerRetry
+from locstatus.agent.settle import rendezvous
 from locstatus.backends import Backend, open_backend
 from locstatus.models import TOMBSTONE_ACK, tombstone_generation
 
@@ -91,7 +93,7 @@ class Recording(Partition):
 
 @pytest.fixture
 def mgr(kit: Kit) -> Iterator[Manager]:
-    m = Manager(kit.open())
+    m = Client(kit.open())
     m.sync_locations({LOC: ["replication", "lifecycle"], "eu-west-1": ["replication"]})
     yield m
 
@@ -256,7 +258,7 @@ def test_state_that_moves_while_the_handler_runs_is_applied_before_acknowledging
     kit: Kit, agents: list[Agent]
 ) -> None:
     backend = Recording(kit.open())
-    mgr = Manager(backend)
+    mgr = Client(backend)
     mgr.sync_locations([LOC])
     entered, release = threading.Event(), threading.Event()
     calls: list[tuple[str, str, int]] = []
@@ -614,7 +616,7 @@ def test_in_process_partition_misses_hints_and_resyncs_on_reconnect(
     mgr.sync_locations([LOC])
     calls: list[tuple[str, str, int]] = []
     agent = make_agent(
-        Manager(link),
+        Client(link),
         agents,
         "w1",
         calls,
@@ -645,7 +647,7 @@ def test_a_settler_that_dies_right_after_acknowledging_does_not_leave_the_locati
     and nothing woke it again until the dead session expired (~12 s). Every worker that
     acknowledged now retries with backoff while the location stays transitional."""
     ids = ["w-a", "w-b"]
-    settler = max(ids, key=lambda w: _rendezvous(LOC, w))
+    settler = max(ids, key=lambda w: rendezvous(LOC, w))
     other = next(w for w in ids if w != settler)
     doomed = spawn(settler, "--slow", "1.5", "--die-after-ack", "--session-leases",
                    "--lease", "30")
@@ -701,12 +703,12 @@ def test_handler_error_is_visible_in_workers_until_it_succeeds(
 def test_worker_dropped_as_expired_acknowledges_again_when_it_comes_back(
     kit: Kit, agents: list[Agent]
 ) -> None:
-    mgr = Manager(kit.open())
+    mgr = Client(kit.open())
     mgr.sync_locations([LOC])
     link = Partition(kit.open())
     calls: list[tuple[str, str, int]] = []
     napper = make_agent(
-        Manager(link),
+        Client(link),
         agents,
         "napper",
         calls,
@@ -776,7 +778,7 @@ def test_a_restart_waits_for_the_unregistration_stop_left_pending(kit: Kit) -> N
     worker, and a pause would settle to paused before the worker applied it (SPEC §3).
     start() lets it land first."""
     slow = SlowUnregister(kit.open())
-    mgr = Manager(slow)
+    mgr = Client(slow)
     mgr.sync_locations([LOC])
     agent = mgr.agent("w-restart", services=[SVC])
     agent.on_pause(SVC)(lambda location: None)

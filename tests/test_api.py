@@ -37,6 +37,9 @@ TOKEN = "tok-9f1c2e-never-print-me"
 LOCATIONS = ["eu-west-1", "us-east-1", "us-east-2"]
 START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 PROBLEM = "application/problem+json"
+JSON = {"Content-Type": "application/json"}
+"""What a client of the native API sends with every mutation, with or without a body
+(docs/http.md, "Requests from browsers"); the test clients send it by default."""
 
 
 
@@ -57,7 +60,7 @@ def mgr(backend_url: str, clock: FakeClock) -> Iterator[Manager]:
 
 @pytest.fixture
 def server(mgr: Manager, clock: FakeClock) -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_app(mgr, token=TOKEN, clock=clock)) as srv:
+    with BackgroundServer(create_app(mgr, token=TOKEN)) as srv:
         yield srv
 
 
@@ -65,7 +68,7 @@ def server(mgr: Manager, clock: FakeClock) -> Iterator[BackgroundServer]:
 def http(server: BackgroundServer) -> Iterator[httpx.Client]:
     """An authorised client."""
     with httpx.Client(
-        base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+        base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}", **JSON}, timeout=60
     ) as c:
         yield c
 
@@ -73,7 +76,7 @@ def http(server: BackgroundServer) -> Iterator[httpx.Client]:
 @pytest.fixture
 def anon(server: BackgroundServer) -> Iterator[httpx.Client]:
     """A client without credentials."""
-    with httpx.Client(base_url=server.url, timeout=60) as c:
+    with httpx.Client(base_url=server.url, headers=JSON, timeout=60) as c:
         yield c
 
 
@@ -285,7 +288,7 @@ def test_scheduled_resume_fires_on_time(
 ) -> None:
     http.post("/v1/locations/us-east-1/replication/pause")
     http.post("/v1/locations/us-east-1/replication/resume", json={"in_seconds": 3600})
-    reconciler = Reconciler(mgr, interval=60, clock=clock)
+    reconciler = Reconciler(mgr, interval=60)
     clock.advance(3599)
     assert reconciler.run_once().fired == []
     assert http.get("/v1/locations/us-east-1").json()["services"]["replication"]["state"] == (
@@ -380,6 +383,45 @@ def test_resume_body_validation(http: httpx.Client, mgr: Manager, body: object) 
     assert mgr.status("us-east-1").version == version
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "field", "needle"),
+    [
+        # valid datetimes whose UTC time is not one: a 500 (OverflowError) before
+        ("resume", {"at": "9999-12-31T23:59:59-01:00"}, "at", "out of range"),
+        ("resume", {"at": "0001-01-01T00:00:00+01:00"}, "at", "out of range"),
+        # numbers were read as Unix times; docs/http.md says ISO 8601
+        ("resume", {"at": 1924992000}, "at", "a number is not read as a Unix time"),
+        ("resume", {"at": 1924992000.5}, "at", "ISO 8601"),
+        ("resume", {"at": True}, "at", "ISO 8601"),
+        # control characters a terminal acts on (locstatus status/history print them)
+        ("pause", {"reason": "disk\x1b]0;owned\x07"}, "reason", "U+001B"),
+        ("pause", {"actor": "ops\x1b[2K\x1b[1A"}, "actor", "U+001B"),
+        ("resume", {"reason": "a\nb"}, "reason", "U+000A"),
+        ("resume", {"at": "2031-01-01T00:00:00Z", "actor": "\x9b2J"}, "actor", "U+009B"),
+    ],
+)
+def test_bad_times_and_control_characters_are_422_naming_the_field(
+    http: httpx.Client, mgr: Manager, route: str, body: dict[str, Any], field: str, needle: str
+) -> None:
+    http.post("/v1/locations/all/replication/pause")
+    before = {r.location: r.version for r in mgr.statuses()}
+    for location in ("us-east-1", "all"):
+        r = http.post(f"/v1/locations/{location}/replication/{route}", json=body)
+        problem = assert_problem(r, 422)
+        assert [e["loc"] for e in problem["errors"]] == [["body", field]]
+        assert needle in problem["errors"][0]["msg"] and needle in problem["detail"]
+    assert r.headers["content-type"].startswith(PROBLEM)
+    assert {r.location: r.version for r in mgr.statuses()} == before
+
+
+def test_cancel_refuses_control_characters_too(http: httpx.Client, mgr: Manager) -> None:
+    version = mgr.status("us-east-1").version
+    r = http.request("DELETE", "/v1/locations/us-east-1/replication/schedule",
+                     json={"reason": "x\x1b[2J"})
+    assert assert_problem(r, 422)["errors"][0]["loc"] == ["body", "reason"]
+    assert mgr.status("us-east-1").version == version
+
+
 def test_malformed_and_oversize_bodies(http: httpx.Client) -> None:
     r = http.post("/v1/locations/us-east-1/replication/pause", content=b"{nope",
                   headers={"content-type": "application/json"})
@@ -425,8 +467,155 @@ def test_mutations_need_the_token(anon: httpx.Client, mgr: Manager) -> None:
 
 def test_no_token_means_open_mutations(mgr: Manager) -> None:
     with BackgroundServer(create_app(mgr)) as srv:
-        r = httpx.post(srv.url + "/v1/locations/us-east-1/replication/pause", timeout=60)
+        r = httpx.post(srv.url + "/v1/locations/us-east-1/replication/pause", headers=JSON,
+                       timeout=60)
         assert r.status_code == 200
+
+
+# -- requests from browsers: cross-site forms and fetches, DNS rebinding ---------------------------
+
+EVIL = "http://evil.example"
+
+
+@pytest.fixture
+def loopback(mgr: Manager) -> Iterator[str]:
+    """A sidecar without a token on 127.0.0.1: its port is its only protection."""
+    with BackgroundServer(create_app(mgr)) as srv:
+        yield srv.url
+
+
+def versions(mgr: Manager) -> dict[str, int]:
+    return {r.location: r.version for r in mgr.statuses()}
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status"),
+    [
+        # what a page on another site can send without the browser asking first (no preflight)
+        ({"Origin": EVIL, "Content-Type": "text/plain"}, b"", 403),
+        ({"Origin": EVIL, "Content-Type": "application/x-www-form-urlencoded"}, b"a=1", 403),
+        ({"Origin": EVIL, "Content-Type": "multipart/form-data; boundary=x"}, b"", 403),
+        ({"Origin": EVIL}, b"", 403),  # fetch(url, {method: "POST", mode: "no-cors"})
+        ({"Origin": "null"}, b"", 403),  # sandboxed iframe, file: page
+        ({"Origin": EVIL, **JSON}, b"{}", 403),  # would need a preflight, refused anyway
+        # no Origin (an old browser, a plugin): the body type alone must give it away
+        ({"Content-Type": "text/plain"}, b"", 415),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, b"reason=x", 415),
+        ({"Content-Type": "text/plain"}, b'{"reason": "x"}', 415),
+        ({}, b"", 415),
+    ],
+)
+def test_a_cross_site_mutation_is_refused_and_changes_nothing(
+    loopback: str, mgr: Manager, headers: dict[str, str], body: bytes, status: int
+) -> None:
+    """A page on another origin paused every location of a token-less loopback sidecar: an
+    empty text/plain or form body was accepted and Origin was not checked."""
+    before = versions(mgr)
+    for method, path in (
+        ("POST", "/v1/locations/all/replication/pause"),
+        ("POST", "/v1/locations/us-east-1/all/pause"),
+        ("POST", "/v1/locations/all/all/resume"),
+        ("DELETE", "/v1/locations/us-east-1/replication/schedule"),
+    ):
+        r = httpx.request(method, loopback + path, headers=headers, content=body, timeout=60)
+        problem = assert_problem(r, status)
+        assert problem["type"] == ("urn:locstatus:cross-origin" if status == 403
+                                   else "urn:locstatus:unsupported-media-type")
+    assert versions(mgr) == before
+
+
+def test_same_origin_json_and_non_browser_clients_are_served(
+    loopback: str, mgr: Manager
+) -> None:
+    port = loopback.rsplit(":", 1)[1]
+    path = loopback + "/v1/locations/us-east-1/replication/pause"
+    for origin in (loopback, f"http://localhost:{port}", f"http://LOCALHOST:{port}"):
+        host = origin.removeprefix("http://").lower()
+        r = httpx.post(path, headers={"Origin": origin, "Host": host, **JSON}, timeout=60)
+        assert r.status_code == 200, (origin, r.text)
+    r = httpx.post(path, headers={"Content-Type": "application/json; charset=utf-8"},
+                   json={"reason": "curl"}, timeout=60)  # no Origin: not a browser
+    assert r.status_code == 200, r.text
+    assert mgr.status("us-east-1").services["replication"].paused
+    # reads and unknown routes are unchanged: the browser never lets a page read them
+    assert httpx.get(loopback + "/v1/locations", headers={"Origin": EVIL}).status_code == 200
+    assert_problem(httpx.put(loopback + "/v1/locations/us-east-1", headers={"Origin": EVIL}), 405)
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.example", "evil.example:{port}", "192.168.1.10:{port}", "127.0.0.1.evil.example",
+             "localhost.evil.example", "[::2]:{port}", "", "a:b:c"],
+)
+def test_a_sidecar_without_a_token_serves_only_loopback_hosts(
+    loopback: str, mgr: Manager, host: str
+) -> None:
+    """DNS rebinding: a page on evil.example re-pointed at 127.0.0.1 is same-origin with the
+    sidecar to the browser, so it could read everything and send JSON. Its Host gives it away."""
+    port = loopback.rsplit(":", 1)[1]
+    headers = {"Host": host.format(port=port)}
+    before = versions(mgr)
+    for method, path in (("GET", "/v1/locations"), ("GET", "/"), ("GET", "/metrics"),
+                         ("GET", "/v1/workers"), ("GET", "/openapi.json"),
+                         ("POST", "/v1/locations/all/replication/pause")):
+        r = httpx.request(method, loopback + path, headers={**headers, **JSON}, timeout=60)
+        problem = assert_problem(r, 421)
+        assert problem["type"] == "urn:locstatus:misdirected-request"
+        assert "DNS rebinding" in problem["detail"] or "parse" in problem["detail"]
+        assert "us-east-1" not in r.text
+    assert versions(mgr) == before
+
+
+def test_loopback_hosts_any_port_and_allowed_names_are_served(mgr: Manager) -> None:
+    with BackgroundServer(create_app(mgr, allowed_hosts=["s3.zenko.local"])) as srv:
+        port = srv.url.rsplit(":", 1)[1]
+        for host in (f"127.0.0.1:{port}", "127.0.0.1", "127.0.0.2:1", f"localhost:{port}",
+                     "LocalHost.", f"[::1]:{port}", "[::1]", "s3.zenko.local:8000",
+                     "S3.Zenko.Local"):
+            r = httpx.get(srv.url + "/v1/locations/us-east-1", headers={"Host": host}, timeout=60)
+            assert r.status_code == 200, (host, r.text)
+        assert_problem(httpx.get(srv.url + "/v1/locations", headers={"Host": "zenko.local"}), 421)
+
+
+def test_with_a_token_any_host_is_served(server: BackgroundServer) -> None:
+    r = httpx.get(server.url + "/v1/locations", headers={"Host": "sidecar.example:8080"})
+    assert r.status_code == 200
+    r = httpx.post(server.url + "/v1/locations/us-east-1/replication/pause", timeout=60,
+                   headers={"Host": "sidecar.example:8080", **JSON,
+                            "Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(
+    ("token", "needle"),
+    [
+        (" tok-with-space", "leading or trailing whitespace"),
+        ("tok-with-newline\n", "leading or trailing whitespace"),
+        ("t\u00f6ken", "non-ASCII character at position 1"),
+        ("tok\u200b", "non-ASCII character at position 3"),
+        ("tok\x7f", "control character at position 3"),
+        ("to\tken", "control character at position 2"),
+    ],
+)
+def test_a_token_no_client_can_send_is_refused_at_start(
+    backend_url: str, tmp_path: Path, mgr: Manager, token: str, needle: str
+) -> None:
+    """A token with non-ASCII characters or surrounding spaces could never authenticate: the
+    sidecar started and refused every mutation with 401/403."""
+    with pytest.raises(InvalidInput, match=needle) as info:
+        create_app(mgr, token=token)
+    assert token.strip() not in str(info.value)
+    proc = subprocess.run(
+        # a TEST-NET address: were the token accepted, binding it would fail at once (exit 2
+        # naming the address), so the test fails quickly instead of serving forever
+        [sys.executable, "-m", "locstatus", "--backend", backend_url, "serve", "--port", "0",
+         "--host", "203.0.113.7"],
+        env={**os.environ, "LOCSTATUS_API_TOKEN": token}, capture_output=True, text=True,
+        timeout=120, cwd=tmp_path, check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: the API token (LOCSTATUS_API_TOKEN)"), proc.stderr
+    assert needle in proc.stderr and token.strip() not in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 # -- other routes -------------------------------------------------------------------------------
@@ -466,7 +655,7 @@ def test_health_ready_and_backend_down(backend_url: str, clock: FakeClock) -> No
 
 
 def test_readyz_reports_a_stopped_reconciler(mgr: Manager, clock: FakeClock) -> None:
-    reconciler = Reconciler(mgr, interval=30, clock=clock)
+    reconciler = Reconciler(mgr, interval=30)
     with BackgroundServer(create_app(mgr, reconciler=reconciler)) as srv:
         assert_problem(httpx.get(srv.url + "/readyz", timeout=60), 503)
         reconciler.start()
@@ -531,6 +720,27 @@ def test_metrics(http: httpx.Client, mgr: Manager, clock: FakeClock) -> None:
     assert _metric(text, "locstatus_scheduled_resumes_overdue", service="replication") == 1
 
 
+def test_workers_and_metrics_show_clock_offsets_to_the_backend(backend_url: str) -> None:
+    """docs/time.md "What an operator sees": each worker's published offset in GET
+    /v1/workers, this sidecar's own offset and error bound in /metrics."""
+    m = Manager(open_backend(backend_url))  # the backend's own time, measured
+    try:
+        m.backend.put_worker(WorkerInfo(
+            worker_id="w-skewed", services=("replication",), clock_offset_seconds=30.0,
+            lease_expires_at=m.clock() + timedelta(minutes=5),
+        ))
+        with BackgroundServer(create_app(m)) as srv:
+            (w,) = httpx.get(srv.url + "/v1/workers", timeout=60).json()
+            assert w["clock_offset_seconds"] == 30.0 and w["is_alive"] is True
+            text = httpx.get(srv.url + "/metrics", timeout=60).text
+        assert abs(_metric(text, "locstatus_clock_offset_seconds")) < 1.0  # servers on this host
+        assert 0 <= _metric(text, "locstatus_clock_uncertainty_seconds") <= 0.25
+        assert _metric(text, "locstatus_clock_max_uncertainty_seconds") == 0.25
+        assert _metric(text, "locstatus_clock_refusals_total") == 0
+    finally:
+        m.close()
+
+
 def test_concurrent_operators_never_lose_a_change(http: httpx.Client, mgr: Manager) -> None:
     """Two operators pausing and resuming different services of one record at once: every
     change lands (compare-and-set + retry), none reverts another."""
@@ -588,7 +798,7 @@ def test_serve_reports_a_port_in_use(backend_url: str) -> None:
     port = taken.getsockname()[1]
     try:
         with pytest.raises(InvalidInput, match=f"127.0.0.1:{port}"):
-            serve(backend_url, host="127.0.0.1", port=port, token="t", insecure=False,
+            serve(backend_url, host="127.0.0.1", port=port, token="port-in-use-token-4e7a", insecure=False,
                   reconcile_interval=1.0, check_interval=None)
     finally:
         taken.close()
@@ -648,13 +858,13 @@ def test_serve_process_never_logs_the_token(
     )
     try:
         path = url + "/v1/locations/us-east-1/replication/pause"
-        assert httpx.post(path, timeout=60).status_code == 401
-        assert httpx.post(path, headers={"Authorization": f"Bearer {TOKEN}x"},
+        assert httpx.post(path, headers=JSON, timeout=60).status_code == 401
+        assert httpx.post(path, headers={"Authorization": f"Bearer {TOKEN}x", **JSON},
                           timeout=60).status_code == 403
-        ok = httpx.post(path, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+        ok = httpx.post(path, headers={"Authorization": f"Bearer {TOKEN}", **JSON}, timeout=60)
         assert ok.status_code == 200
         assert httpx.post(url + "/v1/locations/-nope/replication/pause",
-                          headers={"Authorization": f"Bearer {TOKEN}"},
+                          headers={"Authorization": f"Bearer {TOKEN}", **JSON},
                           timeout=60).status_code == 400
         # The periodic read-only consistency check publishes its report at /v1/check.
         deadline = time.monotonic() + 60

@@ -57,7 +57,7 @@ def mgr(backend_url: str, clock: FakeClock) -> Iterator[Manager]:
 
 @pytest.fixture
 def http(mgr: Manager, clock: FakeClock) -> Iterator[httpx.Client]:
-    with BackgroundServer(create_app(mgr, token=TOKEN, clock=clock)) as srv, httpx.Client(
+    with BackgroundServer(create_app(mgr, token=TOKEN)) as srv, httpx.Client(
         base_url=srv.url + API, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
     ) as c:
         yield c
@@ -274,7 +274,7 @@ def test_scheduled_resume_fires_on_time(
 ) -> None:
     http.post("/crr/pause/zenko")
     http.post("/crr/resume/zenko/schedule", json={"hours": 1})
-    reconciler = Reconciler(mgr, interval=60, clock=clock)
+    reconciler = Reconciler(mgr, interval=60)
     clock.advance(3600 - 1)
     reconciler.run_once()
     assert http.get("/crr/status/zenko").json() == {"zenko": "disabled"}
@@ -298,6 +298,74 @@ def test_mutations_need_the_token_reads_do_not(http: httpx.Client, mgr: Manager)
             assert_problem(anon.request(method, path), 401)
         assert anon.get("/crr/status").status_code == 200
         assert anon.get("/crr/resume").status_code == 200
+    assert state(mgr, "zenko") is State.RUNNING
+
+
+# -- requests from browsers, and what Backbeat's clients really send ------------------------------
+
+EVIL = "http://evil.example"
+
+
+@pytest.fixture
+def loopback(mgr: Manager, clock: FakeClock) -> Iterator[str]:
+    """A sidecar without a token on 127.0.0.1, as Backbeat's API server runs."""
+    with BackgroundServer(create_app(mgr)) as srv:
+        yield srv.url + API
+
+
+def test_backbeat_clients_are_served_as_they_send(loopback: str, mgr: Manager) -> None:
+    """Backbeat's own functional tests (tests/functional/api/routes.js) and Zenko's end-to-end
+    tests POST with no Content-Type, with an empty body or {"hours": 1}; signed S3 SDK clients
+    send application/json or application/octet-stream with an AWS Authorization header, and
+    CloudServer forwards a console's browser Origin with them."""
+    with httpx.Client(base_url=loopback, timeout=60) as c:
+        assert c.post("/crr/pause", content=b"").json() == dict.fromkeys(SITES, "disabled")
+        r = c.post("/crr/resume/zenko/schedule", content=b'{"hours": 1}')
+        assert r.status_code == 200, r.text
+        assert resume_at(mgr, "zenko") is not None
+        assert c.post("/crr/resume/aws-location").status_code == 200  # python requests.post(url)
+        signed = {"Authorization": "AWS4-HMAC-SHA256 Credential=AKIA/20300628/us-east-1/s3/"
+                  "aws4_request, SignedHeaders=host, Signature=00", "Origin": EVIL}
+        for kind in ("application/json", "application/octet-stream"):
+            r = c.post("/ingestion/pause/a-zenko-location", content=b"{}",
+                       headers={**signed, "Content-Type": kind})
+            assert r.status_code == 200, (kind, r.text)
+        r = c.post("/crr/pause/zenko", headers={"Origin": loopback.split(API)[0]})
+        assert r.status_code == 200, r.text  # the sidecar's own origin
+    assert state(mgr, "a-zenko-location", "ingestion") is State.PAUSED  # no worker to wait for
+    assert state(mgr, "aws-location") is State.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status"),
+    [
+        ({"Origin": EVIL}, b"", 403),  # fetch(url, {method: "POST", mode: "no-cors"})
+        ({"Origin": "null"}, b"", 403),
+        ({"Origin": EVIL, "Content-Type": "application/json"}, b"{}", 403),
+        ({"Content-Type": "text/plain"}, b"", 415),  # a cross-site form or fetch, no Origin
+        ({"Content-Type": "application/x-www-form-urlencoded"}, b"hours=1", 415),
+        ({"Content-Type": "multipart/form-data; boundary=b"}, b"", 415),
+    ],
+)
+def test_a_cross_site_backbeat_mutation_is_refused(
+    loopback: str, mgr: Manager, headers: dict[str, str], body: bytes, status: int
+) -> None:
+    mgr.pause("zenko", "replication")
+    mgr.resume("zenko", "replication", at=timedelta(hours=2))
+    before = {r.location: r.version for r in mgr.statuses()}
+    for method, path in (("POST", "/crr/pause"), ("POST", "/crr/resume"),
+                         ("POST", "/crr/resume/zenko/schedule"), ("DELETE", "/crr/resume/zenko"),
+                         ("POST", "/lifecycle/pause/us-east-1")):
+        r = httpx.request(method, loopback + path, headers=headers, content=body, timeout=60)
+        assert_problem(r, status)
+    assert {r.location: r.version for r in mgr.statuses()} == before
+    assert httpx.get(loopback + "/crr/status", headers={"Origin": EVIL}).status_code == 200
+
+
+def test_a_backbeat_route_is_not_served_to_a_rebound_host(loopback: str, mgr: Manager) -> None:
+    for method, path in (("GET", "/crr/status"), ("POST", "/crr/pause")):
+        r = httpx.request(method, loopback + path, headers={"Host": "evil.example"}, timeout=60)
+        assert_problem(r, 421)
     assert state(mgr, "zenko") is State.RUNNING
 
 

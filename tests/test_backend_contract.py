@@ -12,10 +12,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from locstatus.backends import Backend
+from locstatus.backends import Backend, codec
 from locstatus.errors import (
     AlreadyExists,
+    BackendUnavailable,
     CorruptRecord,
+    InvalidInput,
     NotFound,
     VersionConflict,
 )
@@ -28,6 +30,7 @@ from locstatus.models import (
     WorkerInfo,
 )
 
+import corrupt_shapes as shapes
 from kits import Kit
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -187,6 +190,38 @@ def test_history_pages_never_split_a_write(b: Backend) -> None:
     assert all(seen.count(ver) == 2 for ver in versions)
 
 
+def test_every_write_is_found_by_its_version_however_many_writes_followed(kit: Kit) -> None:
+    """Invariant 9: the write that produced a version is read by that version alone (what
+    resolves an ambiguous commit), long after it left any recent window (MongoDB embeds 100)."""
+    b = kit.open()
+    first = v = b.create(record("loc"), [entry("loc", "op-c", "create", "*")]).version
+    for i in range(130):
+        v = b.compare_and_set(
+            record("loc", State.PAUSING, i), v,
+            [entry("loc", f"op-{i}"), entry("loc", f"op-{i}", service="lifecycle")],
+        ).version
+    full = b.history("loc", limit=10_000)
+    assert len(full) == 261
+    for version in range(first, v + 1):
+        assert b.history_write("loc", version) == [e for e in full if e.version == version]
+    assert [(e.op_id, e.service) for e in b.history_write("loc", first + 1)] == [
+        ("op-0", "lifecycle"), ("op-0", "replication"),
+    ]
+    assert b.history_write("loc", v + 1) == []  # not written (yet)
+    assert b.history_write("never-created", first) == []
+    empty = b.compare_and_set(record("loc"), v, []).version
+    assert b.history_write("loc", empty) == []  # a write without history
+    kit.write_raw_history("loc", first + 1, '[{"not": "an entry"}]')
+    with pytest.raises(CorruptRecord) as exc:
+        b.history_write("loc", first + 1)
+    assert exc.value.location == "loc" and f"version {first + 1}" in exc.value.detail
+    assert b.history_write("loc", first + 2)[0].op_id == "op-1"  # its neighbours still read
+    b.delete("loc", empty)
+    b.create(record("loc"), [entry("loc", "op-reborn", "create", "*")])
+    for version in (first, first + 2, v):  # earlier life: not this record's writes
+        assert b.history_write("loc", version) == []
+
+
 def test_history_of_unknown_location_is_empty(b: Backend) -> None:
     assert b.history("never-created", limit=10) == []
 
@@ -222,6 +257,27 @@ def test_a_recreated_record_never_matches_a_version_of_its_earlier_life(b: Backe
     assert b.read("phoenix") == reborn
 
 
+def test_an_ack_conditional_on_an_earlier_life_is_refused(b: Backend) -> None:
+    """A worker whose handler ran for a record that was then purged acknowledges "still at
+    the version I applied". A record created again under the same name, written as many times
+    (so its ZooKeeper znode is at the same version as the purged one was), is another record:
+    the acknowledgement is refused with nothing written (it settled the new pause before that
+    worker had run ``on_pause``)."""
+    b.put_worker(worker("w-slow", None))
+    v = b.create(record("phoenix"), []).version
+    v = b.compare_and_set(record("phoenix", State.PAUSING, 1), v, []).version
+    applied = v  # the slow handler ran for this version
+    b.delete("phoenix", v)
+    v = b.create(record("phoenix"), []).version
+    reborn = b.compare_and_set(record("phoenix", State.PAUSING, 1), v, [])
+    assert reborn.version != applied
+    with pytest.raises(VersionConflict):
+        b.ack("w-slow", "phoenix", "replication", 1, if_version=applied)
+    assert b.acks("phoenix") == {}
+    b.ack("w-slow", "phoenix", "replication", 1, if_version=reborn.version)
+    assert b.acks("phoenix") == {"w-slow": {"replication": 1}}
+
+
 # -- corruption --------------------------------------------------------------------------------
 
 
@@ -233,14 +289,15 @@ def test_a_recreated_record_never_matches_a_version_of_its_earlier_life(b: Backe
         '{"services": {"replication": {"state": "exploded"}}, "deleted_at": null}',
         '["a", "list"]',
         '{"services": {"replication": {"generation": -4}}, "deleted_at": null}',
-        '{"location": "good-1", "services": {"replication": {}}, "deleted_at": null}',
+        shapes.GOOD[:1] + '"location": "good-1", ' + shapes.GOOD[1:],
         # the same with the key spelled in JSON escapes (found by the reliability review: it
         # passed the decoder's text check and the payload's value won over the real key)
-        '{"\\u006cocation": "good-1", "services": {"replication": {}}, "deleted_at": null}',
+        shapes.GOOD[:1] + '"\\u006cocation": "good-1", ' + shapes.GOOD[1:],
+        shapes.compact(shapes.GOOD[:1] + '"location": "good-1", ' + shapes.GOOD[1:]),
     ],
     ids=[
         "invalid-json", "missing-field", "bad-state", "not-an-object", "negative-generation",
-        "another-locations-document", "escaped-location-key",
+        "another-locations-document", "escaped-location-key", "compact-location-key",
     ],
 )
 def test_a_corrupt_record_is_named_and_does_not_hide_the_others(kit: Kit, payload: str) -> None:
@@ -262,8 +319,7 @@ def test_a_payload_never_sets_the_records_version(kit: Kit) -> None:
     the stored payload, even one spelled in JSON escapes: such a record is corrupt, or read at
     the backend's version (MongoDB, where ``version`` is the document's own field)."""
     b = kit.open()
-    kit.write_raw("v-loc", '{"services": {"replication": {}}, "deleted_at": null, '
-                           '"\\u0076ersion": 999}')
+    kit.write_raw("v-loc", shapes.GOOD[:-1] + ', "\\u0076ersion": 999}')
     try:
         rec = b.read("v-loc")
     except CorruptRecord as exc:
@@ -277,11 +333,77 @@ def test_a_stored_crr_key_reads_as_replication(kit: Kit) -> None:
     hand, whatever else its text contains."""
     b = kit.open()
     for loc, reason in (("crr-a", "maintenance"), ("crr-b", "location")):
-        kit.write_raw(loc, '{"services": {"crr": {"state": "paused", "generation": 1, '
-                           f'"reason": "{reason}"}}}}, "deleted_at": null}}')
+        kit.write_raw(loc, shapes.record(f'{{"crr": {shapes.entry(reason=reason)}}}'))
         rec = b.read(loc)
         assert list(rec.services) == ["replication"], loc
         assert rec.services["replication"].state is State.PAUSED
+        assert rec.services["replication"].reason == reason
+
+
+def _damage(kit: Kit, location: str, text: str) -> Backend:
+    """A client on a store holding ``good-1`` and ``location`` (paused through the backend),
+    after ``text`` was written over ``location`` with the backend's own client. The client
+    subscribed before the write, and the write's hint (or a resync) has arrived."""
+    b = kit.open()
+    b.create(record("good-1"), [])
+    v = b.create(record(location), []).version
+    b.compare_and_set(record(location, State.PAUSED, 1), v, [entry(location, "op")])
+    got, _, unsubscribe = _collect(b)
+    time.sleep(0.3)  # let the subscription settle (watches armed, poller started)
+    kit.write_raw(location, text)
+    assert _wait_for(got, lambda h: h.location == location or h.kind == "resync")
+    unsubscribe()  # type: ignore[operator]
+    # A hint may carry the record it read (ZooKeeper): never one that does not validate.
+    assert [h.record for h in got if h.location == location and h.record is not None] == []
+    return b
+
+
+def _assert_corrupt_everywhere(b: Backend, location: str) -> None:
+    """``location`` reads as a :class:`CorruptRecord` naming it on every read path of the
+    backend (``read``, ``read_all``, ``scan_with_history``), and ``good-1`` still reads."""
+    with pytest.raises(CorruptRecord) as one:
+        b.read(location)
+    assert one.value.location == location
+    everything = b.read_all()
+    assert [r.location for r in everything if isinstance(r, CorruptRecord)] == [location]
+    assert [r.location for r in everything if isinstance(r, LocationStatus)] == ["good-1"]
+    scan = list(b.scan_with_history())
+    assert [r.location for r, _ in scan if isinstance(r, CorruptRecord)] == [location]
+    assert [r.location for r, _ in scan if isinstance(r, LocationStatus)] == ["good-1"]
+
+
+@pytest.mark.parametrize("shape", sorted(shapes.PARTIAL) + sorted(shapes.NESTED))
+def test_a_stored_record_missing_a_field_is_corrupt_never_completed(kit: Kit, shape: str) -> None:
+    """Only what was written is read (Backbeat's BB-37): a payload written over a paused record
+    with the backend's own client that leaves out a field (a service's ``state``, its
+    ``resume_at``, the record's ``deleted_at``) or says one twice (``crr`` beside
+    ``replication``) is a corrupt record on every read path, never read with defaults (a
+    service without ``state`` was read as ``running``)."""
+    b = _damage(kit, "half-written", shapes.PARTIAL.get(shape) or shapes.NESTED[shape])
+    _assert_corrupt_everywhere(b, "half-written")
+    kit.write_raw("half-written", shapes.GOOD)  # restored by hand, it reads again
+    assert b.read("half-written").services["replication"].state is State.PAUSED
+
+
+@pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)
+@pytest.mark.parametrize("shape", sorted(shapes.DUPLICATE_KEYS) + sorted(shapes.DEEP))
+def test_a_stored_text_with_a_key_twice_or_nested_too_deep_is_corrupt(
+    kit: Kit, shape: str
+) -> None:
+    """Backends that store JSON text can hold what a mapping cannot: a key twice in one object
+    (JSON parsers keep one of them; compact, spaced, escaped) and nesting deeper than a parser
+    recurses (ZooKeeper raised ``RecursionError`` from every ``read_all``). Each is a corrupt
+    record on every read path, and the others still read."""
+    b = _damage(kit, "bad-text", shapes.DUPLICATE_KEYS.get(shape) or shapes.DEEP[shape])
+    _assert_corrupt_everywhere(b, "bad-text")
+
+
+def test_a_complete_record_written_by_hand_reads_compact_or_spaced(kit: Kit) -> None:
+    """The other side of the rules above: a complete payload reads however it is spaced."""
+    b = kit.open()
+    for loc, text in (("spaced", shapes.GOOD), ("compact", shapes.compact(shapes.GOOD))):
+        kit.write_raw(loc, text)
+        assert b.read(loc).services["replication"].resume_at == datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def test_a_scan_pairs_each_record_with_its_newest_history_writes(kit: Kit) -> None:
@@ -416,6 +538,64 @@ def test_purging_a_location_drops_its_acks(b: Backend) -> None:
     assert b.acks("loc-a") == {}
 
 
+# -- registrations are bounded the same way on every backend (docs/agent.md "Registrations") ---
+
+
+def long_names(n: int, width: int = 110) -> tuple[str, ...]:
+    return tuple(f"site-{i:06d}-".ljust(width, "x") for i in range(n))
+
+
+def test_a_worker_failing_at_thousands_of_locations_still_registers_with_its_errors_trimmed(
+    b: Backend,
+) -> None:
+    """An outage makes a worker's handler fail at 17 000 locations: its heartbeat still
+    renews the lease (17 MB of errors once raised pymongo's DocumentTooLarge and killed the
+    heartbeat thread); the registration keeps the first errors, each cut, and says how many
+    it left out."""
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    errors = {f"loc-{i:05d}/replication": f"E{i} " + "x" * 2000 for i in range(17_000)}
+    b.put_worker(worker("w-noisy", lease).model_copy(update={"errors": errors}))
+    (listed,) = b.workers()
+    assert listed.alive(datetime.now(UTC)) and listed.lease_expires_at == lease
+    kept = {k: v for k, v in listed.errors.items() if k != codec.ERRORS_CUT_KEY}
+    assert list(kept) == sorted(errors)[: codec.MAX_WORKER_ERRORS]
+    assert all(v == errors[k][: codec.MAX_ERROR_CHARS] for k, v in kept.items())
+    left_out = 17_000 - codec.MAX_WORKER_ERRORS
+    assert listed.errors[codec.ERRORS_CUT_KEY].startswith(f"{left_out} more errors not shown")
+    b.put_worker(worker("w-noisy", lease).model_copy(update={"errors": {"loc-1/replication": "E"}}))
+    assert b.workers()[0].errors == {"loc-1/replication": "E"}  # errors within the bound: as is
+
+
+def test_handler_errors_give_way_to_a_large_location_filter(b: Backend) -> None:
+    """A filter close to the bound is kept whole; the errors are cut further to fit."""
+    names = long_names(8_000)  # ~900 KB of JSON
+    errors = {f"{n}/replication": "E" * 900 for n in names[:100]}  # 100 errors: ~100 KB more
+    info = WorkerInfo(worker_id="w-wide", services=("replication",), locations=names,
+                      errors=errors)
+    b.put_worker(info)
+    (listed,) = b.workers()
+    assert listed.locations == names
+    assert 0 < len(listed.errors) - 1 < 100
+    assert "more errors not shown" in listed.errors[codec.ERRORS_CUT_KEY]
+    assert len(codec.encode_worker(listed)) <= codec.MAX_REGISTRATION_BYTES
+
+
+def test_a_registration_too_large_without_its_errors_is_refused_and_nothing_is_written(
+    b: Backend,
+) -> None:
+    """A location filter of 150 000 names does not fit one registration on any backend: a
+    clear InvalidInput naming the filter, and the worker's earlier registration untouched."""
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    b.put_worker(worker("w-big", lease))
+    huge = WorkerInfo(worker_id="w-big", services=("replication",), locations=long_names(150_000),
+                      lease_expires_at=lease + timedelta(seconds=30))
+    with pytest.raises(InvalidInput, match=r"worker 'w-big': registration of \d+ bytes \(its "
+                       r"location filter holds 150000 names\) exceeds the limit of 1000000"):
+        b.put_worker(huge)
+    (listed,) = b.workers()
+    assert listed.locations is None and listed.lease_expires_at == lease
+
+
 # -- change hints ------------------------------------------------------------------------------
 
 
@@ -467,3 +647,19 @@ def test_after_unsubscribe_no_more_hints_arrive(kit: Kit) -> None:
 
 def test_ping_answers_on_a_live_backend(b: Backend) -> None:
     b.ping()
+
+
+def test_the_store_tells_its_own_time(b: Backend) -> None:
+    """Invariant 11: ``probe_time`` is the store's clock (every server of the suite runs on this
+    host, unfaked, so it is this host's time), aware UTC, never going back, stamped within the
+    call at the store's resolution; a closed backend says it cannot tell."""
+    before = datetime.now(UTC)
+    first = b.probe_time()
+    second = b.probe_time()
+    after = datetime.now(UTC)
+    slack = timedelta(seconds=b.clock_resolution + 0.005)
+    assert first.tzinfo is not None and first.utcoffset() == timedelta(0)
+    assert before - slack <= first <= second <= after + slack
+    b.close()
+    with pytest.raises(BackendUnavailable):
+        b.probe_time()

@@ -9,8 +9,9 @@ change log) taken before and after each case, on one store shared by every case.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,10 @@ CLI_CASES += [
     ("at-naive", ["resume", "us-east-1", "--at", "2030-01-01T00:00:00"], 2, "no timezone"),
     ("at-date-only", ["resume", "us-east-1", "--at", "2030-01-01"], 2, "'2030-01-01'"),
     ("at-garbage", ["resume", "us-east-1", "--at", "tomorrow"], 2, "'tomorrow'"),
+    ("at-past-9999-in-utc", ["resume", "us-east-1", "--at", "9999-12-31T23:59:59-01:00"], 2,
+     "'9999-12-31T23:59:59-01:00': out of range"),
+    ("at-before-year-1-in-utc", ["resume", "us-east-1", "--at", "0001-01-01T00:00:00+01:00"],
+     2, "out of range"),
     (
         "at-month-13",
         ["resume", "us-east-1", "--at", "2030-13-01T00:00:00Z"],
@@ -157,6 +162,15 @@ CLI_CASES += [
     ("reason-too-long", ["pause", "us-east-1", "--reason", "r" * 2000], 2, "2000 characters"),
     ("actor-too-long", ["pause", "us-east-1", "--actor", "a" * 300], 2, "300 characters"),
     ("actor-blank", ["pause", "us-east-1", "--actor", "  "], 2, "'  '"),
+    # control characters in free text: a terminal would act on them (locstatus.names)
+    ("reason-osc-title", ["pause", "dr-site-a", "--reason", "a\x1b]0;pwned\x07"], 2,
+     "--reason 'a\\x1b]0;pwned\\x07' contains the control character U+001B"),
+    ("reason-erase-line", ["pause", "dr-site-a", "--reason", "ok\x1b[2K"], 2, "U+001B"),
+    ("reason-newline", ["resume", "us-east-1", "--reason", "a\nb"], 2, "U+000A"),
+    ("actor-cursor-up", ["cancel-schedule", "us-east-1", "--actor", "ops\x1b[1A"], 2,
+     "--actor 'ops\\x1b[1A'"),
+    ("actor-c1-csi", ["pause", "all", "--actor", "ops\x9b2J"], 2, "U+009B"),
+    ("sync-actor-control", ["locations", "sync", "--sample", "--actor", "a\rb"], 2, "U+000D"),
     ("check-stuck-zero", ["check", "--stuck-after", "0s"], 2, "'0s'"),
     ("check-ttl-text", ["check", "--tombstone-ttl", "a day"], 2, "'a day'"),
     ("serve-port", ["serve", "--port", "70000"], 2, "'70000'"),
@@ -197,6 +211,13 @@ BAD_GLOBALS: list[tuple[str, list[str], str]] = [
     ),
     ("backend-sqlite-timeout", ["--backend", "sqlite:///{tmp}/x.db?timeout=abc"], "timeout=abc"),
     ("backend-sqlite-sync", ["--backend", "sqlite:///{tmp}/x.db?synchronous=bogus"], "'bogus'"),
+    ("backend-sqlite-timeout-nan", ["--backend", "sqlite:///{tmp}/x.db?timeout=nan"],
+     "timeout=nan"),
+    ("backend-sqlite-poll-zero", ["--backend", "sqlite:///{tmp}/x.db?poll_interval=0"],
+     "poll_interval=0"),
+    ("backend-zk-open-bracket", ["--backend", "zk://[::1/x"], "invalid ZooKeeper URL"),
+    ("backend-mongo-open-bracket", ["--backend", "mongodb://[::1:37017/"],
+     "invalid MongoDB URL"),
     ("services-empty", ["--backend", "{url}", "--services", " , "], "' , '"),
     (
         "services-bad",
@@ -338,6 +359,20 @@ LIBRARY_REFUSALS: list[tuple[str, Callable[[Manager], Any], str]] = [
     ("actor-too-long", lambda m: m.pause("dr-site-a", actor="a" * 300), "256"),
     ("reason-not-text", lambda m: m.pause("dr-site-a", reason=5), "reason"),  # type: ignore[arg-type]
     ("delay-overflow", lambda m: m.resume("us-east-1", at=timedelta(days=999_999_999)), "range"),
+    # a valid datetime whose UTC time is past year 9999 (or before year 1): OverflowError before
+    ("at-past-9999-in-utc", lambda m: m.resume("us-east-1", at=datetime(
+        9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-1)))), "out of range"),
+    ("at-before-year-1-in-utc", lambda m: m.resume("us-east-1", at=datetime(
+        1, 1, 1, tzinfo=timezone(timedelta(hours=1)))), "out of range"),
+    # control characters in free text: refused before any I/O (locstatus.names.check_text)
+    ("reason-escape", lambda m: m.pause("dr-site-a", reason="x\x1b]0;t\x07"), "U+001B"),
+    ("actor-escape", lambda m: m.resume("us-east-1", actor="ops\x1b[2K"), "actor"),
+    ("cancel-actor-del", lambda m: m.cancel_scheduled_resume("us-east-1", actor="a\x7f"),
+     "U+007F"),
+    ("schedule-reason-c1", lambda m: m.resume("us-east-1", at=timedelta(hours=1),
+                                              reason="\x9b2J"), "U+009B"),
+    ("sync-actor-tab", lambda m: m.sync_locations(["new-site"], actor="a\tb"), "U+0009"),
+    ("remove-actor-nul", lambda m: m.remove_location("dr-site-a", actor="a\x00"), "U+0000"),
 ]
 
 
@@ -356,6 +391,50 @@ def test_library_refuses_bad_reason_actor_and_delay(
         call(mgr)
     assert needle in str(err.value)
     assert dump(tmp_path / "gaps.db") == before
+
+
+BAD_URLS: list[tuple[str, object, str]] = [
+    # raised Python's own ValueError / AttributeError before
+    ("zk-open-bracket", "zk://[::1/x", "invalid ZooKeeper URL 'zk://[::1/x': Invalid IPv6 URL"),
+    ("mongo-open-bracket", "mongodb://[::1:37017/", "invalid MongoDB URL"),
+    ("sqlite-timeout-nan", "sqlite:///{tmp}/x.db?timeout=nan", "timeout=nan"),
+    ("sqlite-timeout-inf", "sqlite:///{tmp}/x.db?timeout=inf", "timeout=inf"),
+    ("sqlite-nul-in-path", "sqlite:///{tmp}/x\x00.db", "control character U+0000"),
+    ("not-a-string", 5, "must be a string"),
+    ("bytes", b"sqlite:///x.db", "must be a string"),
+    # accepted before, and then busy-looped a core / killed the hint poller / meant nothing
+    ("sqlite-poll-zero", "sqlite:///{tmp}/x.db?poll_interval=0",
+     "poll_interval=0 in 'sqlite:///"),
+    ("sqlite-poll-huge", "sqlite:///{tmp}/x.db?poll_interval=1e308", "0.01..60 seconds"),
+    ("sqlite-timeout-negative", "sqlite:///{tmp}/x.db?timeout=-1",
+     "timeout=-1 in 'sqlite:///"),
+    ("zk-timeout-nan", "zk://127.0.0.1:1/x?timeout=nan", "timeout=nan"),
+    ("zk-session-inf", "zk://127.0.0.1:1/x?session_timeout=inf", "0.4..3600 seconds"),
+    ("zk-max-bytes-float", "zk://127.0.0.1:1/x?max_bytes=1e6", "expected a whole number"),
+    ("zk-nul", "zk://127.0.0.1:1/x\x00", "U+0000"),
+    ("mongo-poll-zero", "mongodb://127.0.0.1:9/?poll_interval=0", "0.05..60 seconds"),
+    ("mongo-poll-huge", "mongodb://127.0.0.1:9/?poll_interval=1e308", "poll_interval=1e308"),
+    ("mongo-sst-nan", "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=nan",
+     "serverSelectionTimeoutMS=nan"),
+    ("mongo-recent-fraction", "mongodb://127.0.0.1:9/?recent_history=2.5", "recent_history=2.5"),
+    ("mongo-ttl-negative", "mongodb://u:hunter2@127.0.0.1:9/?worker_ttl=-1", "worker_ttl=-1"),
+    ("memory-nul", "memory://a\x00b", "U+0000"),
+]
+
+
+@pytest.mark.parametrize(("url", "needle"), [c[1:] for c in BAD_URLS], ids=[c[0] for c in BAD_URLS])
+def test_a_bad_backend_url_is_a_clear_invalid_input_before_anything_connects(
+    tmp_path: Path, url: object, needle: str
+) -> None:
+    if isinstance(url, str):
+        url = url.replace("{tmp}", str(tmp_path))
+    started = time.monotonic()
+    with pytest.raises(InvalidInput) as err:
+        connect(url)  # type: ignore[arg-type]
+    assert needle in str(err.value), str(err.value)
+    assert "hunter2" not in str(err.value)
+    assert time.monotonic() - started < 5  # refused up front, not after a connection attempt
+    assert list(tmp_path.iterdir()) == []  # no database file created
 
 
 def test_the_store_still_reads_back_after_every_case(store: tuple[Path, str]) -> None:

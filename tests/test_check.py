@@ -50,6 +50,7 @@ from locstatus.check import (
 from locstatus.locations import load_locations
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
+import corrupt_shapes as shapes
 from agent_worker import Partition
 from fakeclock import FakeClock
 from kits import Kit
@@ -300,6 +301,36 @@ def test_corrupt_record_is_reported_and_never_touched(mgr: Manager, kit: Kit) ->
     assert_clean(mgr, expected=expected)
 
 
+def _reported_as_corrupt(mgr: Manager, kit: Kit, text: str) -> None:
+    """``text`` written over a paused ``us-east-1`` is one ``corrupt_record`` finding naming
+    the same error the library raises, left open by ``--repair``; ``eu-west-1`` is clean."""
+    mgr.pause("us-east-1", "replication", reason="maint")
+    kit.write_raw("us-east-1", text)
+    with pytest.raises(CorruptRecord) as read:
+        mgr.status("us-east-1")
+    for repair in (False, True):
+        report = run_check(mgr, repair=repair)
+        assert kinds(report) == [("corrupt_record", "us-east-1", None)]
+        f = report.findings[0]
+        assert (f.evidence["part"], f.evidence["detail"]) == ("record", read.value.detail)
+        assert f.state == "open" and report.exit_code == 1
+
+
+@pytest.mark.parametrize("shape", sorted(shapes.PARTIAL))
+def test_a_record_missing_a_field_is_a_corrupt_record_finding(
+    mgr: Manager, kit: Kit, shape: str
+) -> None:
+    _reported_as_corrupt(mgr, kit, shapes.PARTIAL[shape])
+
+
+@pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)
+@pytest.mark.parametrize("shape", sorted(shapes.DUPLICATE_KEYS) + sorted(shapes.DEEP))
+def test_a_stored_text_with_a_key_twice_or_too_deep_is_a_corrupt_record_finding(
+    mgr: Manager, kit: Kit, shape: str
+) -> None:
+    _reported_as_corrupt(mgr, kit, {**shapes.DUPLICATE_KEYS, **shapes.DEEP}[shape])
+
+
 # -- history_mismatch -------------------------------------------------------------------------
 
 
@@ -334,38 +365,67 @@ def test_a_write_without_history_is_a_history_mismatch(mgr: Manager) -> None:
 
 
 def test_a_record_with_no_history_at_all_is_one_finding(mgr: Manager, kit: Kit) -> None:
-    kit.write_raw("hand-made", '{"services": {"replication": {"state": "running"}}}')
+    kit.write_raw("hand-made", shapes.GOOD)
     report = run_check(mgr)
     f = only(report, "history_mismatch")
     assert (f.location, f.service, f.evidence["history"]) == ("hand-made", None, None)
 
 
-def test_mongo_history_missing_from_the_collection_is_reported(
+def test_mongo_history_gap_is_restored_from_the_recent_copy_and_a_lost_one_reported(
     mongo_server: Any, clock: FakeClock
 ) -> None:
-    """MongoDB keeps recent history in the record and all of it in a collection; a crash
-    between the two writes leaves a gap that reading the history back-fills."""
-    from kits_mongo import COLLECTION, mongo_kit
+    """MongoDB keeps recent history in the record and all of it in a collection. A writer that
+    stopped between the two writes leaves a gap the record still covers (restored by
+    ``--repair``); a write gone from both (a hand edit) is lost, and said so. Issue 15: the
+    check stayed clean while such a write slid out of the record."""
+    from kits_mongo import COLLECTION, kit_url, mongo_kit
 
     kit = mongo_kit(mongo_server)
+    client = mongo_server.client()
+    m = Manager(open_backend(kit_url(mongo_server, kit.database,  # type: ignore[attr-defined]
+                                     recent_history="4")), clock=clock)
     try:
-        m = Manager(kit.open(), clock=clock)
         m.sync_locations(["us-east-1"])
-        version = m.pause("us-east-1", "replication").version
-        client = mongo_server.client()
-        try:
-            coll = client[kit.database][f"{COLLECTION}_history"]  # type: ignore[attr-defined]
-            assert coll.delete_one({"location": "us-east-1", "version": version}).deleted_count
-            report = run_check(m)
-            gap = only(report, "history_mismatch")
-            assert gap.evidence["missing_versions"] == [version]
-            assert gap.evidence["still_missing"] == [] and gap.state == "resolved"
-            assert report.exit_code == 0
-            assert coll.count_documents({"location": "us-east-1", "version": version}) == 1
-        finally:
-            client.close()
+        versions = [m.pause("us-east-1", "replication").version]
+        for _ in range(3):
+            versions.append(m.resume("us-east-1", "replication").version)
+            versions.append(m.pause("us-east-1", "replication").version)
+        coll = client[kit.database][f"{COLLECTION}_history"]  # type: ignore[attr-defined]
+        assert coll.delete_one({"location": "us-east-1", "version": versions[-2]}).deleted_count
+
+        report = run_check(m)
+        gap = only(report, "history_gap")
+        assert gap.id == "history_gap:us-east-1:-:restorable"
+        assert gap.evidence == {"missing_versions": [versions[-2]], "in_recent_history": True,
+                                "version": versions[-1]}
+        assert (gap.repair.action, gap.state, report.exit_code) == ("restore_history", "open", 1)
+        assert "history_gap" in " ".join(render(report).split())
+        assert run_check(m, dry_run=True).repairs[0].outcome == "planned"
+        assert coll.count_documents({"location": "us-east-1", "version": versions[-2]}) == 0
+
+        repaired = run_check(m, repair=True)
+        assert only(repaired, "history_gap").state == "repaired"
+        assert [(r.action, r.outcome) for r in repaired.repairs] == [
+            ("restore_history", "applied")
+        ]
+        assert repaired.exit_code == 0
+        assert coll.count_documents({"location": "us-east-1", "version": versions[-2]}) == 1
         assert_clean(m)
+
+        assert coll.delete_one({"location": "us-east-1", "version": versions[0]}).deleted_count
+        lost = run_check(m, repair=True)  # versions[0] left the record's 4 recent writes
+        gap = only(lost, "history_gap")
+        assert gap.id == "history_gap:us-east-1:-:lost"
+        assert gap.evidence["missing_versions"] == [versions[0]]
+        assert gap.evidence["in_recent_history"] is False
+        assert (gap.repair.action, gap.state, lost.repairs, lost.exit_code) == (None, "open", [], 1)
+        data = lost.as_dict()["findings"][0]
+        assert data["kind"] == "history_gap" and data["evidence"]["missing_versions"] == [
+            versions[0]
+        ]
     finally:
+        m.close()
+        client.close()
         kit.close()
 
 
@@ -565,7 +625,7 @@ def test_json_report_has_stable_documented_keys(mgr: Manager, kit: Kit, clock: F
     assert json.loads(text) == data
     assert data["format"] == "locstatus.check/1"
     top = ["format", "backend", "actor", "started_at", "finished_at", "duration_seconds", "now",
-           "options", "scanned", "findings", "repairs", "summary", "status", "exit_code"]
+           "clock", "options", "scanned", "findings", "repairs", "summary", "status", "exit_code"]
     assert list(data) == top
     assert set(data["summary"]["by_kind"]) == set(KINDS)
     finding_keys = {"id", "kind", "location", "service", "worker_id", "since", "age_seconds",
@@ -575,8 +635,8 @@ def test_json_report_has_stable_documented_keys(mgr: Manager, kit: Kit, clock: F
                           "outcome", "detail", "version"} for r in data["repairs"])
     doc = DOC.read_text()
     documented = set(re.findall(r"^\| `([a-z_]+)`", doc, flags=re.M))
-    nested = [data["options"], data["scanned"], data["summary"], data["findings"][0],
-              data["repairs"][0]]
+    nested = [data["options"], data["clock"], data["scanned"], data["summary"],
+              data["findings"][0], data["repairs"][0]]
     for key in [*data, *(k for d in nested for k in d)]:
         assert key in documented, f"{key} is not documented in docs/check.md"
     for f in data["findings"]:

@@ -35,6 +35,7 @@ import pytest
 from locstatus import Manager, NotFound, State, WorkerInfo, connect, open_backend
 from locstatus.backends import Backend
 from locstatus.check import run_check
+from locstatus.manager import worker_live
 
 from kits import Kit
 
@@ -151,8 +152,9 @@ def test_worker_killed_mid_handler_is_settled_only_after_its_lease_ran_out(
     assert stuck.state == "blocked" and report.exit_code == 1
     assert mgr.status(LOC).services[SVC].state is State.PAUSING
 
-    # Once its lease has run out (heartbeat expiry, or the ZooKeeper session timing out) ...
-    eventually(lambda: not any(w.worker_id == "w1" and w.alive(mgr.clock())
+    # Once its lease has run out (heartbeat expiry, or the ZooKeeper session timing out) by the
+    # backend's time beyond doubt, as the check judges it (docs/time.md) ...
+    eventually(lambda: not any(w.worker_id == "w1" and worker_live(w, mgr.time)
                                for w in mgr.workers()))
     report = run_check(mgr, repair=True, stuck_after=0)
     (stuck,) = [f for f in report.findings if f.kind == "stuck_transition"]

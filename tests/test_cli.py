@@ -437,6 +437,69 @@ def test_workers_shows_lease_state_lag_and_handler_errors(synced: Cli) -> None:
         assert text in human, text
 
 
+def test_workers_show_each_workers_clock_offset_to_the_backend(synced: Cli) -> None:
+    """docs/time.md "What an operator sees": the offset each worker published (its host's
+    clock minus the backend's), in --json and in the table, and this host's own below it."""
+    register(synced.url, "w-ahead", clock_offset_seconds=10_800.0)
+    register(synced.url, "w-near", clock_offset_seconds=-0.004)
+    register(synced.url, "w-unknown")
+    rows = {w["worker_id"]: w for w in json.loads(synced.ok("workers", "--json").stdout)}
+    assert rows["w-ahead"]["clock_offset_seconds"] == 10_800.0
+    assert rows["w-near"]["clock_offset_seconds"] == -0.004
+    assert rows["w-unknown"]["clock_offset_seconds"] is None
+    human = synced.ok("workers").stdout
+    assert "Clock" in human and "+3h (+10800s)" in human and "-0.004s" in human
+    assert "this host's clock minus the backend's: " in human
+
+
+# -- text written by other means ---------------------------------------------------------------
+
+TITLE = "\x1b]0;owned\x07"  # sets the terminal's title
+ERASE = "\x1b[2K\x1b[1A"  # erases the line, moves the cursor up: rewrites what was printed
+CSI8 = "\x9b2J"  # the one-byte C1 form of ESC [ (clears the screen on 8-bit terminals)
+
+
+def stored_with(path: Path, location: str, **fields: str) -> None:
+    """Put ``fields`` into the stored record and its newest history row with sqlite3 itself,
+    the way another tool (or an older locstatus) could have written them."""
+    with sqlite3.connect(path) as db:
+        (data,) = db.execute("SELECT data FROM locations WHERE location = ?", (location,)).fetchone()
+        record = json.loads(data)
+        record["services"]["replication"].update(fields)
+        db.execute("UPDATE locations SET data = ? WHERE location = ?", (json.dumps(record), location))
+        version, data = db.execute(
+            "SELECT version, data FROM history WHERE location = ? ORDER BY version DESC LIMIT 1",
+            (location,),
+        ).fetchone()
+        rows = json.loads(data)
+        for row in rows if isinstance(rows, list) else [rows]:
+            row.update(fields)
+        db.execute("UPDATE history SET data = ? WHERE location = ? AND version = ?",
+                   (json.dumps(rows), location, version))
+
+
+def test_stored_control_characters_are_shown_escaped_never_sent_to_the_terminal(
+    synced: Cli,
+) -> None:
+    synced.ok("pause", "dr-site-a", "--reason", "maintenance")
+    stored_with(synced.path, "dr-site-a", reason=f"disk{TITLE}full{ERASE}", actor=f"ops{CSI8}")
+    register(synced.url, "worker-a", errors={"dr-site-a/replication": f"boom{ERASE}{TITLE}"})
+    assert synced.status("dr-site-a").services["replication"].reason == f"disk{TITLE}full{ERASE}"
+    outputs = {
+        "status": synced.ok("status").stdout,
+        "status LOC": synced.ok("status", "dr-site-a").stdout,
+        "history": synced.ok("history", "dr-site-a").stdout,
+        "workers": synced.ok("workers").stdout,
+    }
+    for command, out in outputs.items():
+        for raw in (TITLE, "\x1b[2K", "\x1b[1A", "\x9b", "\x07"):
+            assert raw not in out, (command, raw, out)
+    for command in ("status", "status LOC", "history"):
+        assert "disk\\x1b]0;owned\\x07full\\x1b[2K\\x1b[1A" in outputs[command], command
+        assert "ops\\x9b2J" in outputs[command], command
+    assert "boom\\x1b[2K\\x1b[1A\\x1b]0;owned\\x07" in outputs["workers"]
+
+
 # -- corrupt records ---------------------------------------------------------------------------
 
 
@@ -479,6 +542,25 @@ def test_corrupt_records_are_named_and_do_not_hide_the_others(synced: Cli) -> No
     # syncing a list that names a corrupt location is refused before anything is written
     sync = synced("locations", "sync", str(sample_path("locations.txt")))
     assert sync.exit_code == 2 and "dr-site-a" in sync.stderr
+
+
+def test_a_service_entry_without_its_state_is_corrupt_not_running(synced: Cli) -> None:
+    """Backbeat's BB-37: an entry written without ``state`` over a paused location was shown
+    as ``running`` (exit 0). It is a corrupt record naming the missing field, in ``status``
+    of that location and of every location, and in ``check``."""
+    synced.ok("pause", "dr-site-a", "--service", "replication", "--reason", "maint")
+    corrupt(synced.path, "dr-site-a", '{"services": {"replication": {}}, "deleted_at": null}')
+    one = synced("status", "dr-site-a")
+    assert one.exit_code == 2 and "running" not in one.stdout
+    assert one.stderr.startswith("error: corrupt record for location 'dr-site-a': "
+                                 "services.replication.state: Field required")
+    listing = synced("status")
+    assert listing.exit_code == 2 and "CORRUPT" in listing.stdout
+    assert "services.replication.state: Field required" in listing.stderr
+    check = synced("check", "--json")
+    assert check.exit_code == 1
+    assert [(f["kind"], f["location"]) for f in json.loads(check.stdout)["findings"]] == [
+        ("corrupt_record", "dr-site-a")]
 
 
 # -- commands implemented elsewhere: wiring ----------------------------------------------------
@@ -543,12 +625,15 @@ def test_check_passes_parsed_options_and_exits_with_the_report_code(
         str(sample_path("locationConfig.json")),
         "--metrics-file",
         str(metrics),
+        "--max-skew",
+        "0.5",
     )
     assert result.exit_code == 1
     assert json.loads(result.stdout) == {"findings": [{"kind": "overdue_resume"}]}
     call = fake_modules["check"]
     assert call["repair"] is True and call["dry_run"] is False
     assert call["stuck_after"] == 90.0 and call["tombstone_ttl"] == 86_400.0
+    assert call["max_skew"] == 0.5
     assert call["expected"] == load_sample()
     assert call["progress"] is False  # never a progress bar mixed into JSON
     assert call["locations"] == sorted(load_sample())
@@ -557,6 +642,8 @@ def test_check_passes_parsed_options_and_exits_with_the_report_code(
     human = synced("check", "--no-progress")
     assert human.exit_code == 1 and "rendered report" in human.stdout
     assert fake_modules["check"]["expected"] is None and fake_modules["check"]["progress"] is False
+    assert fake_modules["check"]["max_skew"] == 1.0
+    assert synced("check", "--max-skew", "-1").exit_code == 2
 
 
 def test_check_refuses_a_metrics_file_it_cannot_write_before_it_scans(
@@ -604,6 +691,10 @@ def test_serve_and_demo_wiring(
         "9999",
         "--check-interval",
         "30",
+        "--allow-host",
+        "s3.zenko.local",
+        "--allow-host",
+        "cloudserver",
         env={"LOCSTATUS_API_TOKEN": "s3cret"},
     )
     assert result.exit_code == 0, result.stderr
@@ -615,6 +706,7 @@ def test_serve_and_demo_wiring(
         "insecure": False,
         "reconcile_interval": 1.0,
         "check_interval": 30.0,
+        "allowed_hosts": ("s3.zenko.local", "cloudserver"),
     }
     assert synced("serve", "--port", "65536").exit_code == 2
     assert synced("serve", "--port", "-1").exit_code == 2

@@ -201,6 +201,51 @@ def test_random_event_sequences_respect_the_table(seq: list[object]) -> None:
         status = new
 
 
+names = st.sampled_from([None, "alice", "bob", "scheduler"])
+notes = st.sampled_from([None, "INC-1", "INC-2", "scheduled resume"])
+signed = st.tuples(
+    st.sampled_from(
+        ["pause", "resume", "schedule_resume", "cancel_scheduled_resume", "resume_due", "settle"]
+    ),
+    names,
+    notes,
+    st.integers(1, 30),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(signed, min_size=1, max_size=40))
+def test_a_history_entry_names_only_its_own_actor_and_reason(seq: list[tuple]) -> None:  # type: ignore[type-arg]
+    """Issue 15: whatever came before, an entry's actor and reason are those of its own event
+    (None when it gave none), while the status keeps those of its desired state."""
+    status = ServiceStatus()
+    now = NOW
+    desired: tuple[str | None, str | None] = (None, None)
+    for name, actor, reason, minutes in seq:
+        now += timedelta(minutes=minutes)
+        at = {
+            "schedule_resume": now + timedelta(minutes=minutes),
+            "resume_due": status.resume_at,
+        }.get(name)
+        event = Event(name, at=at, generation=status.generation, acked=True, actor=actor,
+                      reason=reason)
+        if name == "resume_due" and status.resume_at is not None:
+            now = max(now, status.resume_at)
+        try:
+            change = transition("loc", "replication", status, event, now=now, op_id="op")
+        except InvalidTransition:
+            continue
+        if change is None:
+            continue
+        assert (change.entry.actor, change.entry.reason) == (actor, reason)
+        if name in ("pause", "resume"):
+            desired = (actor, reason)
+        else:  # the status keeps its desired state's unless this event gives its own
+            desired = (actor or desired[0], reason or desired[1])
+        assert (change.status.actor, change.status.reason) == desired
+        status = change.status
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(list(State)), st.integers(0, 50))
 def test_idempotent_events_write_nothing_when_repeated(state: State, gen: int) -> None:

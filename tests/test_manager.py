@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from locstatus import (
     ConflictError,
@@ -21,6 +24,7 @@ from locstatus import (
     WorkerInfo,
 )
 from locstatus.backends import Backend
+from locstatus.backends.memory import MemoryBackend
 from locstatus.errors import AlreadyExists, AmbiguousCommit, BackendUnavailable, VersionConflict
 from locstatus.manager import RetryPolicy
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus
@@ -305,15 +309,17 @@ def test_a_worker_for_other_locations_does_not_block(mgr: Manager, clock: FakeCl
 class Flaky:
     """Wraps a backend: the first ``conflicts`` writes lose a race (another writer bumps the
     record first); ``ambiguous_after_commit`` writes commit and then report an ambiguous outcome,
-    as a connection lost after send would; ``ambiguous_before_commit`` writes report it without
-    committing."""
+    as a connection lost after send would (``between`` runs first: other writers' writes before
+    the caller can look); ``ambiguous_before_commit`` writes report it without committing."""
 
     def __init__(self, inner: Backend, conflicts: int = 0, ambiguous_after_commit: int = 0,
-                 ambiguous_before_commit: int = 0) -> None:
+                 ambiguous_before_commit: int = 0,
+                 between: Callable[[], None] | None = None) -> None:
         self.inner = inner
         self.conflicts = conflicts
         self.after = ambiguous_after_commit
         self.before = ambiguous_before_commit
+        self.between = between
 
     def compare_and_set(
         self, record: LocationStatus, expected_version: int, history: list[HistoryEntry]
@@ -329,6 +335,8 @@ class Flaky:
         stored = self.inner.compare_and_set(record, expected_version, history)
         if self.after:
             self.after -= 1
+            if self.between is not None:
+                self.between()  # others write before the retry reads
             raise AmbiguousCommit("connection lost after send")
         return stored
 
@@ -368,6 +376,34 @@ def test_an_ambiguous_commit_that_landed_is_not_applied_twice(kit: Kit) -> None:
     assert _ops(m.history("loc", limit=50), "op-amb") == ["settle", "pause"]
 
 
+def test_an_ambiguous_commit_that_landed_is_not_applied_again_however_many_writes_followed(
+    kit: Kit, clock: FakeClock
+) -> None:
+    """Issue 15: the landed write was looked for in the newest 200 history entries only, so
+    after bob's 120 bulk writes (6 entries each; more than MongoDB's 100 embedded writes too)
+    the retry paused replication again and reverted bob's later resume."""
+    bob = Manager(kit.open(), clock=clock)
+
+    def bob_writes() -> None:
+        for _ in range(60):
+            bob.pause("loc", actor="bob", reason="drill")
+            bob.resume("loc", actor="bob")
+
+    alice = Manager(cast(Backend, Flaky(kit.open(), ambiguous_after_commit=1, between=bob_writes)),
+                    clock=clock)
+    alice.sync_locations({"loc": ["replication", "lifecycle", "ingestion"]})
+    before = alice.status("loc").version
+    rec = alice.pause("loc", "replication", actor="alice", reason="INC-1", op_id="op-alice")
+    assert alice.stats["ambiguous"] == 1
+    assert rec.version == before + 1 and rec.services["replication"].op_id == "op-alice"
+    now = bob.status("loc")
+    assert now.version == before + 121
+    assert {s: st.state for s, st in now.services.items()} == dict.fromkeys(
+        ("replication", "lifecycle", "ingestion"), State.RUNNING
+    )  # bob's last resume stands
+    assert _ops(bob.history("loc", limit=10_000), "op-alice") == ["settle", "pause"]
+
+
 def test_an_ambiguous_commit_that_did_not_land_is_applied_once(kit: Kit) -> None:
     m = flaky_manager(kit, ambiguous_before_commit=1)
     m.pause("loc", "replication", op_id="op-lost")
@@ -378,6 +414,73 @@ def test_scheduling_keeps_the_reason_of_the_pause(mgr: Manager) -> None:
     mgr.pause("us-east-1", "replication", reason="fiber cut", actor="ops")
     rec = mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
     assert (rec.services["replication"].reason, rec.services["replication"].actor) == ("fiber cut", "ops")
+
+
+def test_history_rows_name_only_the_actor_and_reason_of_their_own_call(mgr: Manager) -> None:
+    """Issue 15: an anonymous schedule and bob's cancel were rows 'schedule_resume alice INC-1'
+    and 'cancel_scheduled_resume bob INC-1'; the status may keep the pause's reason."""
+    mgr.pause("us-east-1", "replication", actor="alice", reason="INC-1")
+    mgr.resume("us-east-1", "replication", at=timedelta(hours=1))
+    rec = mgr.cancel_scheduled_resume("us-east-1", "replication", actor="bob")
+    rows = [(e.event, e.actor, e.reason) for e in mgr.history("us-east-1", limit=4)]
+    assert rows == [
+        ("cancel_scheduled_resume", "bob", None),
+        ("schedule_resume", None, None),
+        ("settle", "alice", "INC-1"),  # in alice's write: no worker applies it
+        ("pause", "alice", "INC-1"),
+    ]
+    assert rec.services["replication"].reason == "INC-1"
+
+
+_CALLS = st.tuples(
+    st.sampled_from(["pause", "resume", "schedule", "cancel", "ack_and_settle", "fire_due"]),
+    st.sampled_from([None, "replication", "lifecycle"]),
+    st.sampled_from([None, "alice", "bob"]),
+    st.sampled_from([None, "INC-1", "INC-2"]),
+    st.integers(1, 120),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_CALLS, min_size=1, max_size=25))
+def test_every_history_row_carries_exactly_what_its_own_call_passed(
+    calls: list[tuple[str, str | None, str | None, str | None, int]],
+) -> None:
+    """Property over operator sequences: each call's rows (the versions it wrote) name the
+    actor and reason that call passed, none other; a worker applies lifecycle, so its
+    transitions settle in a later call of their own (which passes none)."""
+    clock = FakeClock(START)
+    m = Manager(MemoryBackend(f"memory://{uuid.uuid4().hex}"), clock=clock)
+    m.sync_locations({"loc": ["replication", "lifecycle"]})
+    m.backend.put_worker(WorkerInfo(worker_id="w", services=("lifecycle",),
+                                    lease_expires_at=START + timedelta(days=30)))
+    for op, svc, actor, reason, minutes in calls:
+        before = m.status("loc").version
+        passed: tuple[str | None, str | None] = (actor, reason)
+        try:
+            if op == "pause":
+                m.pause("loc", svc, actor=actor, reason=reason)
+            elif op == "resume":
+                m.resume("loc", svc, actor=actor, reason=reason)
+            elif op == "schedule":
+                m.resume("loc", svc, at=timedelta(minutes=minutes), actor=actor, reason=reason)
+            elif op == "cancel":
+                m.cancel_scheduled_resume("loc", svc, actor=actor, reason=reason)
+            elif op == "ack_and_settle":
+                generation = m.status("loc").services["lifecycle"].generation
+                m.backend.ack("w", "loc", "lifecycle", generation)
+                m.settle("loc", svc)
+                passed = (None, None)
+            else:
+                clock.advance(minutes=minutes)
+                m.fire_due_resumes("loc", actor="scheduler")
+                passed = ("scheduler", "scheduled resume")
+        except InvalidTransition:
+            pass  # scheduling a running service: refused, nothing written
+        rows = [e for e in m.history("loc", limit=1000) if e.version > before]
+        assert [(e.event, e.actor, e.reason) for e in rows] == [
+            (e.event, *passed) for e in rows
+        ]
 
 
 def test_over_long_notes_are_refused_before_any_write(mgr: Manager) -> None:

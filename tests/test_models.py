@@ -7,14 +7,19 @@ The stored-record schema is validated without Python callbacks on its hot path (
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from locstatus.backends.codec import decode_record, encode_record
 from locstatus.errors import CorruptRecord
-from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
+from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
+
+import corrupt_shapes as shapes
 
 PLUS_TWO = timezone(timedelta(hours=2))
 
@@ -47,8 +52,8 @@ def test_a_naive_or_malformed_time_is_refused_with_a_clear_message(value: object
 def test_a_stored_record_with_an_offset_time_is_read_in_utc() -> None:
     """A record edited by hand with a local offset is read as the same instant in UTC."""
     rec = decode_record(
-        "us-east-1", 7, '{"services": {"replication": {"state": "paused", '
-        '"resume_at": "2030-01-01T10:00:00+02:00"}}}'
+        "us-east-1", 7, shapes.record(
+            f'{{"replication": {shapes.entry(resume_at="2030-01-01T10:00:00+02:00")}}}')
     )
     assert rec.version == 7
     assert rec.services["replication"].resume_at == datetime(2030, 1, 1, 8, tzinfo=UTC)
@@ -56,8 +61,19 @@ def test_a_stored_record_with_an_offset_time_is_read_in_utc() -> None:
 
 def test_a_stored_record_with_a_naive_time_is_corrupt_and_named() -> None:
     with pytest.raises(CorruptRecord, match=r"us-east-1.*updated_at"):
-        decode_record("us-east-1", 1, '{"services": {"replication": '
-                      '{"updated_at": "2030-01-01T10:00:00"}}}')
+        decode_record("us-east-1", 1, shapes.record(
+            f'{{"replication": {shapes.entry(updated_at="2030-01-01T10:00:00")}}}'))
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"])
+def test_a_stored_time_with_no_utc_equivalent_is_corrupt_not_an_overflow(when: str) -> None:
+    """A valid datetime whose UTC time is past year 9999 (or before year 1): converting it
+    raised OverflowError out of every read path."""
+    with pytest.raises(CorruptRecord, match=r"us-east-1.*resume_at"):
+        decode_record("us-east-1", 1, '{"services": {"replication": {"state": "paused", '
+                      f'"resume_at": "{when}"}}}}}}')
+    with pytest.raises(ValidationError, match="resume_at"):
+        ServiceStatus(resume_at=datetime.fromisoformat(when))
 
 
 def test_records_round_trip_through_their_stored_form() -> None:
@@ -104,3 +120,97 @@ def test_an_invalid_location_or_service_name_is_refused() -> None:
     with pytest.raises(ValidationError, match="services"):
         LocationStatus.model_validate_json(
             '{"location": "x", "services": {"Bad Name": {}}}')
+
+
+# -- only what was written is read ------------------------------------------------------------
+
+_TEXT = st.text(st.sampled_from('ab :,"\\{}[]é\u2028\n\t'), max_size=12)
+_TIME = st.none() | st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+)
+_STATUS = st.builds(
+    ServiceStatus,
+    state=st.sampled_from(State),
+    generation=st.integers(0, 2**40),
+    resume_at=_TIME,
+    reason=st.none() | _TEXT,
+    actor=st.none() | _TEXT,
+    op_id=st.none() | st.text("0123456789abcdef:", max_size=32),
+    updated_at=_TIME,
+)
+_RECORD = st.builds(
+    LocationStatus,
+    location=st.just("us-east-1"),
+    version=st.integers(1, 2**50),
+    services=st.dictionaries(st.sampled_from(["replication", "lifecycle", "ingestion"]), _STATUS),
+    deleted_at=_TIME,
+)
+
+
+def _objects(value: object, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The paths of every JSON object in ``value`` (a parsed payload)."""
+    if not isinstance(value, dict):
+        return []
+    return [path] + [p for k, v in value.items() for p in _objects(v, (*path, k))]
+
+
+_SEPARATORS = [(":", ","), (": ", ", "), (" :", ","), ("\n:\t", ",\r\n")]
+"""How a payload may be spaced: compact (the encoder), as ``json.dumps`` does, and with
+whitespace before the colon (which hides a key from a count of ``":``)."""
+
+
+def _dump(value: object, spaced: int, repeat: tuple[tuple[str, ...], int, int] | None,
+          path: tuple[str, ...] = ()) -> str:
+    """``value`` as JSON text, spaced as ``_SEPARATORS[spaced]``, with the ``repeat[1]``-th key
+    of the object at ``repeat[0]`` written a second time (with its value), last, spaced as
+    ``_SEPARATORS[repeat[2]]``."""
+    if not isinstance(value, dict):
+        return json.dumps(value)
+    colon, comma = _SEPARATORS[spaced]
+    pairs = [(json.dumps(k) + colon, _dump(v, spaced, repeat, (*path, k)))
+             for k, v in value.items()]
+    if repeat is not None and repeat[0] == path and pairs:
+        key, text = pairs[repeat[1] % len(pairs)]
+        pairs.append((key.rstrip(colon) + _SEPARATORS[repeat[2]][0], text))
+    return "{" + comma.join(k + v for k, v in pairs) + "}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(rec=_RECORD, spaced=st.integers(0, len(_SEPARATORS) - 1), data=st.data())
+def test_a_stored_record_reads_back_as_written_and_a_key_twice_never_does(
+    rec: LocationStatus, spaced: int, data: st.DataObject
+) -> None:
+    """The encoder's text reads back as the record, and so does the same payload spaced out;
+    with any one key of any object written twice (same value: the parser would not even see a
+    difference) it is a corrupt record naming the key, on the fast path and the slow one."""
+    text = encode_record(rec)
+    assert decode_record(rec.location, rec.version, text) == rec
+    parsed = json.loads(text)
+    assert decode_record(rec.location, rec.version, _dump(parsed, spaced, None)) == rec
+    where = data.draw(st.sampled_from(_objects(parsed)))
+    twice = _dump(parsed, spaced, (where, data.draw(st.integers(0, 10)),
+                                   data.draw(st.integers(0, len(_SEPARATORS) - 1))))
+    if twice == _dump(parsed, spaced, None):
+        return  # an empty object: no key to repeat
+    with pytest.raises(CorruptRecord, match="appears twice"):
+        decode_record(rec.location, rec.version, twice)
+
+
+@pytest.mark.parametrize("field", sorted(ServiceStatus.model_fields))
+def test_a_stored_service_without_one_of_its_fields_is_corrupt_naming_it(field: str) -> None:
+    """Every field is written (nulls included), so one that is missing was not written by
+    locstatus: corrupt, naming the field, never completed with its default."""
+    with pytest.raises(CorruptRecord, match=rf"services\.replication\.{field}: Field required"):
+        decode_record("us-east-1", 3, shapes.record(
+            f'{{"replication": {shapes.entry(**{field: ...})}}}'))
+    with pytest.raises(CorruptRecord, match="deleted_at: Field required"):
+        decode_record("us-east-1", 3, f'{{"services": {{"replication": {shapes.entry()}}}}}')
+
+
+def test_python_input_keeps_its_defaults() -> None:
+    """Only stored records must be complete: values built in Python may leave fields out."""
+    assert ServiceStatus().state is State.RUNNING
+    assert LocationStatus(location="x", services={"replication": {}}).deleted_at is None
+    with pytest.raises(ValidationError, match="name the same service"):
+        LocationStatus(location="x", services={"crr": ServiceStatus(),
+                                                "replication": ServiceStatus()})

@@ -2,7 +2,7 @@
 
 The shared suites (contract, manager, no lost updates) already run on the ``mongo`` kit; this
 file covers the Mongo-specific design: the document shape, never an upsert with a version
-filter, embedded vs collection history (and its back-fill), worker leases with a TTL index and
+filter, embedded vs collection history (nothing leaves the embedded copy uncopied), worker leases with a TTL index and
 an explicit expiry test in reads, idempotent indexes, validated names, URL options and
 timeouts, a server stopped and restarted mid-run, lost connections and write-concern errors
 injected with ``configureFailPoint`` (ambiguous commits resolved once), two processes creating
@@ -27,7 +27,9 @@ from pymongo.errors import OperationFailure
 
 from locstatus import BackendUnavailable, connect
 from locstatus.backends import open_backend
+from locstatus.backends.base import HistoryGaps
 from locstatus.backends.mongo import MongoBackend, parse_mongo_url
+from locstatus.check import run_check
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -158,8 +160,10 @@ def test_one_document_per_location_holds_state_version_and_recent_history(
     v2 = b.compare_and_set(record("us-east-1", State.PAUSING, 1), v1, [entry("us-east-1", "op-p")]).version
     doc = raw[db_name][COLLECTION].find_one({"_id": "us-east-1"})
     assert doc is not None
-    assert set(doc) == {"_id", "version", "born", "services", "deleted_at", "recent_history"}
+    assert set(doc) == {"_id", "version", "born", "services", "deleted_at", "recent_history",
+                        "history_copied"}
     assert (doc["version"], doc["born"]) == (v2, v1)
+    assert doc["history_copied"] == v1 - 1  # no catch-up yet: nothing can leave the window
     assert doc["services"]["replication"]["state"] == "pausing"
     assert [(w["version"], [e["op_id"] for e in w["entries"]]) for w in doc["recent_history"]] == [
         (v1, ["op-c"]), (v2, ["op-p"]),
@@ -240,7 +244,7 @@ def test_a_retried_compare_and_set_whose_first_attempt_landed_is_applied_once(
 # -- embedded history vs the history collection ------------------------------------------------
 
 
-def test_history_pages_merge_the_embedded_window_and_the_collection_and_backfill(
+def test_history_pages_merge_the_embedded_window_and_the_collection(
     mongo_server: MongoHandle, db_name: str, raw: MongoClient[dict[str, Any]],
     opened: Callable[[str], MongoBackend],
 ) -> None:
@@ -257,17 +261,97 @@ def test_history_pages_merge_the_embedded_window_and_the_collection_and_backfill
     assert everything == list(reversed(versions))
     page = b.history("loc", limit=3, before_version=versions[-6])  # entirely from the collection
     assert [e.version for e in page] == [versions[-7], versions[-8], versions[-9]]
+    assert not b.history_gaps("loc")
 
     # A crash between the findAndModify and the history insert: the write is embedded only.
     hist = raw[db_name][f"{COLLECTION}_history"]
     hist.delete_one({"location": "loc", "version": versions[-2]})
-    assert b.history_gaps("loc") == [versions[-2]]
-    assert [e.op_id for e in b.history("loc", limit=2)] == ["op-10", "op-9"]  # reads back-fill
-    assert b.history_gaps("loc") == []
+    assert [e.op_id for e in b.history("loc", limit=2)] == ["op-10", "op-9"]  # merged
+    assert b.history_gaps("loc") == HistoryGaps(restorable=(versions[-2],))  # reads are reads
+    assert b.restore_history("loc") == [versions[-2]]
+    assert b.restore_history("loc") == []
+    assert not b.history_gaps("loc")
     assert hist.count_documents({"location": "loc"}) == len(versions)
     for _ in range(5):  # the write leaves the embedded window: the collection still has it
         v = b.compare_and_set(record("loc"), v, [entry("loc", "op-more")]).version
     assert "op-9" in [e.op_id for e in b.history("loc", limit=1000)]
+
+    # A write gone from both copies (a hand edit) is lost, and said so.
+    hist.delete_one({"location": "loc", "version": versions[3]})
+    assert b.history_gaps("loc") == HistoryGaps(lost=(versions[3],))
+    assert b.restore_history("loc") == []
+
+
+def test_a_write_whose_copy_failed_survives_any_number_of_later_writes(
+    failpoint_server: MongoHandle, failpoint: Callable[..., None],
+    opened: Callable[[str], MongoBackend],
+) -> None:
+    """Issue 15: a writer that stopped between its findAndModify and its history insert, then
+    100+ ordinary writes: the embedded copy slid out and that write was gone for good."""
+    database = fresh_database()
+    mgr = Manager(opened(kit_url(failpoint_server, database)))
+    mgr.sync_locations(["loc"])
+    dying = Manager(opened(kit_url(failpoint_server, database, appname="ls-dies")))
+    failpoint("failCommand", {"times": 1}, failCommands=["insert"], appName="ls-dies",
+              errorCode=2)  # its history insert fails, as if it died right before it
+    lost = dying.pause("loc", "replication", actor="dying", op_id="op-dying").version
+    assert [e.op_id for e in mgr.backend.history_write("loc", lost)] == ["op-dying"] * 2
+    for _ in range(60):  # 120 writes: more than the 100 embedded
+        mgr.pause("loc", "lifecycle", actor="ops")
+        mgr.resume("loc", "lifecycle", actor="ops")
+    assert [e.op_id for e in mgr.backend.history_write("loc", lost)] == ["op-dying"] * 2
+    everything = mgr.history("loc", limit=10_000)
+    assert [e.version for e in everything].count(lost) == 2
+    versions = sorted({e.version for e in everything})
+    assert versions == list(range(versions[0], versions[0] + len(versions)))  # gap-free chain
+    assert not mgr.backend.history_gaps("loc")
+    assert run_check(mgr).findings == []
+
+
+def test_no_write_leaves_the_embedded_history_before_the_collection_holds_it(
+    failpoint_server: MongoHandle, failpoint: Callable[..., None],
+    opened: Callable[[str], MongoBackend],
+) -> None:
+    """Every history insert of this client fails: its writes fill the embedded window, and the
+    write that would push out an uncopied one is refused (nothing written) until the copies
+    succeed again; then nothing is missing."""
+    url = kit_url(failpoint_server, fresh_database(), recent_history="4", appname="ls-nocopy")
+    b = opened(url)
+    v = b.create(record("loc"), [entry("loc", "op-c", "create")]).version  # copied
+    failpoint("failCommand", "alwaysOn", failCommands=["insert"], appName="ls-nocopy",
+              errorCode=2)
+    for i in range(4):  # the window holds 4 writes: these 4 fit (the create leaves, copied)
+        v = b.compare_and_set(record("loc", State.PAUSING, i), v, [entry("loc", f"op-{i}")]).version
+    with pytest.raises(BackendUnavailable, match="refused history copy of 'loc'") as err:
+        b.compare_and_set(record("loc"), v, [entry("loc", "op-refused")])
+    assert not isinstance(err.value, AmbiguousCommit)  # nothing was written
+    assert b.read("loc").version == v
+    assert b.history_gaps("loc") == HistoryGaps(restorable=tuple(range(v - 3, v + 1)))
+    failpoint("failCommand", "off")
+    v = b.compare_and_set(record("loc"), v, [entry("loc", "op-after")]).version
+    ops = [e.op_id for e in b.history("loc", limit=100)]
+    assert ops == ["op-after", "op-3", "op-2", "op-1", "op-0", "op-c"]
+    assert not b.history_gaps("loc")
+
+
+def test_a_record_written_before_the_copy_watermark_catches_up_on_its_next_write(
+    mongo_server: MongoHandle, db_name: str, raw: MongoClient[dict[str, Any]],
+    opened: Callable[[str], MongoBackend],
+) -> None:
+    b = opened(kit_url(mongo_server, db_name, recent_history="3"))
+    v = b.create(record("loc"), [entry("loc", "op-c", "create")]).version
+    v = b.compare_and_set(record("loc", State.PAUSING, 1), v, [entry("loc", "op-1")]).version
+    coll = raw[db_name][COLLECTION]
+    coll.update_one({"_id": "loc"}, {"$unset": {"history_copied": ""}})  # an older backend's
+    raw[db_name][f"{COLLECTION}_history"].delete_one({"location": "loc", "version": v})
+    for i in range(2, 6):
+        v = b.compare_and_set(record("loc", State.PAUSING, i), v, [entry("loc", f"op-{i}")]).version
+    assert [e.op_id for e in b.history("loc", limit=100)] == [
+        "op-5", "op-4", "op-3", "op-2", "op-1", "op-c",
+    ]
+    assert not b.history_gaps("loc")
+    doc = coll.find_one({"_id": "loc"})
+    assert doc is not None and isinstance(doc["history_copied"], int)
 
 
 def test_leftovers_of_an_interrupted_purge_never_leak_into_the_new_life(
@@ -390,7 +474,7 @@ def test_indexes_are_created_at_start_and_opening_again_changes_nothing(
         ("collection=1st", "collection name '1st'"),
         ("collection=" + "c" * 49, "collection name"),
         ("recent_history=0", "recent_history=0"),
-        ("poll_interval=fast", "invalid MongoDB URL option"),
+        ("poll_interval=fast", "invalid MongoDB URL parameter poll_interval=fast"),
         ("hints=sometimes", "hints='sometimes'"),
         ("maxTimeMS=-5", "maxTimeMS=-5"),
     ],
@@ -709,6 +793,8 @@ def test_many_racing_creators_make_one_record_each_and_the_rest_already_exists(
         assert len(created) == 1 and results.count("exists") == len(clients) - 1, (name, results)
         assert clients[0].read(name).version == int(created[0].split(":")[1])
         assert len(clients[0].history(name)) == 1
+        # a loser's clean-up of "earlier lives" never deletes the winner's history copy
+        assert not clients[0].history_gaps(name), (name, clients[0].history_gaps(name))
 
 
 # -- change hints: change streams or polling ---------------------------------------------------------

@@ -81,7 +81,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
 def test_fires_only_once_due(mgr: Manager, clock: FakeClock) -> None:
     mgr.pause("us-east-1", "replication")
     mgr.resume("us-east-1", "replication", at=timedelta(minutes=30))
-    rec = Reconciler(mgr, interval=60, clock=clock)
+    rec = Reconciler(mgr, interval=60)
     report = rec.run_once()
     assert report.fired == [] and report.scanned == 3
     assert report.next_due == clock() + timedelta(minutes=30)
@@ -103,7 +103,7 @@ def test_rescheduled_resume_does_not_fire_at_the_old_time(mgr: Manager, clock: F
     mgr.pause("us-east-1", "replication")
     mgr.resume("us-east-1", "replication", at=timedelta(minutes=10))
     mgr.resume("us-east-1", "replication", at=timedelta(minutes=20))  # operator moves it
-    rec = Reconciler(mgr, interval=60, clock=clock)
+    rec = Reconciler(mgr, interval=60)
     clock.advance(10 * 60)
     assert rec.run_once().fired == []
     assert mgr.status("us-east-1").services["replication"].state is State.PAUSED
@@ -116,7 +116,7 @@ def test_re_paused_resume_never_fires(mgr: Manager, clock: FakeClock) -> None:
     mgr.resume("us-east-1", "replication", at=timedelta(minutes=10))
     clock.advance(10 * 60)  # due, but an operator pauses again before any reconciler ran
     mgr.pause("us-east-1", "replication", reason="not yet")
-    rec = Reconciler(mgr, interval=60, clock=clock)
+    rec = Reconciler(mgr, interval=60)
     clock.advance(3600)
     assert rec.run_once().fired == []
     st = mgr.status("us-east-1").services["replication"]
@@ -150,7 +150,7 @@ def test_change_between_read_and_fire_wins(
     }[action]
     racing.operator = operator
     try:
-        report = Reconciler(racing, interval=60, clock=clock).run_once()
+        report = Reconciler(racing, interval=60).run_once()
     finally:
         racing.close()
     assert report.fired == [] and report.errors == {}
@@ -168,7 +168,7 @@ def test_concurrent_reconcilers_fire_each_resume_once(
         setup.pause(name, "replication")
         setup.resume(name, "replication", at=timedelta(seconds=1))
     clock.advance(1)
-    reconcilers = [Reconciler(managers(), interval=60, clock=clock) for _ in range(4)]
+    reconcilers = [Reconciler(managers(), interval=60) for _ in range(4)]
     barrier = threading.Barrier(len(reconcilers))
     fired: list[int] = []
 
@@ -191,7 +191,7 @@ def test_a_corrupt_record_does_not_stop_the_others(
     mgr.pause("us-east-1", "replication")
     mgr.resume("us-east-1", "replication", at=timedelta(seconds=10))
     durable_kit.write_raw("broken", "{not json")
-    rec = Reconciler(mgr, interval=60, clock=clock)
+    rec = Reconciler(mgr, interval=60)
     clock.advance(10)
     assert rec.run_once().fired == [("us-east-1", "replication")]
     report = rec.reconcile("broken")  # what a hint for it would do: reported, not raised
@@ -213,7 +213,7 @@ def test_settles_when_every_live_worker_acked(mgr: Manager, clock: FakeClock) ->
     mgr.backend.put_worker(_worker(clock))
     mgr.backend.put_worker(_worker(clock, worker_id="w2"))
     mgr.pause("us-east-1", "replication")
-    rec = Reconciler(mgr, interval=60, clock=clock)
+    rec = Reconciler(mgr, interval=60)
     assert rec.run_once().settled == []
     gen = mgr.status("us-east-1").services["replication"].generation
     mgr.backend.ack("w1", "us-east-1", "replication", gen)
@@ -227,7 +227,7 @@ def test_settles_when_every_live_worker_acked(mgr: Manager, clock: FakeClock) ->
 def test_an_expired_lease_no_longer_blocks(mgr: Manager, clock: FakeClock) -> None:
     mgr.backend.put_worker(_worker(clock, lease=10))
     mgr.pause("us-east-1", "replication")
-    rec = Reconciler(mgr, interval=60, clock=clock)
+    rec = Reconciler(mgr, interval=60)
     rec.run_once()
     assert mgr.status("us-east-1").services["replication"].state is State.PAUSING
     clock.advance(11)  # the worker crashed: its lease runs out
@@ -238,7 +238,7 @@ def test_scheduled_resume_waits_for_acks_then_settles(mgr: Manager, clock: FakeC
     mgr.pause("us-east-1", "replication")
     mgr.resume("us-east-1", "replication", at=timedelta(seconds=30))
     mgr.backend.put_worker(_worker(clock))
-    rec = Reconciler(mgr, interval=60, clock=clock)
+    rec = Reconciler(mgr, interval=60)
     clock.advance(30)
     report = rec.run_once()
     assert report.fired == [("us-east-1", "replication")] and report.settled == []
@@ -257,7 +257,7 @@ def test_thread_settles_on_a_hint_without_waiting_for_the_interval(
 ) -> None:
     mgr.backend.put_worker(_worker(clock))
     mgr.pause("us-east-1", "replication")
-    rec = Reconciler(mgr, interval=3600, clock=clock)  # only a hint can act in time
+    rec = Reconciler(mgr, interval=3600)  # only a hint can act in time
     rec.start()
     try:
         wait_until(lambda: rec.stats["runs"] >= 1)
@@ -288,7 +288,7 @@ def test_thread_fires_when_the_clock_reaches_the_schedule(
 ) -> None:
     mgr.pause("us-east-2", "lifecycle")
     mgr.resume("us-east-2", "lifecycle", at=timedelta(hours=2))
-    rec = Reconciler(mgr, interval=0.1, clock=clock)
+    rec = Reconciler(mgr, interval=0.1)
     rec.start()
     try:
         wait_until(lambda: rec.stats["runs"] >= 2)
@@ -304,7 +304,7 @@ def test_thread_fires_when_the_clock_reaches_the_schedule(
 
 def test_thread_survives_a_backend_outage(backend_url: str, clock: FakeClock) -> None:
     m = Manager(open_backend(backend_url), clock=clock)
-    rec = Reconciler(m, interval=0.05, clock=clock)
+    rec = Reconciler(m, interval=0.05)
     rec.start()
     try:
         wait_until(lambda: rec.stats["runs"] >= 1)

@@ -37,6 +37,7 @@ from locstatus.errors import (
 )
 from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
+import corrupt_shapes as shapes
 from kits_zk import TcpProxy, ZkServer, raw_client, wait_until, zk_url
 from servers import free_ports
 
@@ -239,7 +240,7 @@ def test_corrupt_znode_data_is_named_never_rewritten_and_never_hides_the_others(
 def test_a_record_written_by_hand_is_readable_but_not_writable_without_its_incarnation_node(
     backend: ZooKeeperBackend, raw: KazooClient, chroot: str
 ) -> None:
-    raw.create(f"{chroot}/locations/by-hand", b'{"services": {"replication": {}}, "deleted_at": null}')
+    raw.create(f"{chroot}/locations/by-hand", shapes.GOOD.encode())
     rec = backend.read("by-hand")
     assert rec.version == 1
     with pytest.raises(CorruptRecord, match=r"incarnation node .* is missing"):

@@ -18,7 +18,10 @@ Why it is shaped so:
 - ``all`` as the location is a bulk operation. It answers 200 only when every location
   succeeded; otherwise it answers a problem document whose status is the highest error status
   and whose ``results`` member holds the per-location outcome (``{"status": ...}`` or
-  ``{"error": <problem>}``). An error is never hidden in a 200.
+  ``{"error": <problem>}``). An error is never hidden in a 200. Likewise a listing with a
+  corrupt record in it is a problem document carrying the readable records and naming the
+  corrupt ones (:func:`corrupt_listing`), and a bulk operation counts a corrupt record as a
+  failed location: a record that cannot be read is never silently left out.
 - One pure ASGI middleware counts requests and latencies per route template and refuses request
   bodies over 64 KiB (413) before any parsing.
 
@@ -35,9 +38,9 @@ import asyncio
 import hmac
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request, Security
@@ -46,30 +49,42 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
     model_validator,
 )
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Match
 from starlette.routing import Route as StarletteRoute
 
 from locstatus import __version__
-from locstatus.clock import Clock
 from locstatus.errors import (
+    CorruptRecord,
     InvalidInput,
     LocstatusError,
     NotFound,
     PreconditionFailed,
     Unauthorized,
 )
-from locstatus.manager import Manager
+from locstatus.manager import Manager, worker_live
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
-from locstatus.names import BULK_LOCATION, LOCATION_RE, SERVICE_ALIASES, check_location
+from locstatus.names import (
+    BULK_LOCATION,
+    LOCATION_RE,
+    MAX_ACTOR,
+    MAX_REASON,
+    SERVICE_ALIASES,
+    check_location,
+    check_text,
+)
 
 from . import page, problems
+from .guard import HostPolicy, NativeRoute
 from .metrics import Metrics
 from .problems import PROBLEM_MEDIA_TYPE, Problem, ProblemError, error_body, responses
 
@@ -99,11 +114,60 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _free_text(field: str, limit: int) -> AfterValidator:
+    """``check_text`` as a body validator: a control character is a 422 naming the field."""
+
+    def check(value: str | None) -> str | None:
+        try:
+            return check_text(field, value, limit)
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
+
+    return AfterValidator(check)
+
+
+def _iso_string(value: object) -> object:
+    # JSON numbers would be taken as Unix times by pydantic; docs/http.md says ISO 8601.
+    if not isinstance(value, str | datetime):
+        raise ValueError(
+            "at must be an ISO 8601 date and time with an offset, as a string, such as "
+            f"2030-01-31T18:00:00Z (got {type(value).__name__} {str(value)[:40]}; a number is "
+            "not read as a Unix time)"
+        )
+    return value
+
+
+def _in_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-01:00 is a datetime with no UTC time
+        raise ValueError(
+            f"at {value.isoformat()} is out of range: its UTC time is past year 9999 or before "
+            "year 1"
+        ) from None
+
+
+Reason = Annotated[
+    str | None,
+    Field(max_length=MAX_REASON, description="Why (free text, no control characters)"),
+    _free_text("reason", MAX_REASON),
+]
+Actor = Annotated[
+    str | None,
+    Field(max_length=MAX_ACTOR, description="Who (free text, no control characters)"),
+    _free_text("actor", MAX_ACTOR),
+]
+ResumeTime = Annotated[
+    AwareDatetime, BeforeValidator(_iso_string), AfterValidator(_in_utc)
+]
+"""An ISO 8601 string with an offset, in UTC range; stored in UTC."""
+
+
 class PauseBody(_Body):
     """Body of ``POST .../pause`` (optional)."""
 
-    reason: str | None = Field(default=None, max_length=1024, description="Why (free text)")
-    actor: str | None = Field(default=None, max_length=256, description="Who")
+    reason: Reason = None
+    actor: Actor = None
     wait: float | None = Field(
         default=None, ge=0, le=300,
         description="Seconds to wait until every live worker acknowledged (504 on timeout)",
@@ -114,7 +178,9 @@ class ResumeBody(PauseBody):
     """Body of ``POST .../resume`` (optional): resume now, or schedule with ``at`` (an aware
     ISO datetime in the future) or ``in_seconds`` (positive), not both."""
 
-    at: AwareDatetime | None = Field(default=None, description="Scheduled resume time")
+    at: ResumeTime | None = Field(
+        default=None, description="Scheduled resume time: ISO 8601 with an offset, a string"
+    )
     in_seconds: float | None = Field(
         default=None, gt=0, le=MAX_DELAY_SECONDS, description="Schedule a resume this far ahead"
     )
@@ -131,8 +197,8 @@ class ResumeBody(PauseBody):
 class CancelBody(_Body):
     """Body of ``DELETE .../schedule`` (optional)."""
 
-    reason: str | None = Field(default=None, max_length=1024)
-    actor: str | None = Field(default=None, max_length=256)
+    reason: Reason = None
+    actor: Actor = None
 
 
 class BulkItem(BaseModel):
@@ -149,7 +215,9 @@ class BulkResult(BaseModel):
 
 
 class WorkerView(WorkerInfo):
-    """A registered worker and whether its lease holds now (``is_alive``)."""
+    """A registered worker and whether its lease holds (``is_alive``: false only once its lease
+    deadline passed by the backend's time beyond doubt; docs/time.md). ``clock_offset_seconds``
+    is the offset the worker published (its wall clock minus the backend's time)."""
 
     is_alive: bool
 
@@ -189,14 +257,14 @@ _WORKERS = TypeAdapter(list[WorkerView])
 
 
 class Context:
-    """What the routes share: the manager, the token, the clock, metrics and helpers."""
+    """What the routes share: the manager, the token, metrics and helpers. Every time is the
+    manager's (``mgr.time``, the backend's; docs/time.md)."""
 
     def __init__(
         self,
         mgr: Manager,
         *,
         token: str | None,
-        clock: Clock,
         metrics: Metrics,
         reconciler: Reconciler | None,
         check: CheckState | None,
@@ -204,7 +272,6 @@ class Context:
     ) -> None:
         self.mgr = mgr
         self.token = token
-        self.clock = clock
         self.metrics = metrics
         self.reconciler = reconciler
         self.check = check
@@ -283,15 +350,19 @@ class Context:
         select: Callable[[LocationStatus], bool] | None = None,
     ) -> dict[str, LocationStatus | LocstatusError]:
         """Apply ``op`` to every (non-removed) location that has ``service`` (every location
-        if None) and passes ``select``. Returns location -> stored record or error. With
-        ``wait``, every write is done first, then each location is waited for until one
-        shared deadline."""
+        if None) and passes ``select``. Returns location -> stored record or error; every
+        corrupt record is there as its :class:`CorruptRecord` (whether it has the service is
+        unknown). With ``wait``, every write is done first, then each location is waited for
+        until one shared deadline."""
+        found = self.mgr.listing()
         records = [
             r
-            for r in self.mgr.statuses()
+            for r in found.records
             if (service is None or service in r.services) and (select is None or select(r))
         ]
-        out: dict[str, LocationStatus | LocstatusError] = {}
+        # A record that cannot be read may have the service, in any state: it is a failure
+        # of the operation, never silently outside it.
+        out: dict[str, LocationStatus | LocstatusError] = {c.location: c for c in found.corrupt}
         for rec in records:
             try:
                 after = op(rec.location, None)
@@ -380,6 +451,28 @@ def bulk_response(
     return problems.problem_response(body)
 
 
+def corrupt_listing(request: Request, listed: Any, corrupt: Sequence[CorruptRecord]) -> Response:
+    """What a route listing records answers when some of them are corrupt (docs/http.md,
+    "Corrupt records in listings"): never a 200 that leaves them out, but a problem document
+    (500, ``urn:locstatus:corrupt-record``) whose ``locations`` member holds what the 200 would
+    have held for the readable ones (``listed``, JSON-able) and whose ``errors`` member names
+    each corrupt record (``location`` and its problem)."""
+    names = ", ".join(c.location for c in corrupt[:5]) + (", ..." if len(corrupt) > 5 else "")
+    body: dict[str, Any] = {
+        "type": "urn:locstatus:corrupt-record",
+        "title": CorruptRecord.title,
+        "status": CorruptRecord.http_status,
+        "detail": problems.redact(
+            f"{len(corrupt)} record(s) cannot be read: {names}; run 'locstatus check'. "
+            "The readable ones are under 'locations'."
+        ),
+        "instance": request.url.path,
+        "locations": listed,
+        "errors": [{"location": c.location, **error_body(c)} for c in corrupt],
+    }
+    return problems.problem_response(body)
+
+
 def location_response(rec: LocationStatus, status_code: int = 200) -> Response:
     """A location document with its ETag."""
     return Response(
@@ -452,6 +545,27 @@ async def authorize(
         raise ProblemError(403, "forbidden", "the bearer token is not the sidecar's token")
 
 
+def check_token(token: str) -> str:
+    """Return ``token`` if a client can present it, else raise :class:`InvalidInput` saying
+    why (never showing it): a bearer token travels in an HTTP header, which carries visible
+    ASCII and inner spaces only; the server strips surrounding whitespace and decodes other
+    bytes differently, so such a token could never match."""
+    if token != token.strip():
+        raise InvalidInput(
+            "the API token (LOCSTATUS_API_TOKEN) has leading or trailing whitespace: no client "
+            "can send it (HTTP strips it from the header); remove it"
+        )
+    for i, char in enumerate(token):
+        if not " " <= char <= "~":
+            kind = "a non-ASCII" if ord(char) > 0x7F else "a control"
+            raise InvalidInput(
+                f"the API token (LOCSTATUS_API_TOKEN) has {kind} character at position {i}: a "
+                "bearer token is sent in an HTTP header and must be visible ASCII (letters, "
+                "digits and punctuation such as - . _ ~ + /)"
+            )
+    return token
+
+
 Ctx = Annotated[Context, Depends(context)]
 LocationPath = Annotated[
     str,
@@ -473,10 +587,10 @@ IfMatch = Annotated[
     Header(description='Record version the change is based on, e.g. "12" (412 if stale)'),
 ]
 
-_MUTATION_ERRORS = responses(400, 401, 403, 404, 408, 409, 412, 413, 422, 503, 504)
+_MUTATION_ERRORS = responses(400, 401, 403, 404, 408, 409, 412, 413, 415, 422, 503, 504)
 _READ_ERRORS = responses(400, 404, 422, 503)
 
-router = APIRouter()
+router = APIRouter(route_class=NativeRoute)
 
 
 # -- native routes ----------------------------------------------------------------------------
@@ -487,14 +601,19 @@ router = APIRouter()
     response_model=list[LocationStatus],
     tags=["locations"],
     summary="Every location",
-    responses=responses(422, 503),
+    responses=responses(422, 500, 503),
 )
 async def list_locations(
+    request: Request,
     ctx: Ctx,
     include_removed: Annotated[bool, Query(description="Include tombstones")] = False,
 ) -> Response:
-    records = await ctx.read(ctx.mgr.statuses, include_removed=include_removed)
-    return Response(_LOCATIONS.dump_json(records), media_type="application/json")
+    found = await ctx.read(ctx.mgr.listing, include_removed=include_removed)
+    if found.corrupt:
+        return corrupt_listing(
+            request, _LOCATIONS.dump_python(found.records, mode="json"), found.corrupt
+        )
+    return Response(_LOCATIONS.dump_json(found.records), media_type="application/json")
 
 
 @router.get(
@@ -662,8 +781,11 @@ def history(
     responses=responses(503),
 )
 def workers(ctx: Ctx) -> Response:
-    now = ctx.clock()
-    views = [WorkerView(**w.model_dump(), is_alive=w.alive(now)) for w in ctx.mgr.workers()]
+    time_source = ctx.mgr.time
+    views = [
+        WorkerView(**w.model_dump(), is_alive=worker_live(w, time_source))
+        for w in ctx.mgr.workers()
+    ]
     return Response(_WORKERS.dump_json(views), media_type="application/json")
 
 
@@ -757,7 +879,7 @@ def status_page(
     ctx: Ctx,
     refresh: Annotated[int, Query(ge=0, le=3600, description="Auto-refresh seconds")] = 5,
 ) -> HTMLResponse:
-    text, status = page.render(ctx.mgr, ctx.clock, refresh=refresh)
+    text, status = page.render(ctx.mgr, refresh=refresh)
     return HTMLResponse(text, status_code=status)
 
 
@@ -776,15 +898,18 @@ declares a body and stalls must not pin a connection and a request forever."""
 
 
 class _Middleware:
-    """Request metrics per route template, the 64 KiB body limit (413) and the body read
-    deadline (408)."""
+    """Request metrics per route template, the ``Host`` check of a sidecar without a token
+    (421, :class:`~.guard.HostPolicy`), the 64 KiB body limit (413) and the body read deadline
+    (408)."""
 
     def __init__(
-        self, app: ASGIApp, metrics: Metrics, max_body: int, body_timeout: float = BODY_TIMEOUT
+        self, app: ASGIApp, metrics: Metrics, max_body: int, hosts: HostPolicy,
+        body_timeout: float = BODY_TIMEOUT,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body = max_body
+        self.hosts = hosts
         self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -801,6 +926,12 @@ class _Middleware:
             await send(message)
 
         try:
+            refusal = self.hosts.refusal(_header(scope, b"host"))
+            if refusal is not None:
+                status[0] = 421
+                await self._refuse(scope, send, 421, "misdirected request", refusal,
+                                   type_="urn:locstatus:misdirected-request")
+                return
             if method in ("POST", "PUT", "PATCH", "DELETE"):
                 try:
                     replay = await asyncio.wait_for(
@@ -860,9 +991,12 @@ class _Middleware:
         return replay
 
     @staticmethod
-    async def _refuse(scope: Scope, send: Send, status: int, title: str, detail: str) -> None:
+    async def _refuse(
+        scope: Scope, send: Send, status: int, title: str, detail: str,
+        type_: str = "about:blank",
+    ) -> None:
         body = Problem(
-            title=title, status=status, detail=detail, instance=scope.get("path"),
+            type=type_, title=title, status=status, detail=detail, instance=scope.get("path"),
         ).model_dump_json(exclude_none=True).encode()
         await send({
             "type": "http.response.start",
@@ -876,21 +1010,32 @@ class _Middleware:
         await send({"type": "http.response.body", "body": body})
 
 
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
 # -- the factory ------------------------------------------------------------------------------
+
+
+class _Route(StarletteRoute):
+    """A plain Starlette route that names itself in the scope when it matches, fully or by path
+    only (a 405), as FastAPI's routes do: metrics label requests by it."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child
 
 
 def _fast_get_location() -> StarletteRoute:
     """``GET /v1/locations/{location}`` as a plain Starlette route (the documented FastAPI
     route of the same path and function stays behind it, for the OpenAPI document)."""
-    route = StarletteRoute("/v1/locations/{location}", get_location, methods=["GET"])
+    route = _Route("/v1/locations/{location}", get_location, methods=["GET"])
     route.methods = {"GET"}  # no implicit HEAD: the document (and Allow on 405) list GET only
-    inner = route.app
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        scope["route"] = route  # FastAPI sets it for its own routes only; metrics label by it
-        await inner(scope, receive, send)
-
-    route.app = app
     return route
 
 
@@ -898,17 +1043,21 @@ def create_app(
     mgr: Manager,
     *,
     token: str | None = None,
-    clock: Clock | None = None,
     reconciler: Reconciler | None = None,
     check: CheckState | None = None,
     max_body: int = MAX_BODY,
     inline_reads: bool | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
     """Build the sidecar app over ``mgr``.
 
     - ``token``: when set, mutating routes need ``Authorization: Bearer <token>`` (401/403).
-    - ``clock``: aware-UTC ``datetime`` factory for lease liveness and overdue resumes on the
-      page and in metrics; default ``mgr.clock``.
+      It must be visible ASCII with no surrounding whitespace (:func:`check_token`,
+      :class:`InvalidInput` otherwise): any other token could never authenticate.
+    - ``allowed_hosts``: without a token, only requests whose ``Host`` is a loopback name
+      (127.0.0.0/8, ``::1``, ``localhost``, any port) or one of these names are served, others
+      get a 421 (DNS rebinding, docs/http.md); ``["*"]`` serves every ``Host``. With a token
+      every ``Host`` is served.
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
     - ``check``: where the periodic consistency check stores its result (``/v1/check``).
@@ -918,7 +1067,10 @@ def create_app(
     """
     from .backbeat import router as backbeat_router
 
-    metrics = Metrics(mgr, clock=clock, reconciler=lambda: reconciler)
+    token = check_token(token) if token else None
+    extra = list(allowed_hosts or ())
+    hosts = HostPolicy(allow_any=token is not None or "*" in extra, extra=extra)
+    metrics = Metrics(mgr, reconciler=lambda: reconciler)
     app = FastAPI(
         title="locstatus sidecar",
         version=__version__,
@@ -933,15 +1085,14 @@ def create_app(
     )
     app.state.locstatus = Context(
         mgr,
-        token=token or None,
-        clock=clock or mgr.clock,
+        token=token,
         metrics=metrics,
         reconciler=reconciler,
         check=check,
         inline_reads=inline_reads,
     )
     problems.install(app)
-    app.add_middleware(_Middleware, metrics=metrics, max_body=max_body)
+    app.add_middleware(_Middleware, metrics=metrics, max_body=max_body, hosts=hosts)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

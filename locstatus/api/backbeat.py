@@ -20,7 +20,9 @@ real status, never a 200. Mutations answer with the resulting value per location
 shape as the matching GET (the original answered ``{}``; clients that ignored the body still
 do). With ``all``, locations that do not have the service are simply absent; scheduling ``all``
 targets the locations where the service is paused (409 if there is none). An unknown location,
-or one without that service, is a 404.
+or one without that service, is a 404. A corrupt record is never absent: with ``all`` a read
+answers a problem document naming it beside the readable locations, a mutation counts it as a
+failed location (docs/http.md, "Corrupt records in listings").
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from locstatus.errors import InvalidInput, InvalidTransition, NotFound
 from locstatus.models import LocationStatus
 from locstatus.names import check_location
 
-from .app import ALL, Context, Op, authorize, bulk_response, context
+from .app import ALL, Context, Op, authorize, bulk_response, context, corrupt_listing
+from .guard import BackbeatRoute
 from .problems import responses
 
 SERVICES: dict[str, str] = {
@@ -81,10 +84,10 @@ _HOURS_BODY: dict[str, Any] = {
         },
     }
 }
-_READ = responses(400, 404, 503)
-_WRITE = responses(400, 401, 403, 404, 409, 413, 503)
+_READ = responses(400, 404, 500, 503)
+_WRITE = responses(400, 401, 403, 404, 409, 413, 415, 503)
 
-router = APIRouter(prefix="/_/backbeat/api/{service}", tags=["backbeat"])
+router = APIRouter(prefix="/_/backbeat/api/{service}", tags=["backbeat"], route_class=BackbeatRoute)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -101,13 +104,22 @@ def _service(ctx: Context, name: str) -> str:
     return svc
 
 
-def _records(ctx: Context, loc: str, svc: str) -> list[LocationStatus]:
-    if loc == ALL:
-        return [r for r in ctx.mgr.statuses() if svc in r.services]
-    rec = ctx.mgr.status(check_location(loc))
-    if rec.deleted or svc not in rec.services:
-        raise NotFound(f"location {loc!r} has no service {svc}")
-    return [rec]
+def _read(
+    request: Request, ctx: Context, loc: str, svc: str, render: Callable[[LocationStatus], str]
+) -> Response:
+    """``{location: render(record)}`` for ``loc`` or every location with ``svc``; with
+    ``all`` and a corrupt record among them, the problem of :func:`corrupt_listing` (whether a
+    corrupt record has the service is unknown: it is named, never left out)."""
+    if loc != ALL:
+        rec = ctx.mgr.status(check_location(loc))
+        if rec.deleted or svc not in rec.services:
+            raise NotFound(f"location {loc!r} has no service {svc}")
+        return JSONResponse({rec.location: render(rec)})
+    found = ctx.mgr.listing()
+    listed = {r.location: render(r) for r in found.records if svc in r.services}
+    if found.corrupt:
+        return corrupt_listing(request, listed, found.corrupt)
+    return JSONResponse(listed)
 
 
 def iso_date(when: datetime) -> str:
@@ -176,22 +188,21 @@ def parse_hours(raw: bytes) -> int:
 # -- status -----------------------------------------------------------------------------------
 
 
-def _status(ctx: Context, service: str, loc: str) -> StatusMap:
+def _status(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    render = _enabled(svc)
-    return {r.location: render(r) for r in _records(ctx, loc, svc)}
+    return _read(request, ctx, loc, svc, _enabled(svc))
 
 
 @router.get("/status", response_model=StatusMap, responses=_READ,
             summary="enabled/disabled for every location")
-def status_all(ctx: Ctx, service: ServiceParam) -> StatusMap:
-    return _status(ctx, service, ALL)
+def status_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
+    return _status(request, ctx, service, ALL)
 
 
 @router.get("/status/{loc}", response_model=StatusMap, responses=_READ,
             summary="enabled/disabled for one location (or all)")
-def status_one(ctx: Ctx, service: ServiceParam, loc: LocParam) -> StatusMap:
-    return _status(ctx, service, loc)
+def status_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
+    return _status(request, ctx, service, loc)
 
 
 # -- pause / resume now -----------------------------------------------------------------------
@@ -236,10 +247,9 @@ def resume_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
 # -- scheduled resume (registered before resume/{loc} so "schedule" is never a location) ------
 
 
-def _get_schedule(ctx: Context, service: str, loc: str) -> StatusMap:
+def _get_schedule(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    render = _schedule(svc)
-    return {r.location: render(r) for r in _records(ctx, loc, svc)}
+    return _read(request, ctx, loc, svc, _schedule(svc))
 
 
 async def _post_schedule(request: Request, ctx: Context, service: str, loc: str) -> Response:
@@ -269,14 +279,14 @@ def _cancel(request: Request, ctx: Context, service: str, loc: str) -> Response:
 
 @router.get("/resume", response_model=StatusMap, responses=_READ,
             summary="Scheduled resume of every location")
-def get_schedule_all(ctx: Ctx, service: ServiceParam) -> StatusMap:
-    return _get_schedule(ctx, service, ALL)
+def get_schedule_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
+    return _get_schedule(request, ctx, service, ALL)
 
 
 @router.get("/resume/schedule", response_model=StatusMap, responses=_READ,
             summary="Scheduled resume of every location")
-def get_schedule_all2(ctx: Ctx, service: ServiceParam) -> StatusMap:
-    return _get_schedule(ctx, service, ALL)
+def get_schedule_all2(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
+    return _get_schedule(request, ctx, service, ALL)
 
 
 @router.post("/resume/schedule", response_model=StatusMap, responses=_WRITE,
@@ -306,8 +316,10 @@ def resume_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam)
 
 @router.get("/resume/{loc}", response_model=StatusMap, responses=_READ,
             summary="Scheduled resume of one location (or all)")
-def get_schedule_one(ctx: Ctx, service: ServiceParam, loc: LocParam) -> StatusMap:
-    return _get_schedule(ctx, service, loc)
+def get_schedule_one(
+    request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam
+) -> Response:
+    return _get_schedule(request, ctx, service, loc)
 
 
 @router.delete("/resume/{loc}", response_model=StatusMap, responses=_WRITE,
@@ -318,8 +330,10 @@ def cancel_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam)
 
 @router.get("/resume/{loc}/schedule", response_model=StatusMap, responses=_READ,
             summary="Scheduled resume of one location (or all)")
-def get_schedule_one2(ctx: Ctx, service: ServiceParam, loc: LocParam) -> StatusMap:
-    return _get_schedule(ctx, service, loc)
+def get_schedule_one2(
+    request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam
+) -> Response:
+    return _get_schedule(request, ctx, service, loc)
 
 
 @router.post("/resume/{loc}/schedule", response_model=StatusMap, responses=_WRITE,

@@ -7,7 +7,10 @@ scheduled resumes pending and overdue, lagging workers, live workers) is read fr
 scrape time by a collector, so it is true for the whole fleet, not just for this process. If the
 backend is down the scrape still answers, with ``locstatus_backend_up 0``.
 
-Series (``route`` is the route template, never the raw path, so cardinality stays bounded):
+Series (every label takes a bounded set of values, whatever clients send: ``route`` is the
+route template, never the raw path, and ``unmatched`` for every path no route serves;
+``method`` is one of :data:`HTTP_METHODS` or ``other``, since any token is a valid method to
+HTTP and each new label value would be a new series kept forever):
 
 - ``locstatus_http_requests_total{method,route,status}``,
   ``locstatus_http_request_duration_seconds{method,route}``
@@ -18,11 +21,16 @@ Series (``route`` is the route template, never the raw path, so cardinality stay
   ``locstatus_scheduled_resumes_overdue{service}``, ``locstatus_lagging_workers{service}``,
   ``locstatus_workers{alive}``, ``locstatus_locations{removed}``, ``locstatus_backend_up``
 - ``locstatus_reconciler_{runs,fired,settled,errors}_total``, ``..._last_run_timestamp_seconds``
+- ``locstatus_clock_offset_seconds`` (this host's wall clock minus the backend's time),
+  ``locstatus_clock_uncertainty_seconds`` (how far this process's estimate of the backend's
+  time may be off), ``locstatus_clock_max_uncertainty_seconds`` (above it deadlines are
+  refused), ``locstatus_clock_refusals_total`` (deadline decisions refused): docs/time.md
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -30,13 +38,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from locstatus.clock import Clock
 from locstatus.errors import LocstatusError
-from locstatus.manager import Manager, lagging_workers
+from locstatus.manager import Manager, lagging_workers, worker_live
 from locstatus.models import LocationStatus, State, WorkerInfo
 
 if TYPE_CHECKING:
     from locstatus.reconciler import Reconciler
+
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+"""Methods counted under their own name; any other is counted as ``other``."""
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -44,11 +54,8 @@ _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 class _StateCollector(Collector):
     """Reads the stored state at scrape time."""
 
-    def __init__(
-        self, mgr: Manager, clock: Clock, reconciler: Callable[[], Reconciler | None]
-    ) -> None:
+    def __init__(self, mgr: Manager, reconciler: Callable[[], Reconciler | None]) -> None:
         self.mgr = mgr
-        self.clock = clock
         self.reconciler = reconciler
 
     def collect(self) -> Iterator[Metric]:
@@ -69,13 +76,46 @@ class _StateCollector(Collector):
             records = self.mgr.statuses(include_removed=True)
             workers = self.mgr.workers()
             acks = self.mgr.backend.all_acks()
+            now = self.mgr.clock()
         except LocstatusError:
             up.add_metric([], 0.0)
             yield up
+            yield from self._clock()
             return
         up.add_metric([], 1.0)
         yield up
-        yield from self._state(records, workers, acks)
+        yield from self._clock()
+        yield from self._state(records, workers, acks, now)
+
+    def _clock(self) -> Iterator[Metric]:
+        """This process's view of the backend's time (docs/time.md)."""
+        t = self.mgr.time
+        offset = t.offset_seconds()
+        if offset is not None:
+            g = GaugeMetricFamily(
+                "locstatus_clock_offset_seconds",
+                "This host's wall clock minus the backend's time, seconds (positive: ahead)",
+            )
+            g.add_metric([], offset)
+            yield g
+        g = GaugeMetricFamily(
+            "locstatus_clock_uncertainty_seconds",
+            "How far this process's estimate of the backend's time may be off, seconds",
+        )
+        g.add_metric([], t.uncertainty_seconds())
+        yield g
+        g = GaugeMetricFamily(
+            "locstatus_clock_max_uncertainty_seconds",
+            "Uncertainty above which this process refuses to act on a deadline, seconds",
+        )
+        g.add_metric([], t.max_uncertainty_seconds)
+        yield g
+        c = CounterMetricFamily(
+            "locstatus_clock_refusals",
+            "Deadline decisions refused because the backend's time was not known within the bound",
+        )
+        c.add_metric([], float(t.refusals))
+        yield c
 
     def _reconciler(self) -> Iterator[Metric]:
         rec = self.reconciler()
@@ -102,8 +142,9 @@ class _StateCollector(Collector):
         records: list[LocationStatus],
         workers: list[WorkerInfo],
         acks: dict[str, dict[str, dict[str, int]]],
+        now: datetime,
     ) -> Iterator[Metric]:
-        now = self.clock()
+        time_source = self.mgr.time
         services = sorted(set(self.mgr.services) | {s for r in records for s in r.services})
         states = {(s, st.value): 0 for s in services for st in State}
         pending = dict.fromkeys(services, 0)
@@ -124,7 +165,7 @@ class _StateCollector(Collector):
                     lagging[svc].update(
                         lagging_workers(
                             rec.location, svc, st.generation, workers,
-                            acks.get(rec.location, {}), now,
+                            acks.get(rec.location, {}), time_source,
                         )
                     )
         g = GaugeMetricFamily(
@@ -152,7 +193,7 @@ class _StateCollector(Collector):
             g.add_metric([svc], float(len(ids)))
         yield g
         g = GaugeMetricFamily("locstatus_workers", "Registered workers", labels=["alive"])
-        alive = sum(1 for w in workers if w.alive(now))
+        alive = sum(1 for w in workers if worker_live(w, time_source))
         g.add_metric(["true"], float(alive))
         g.add_metric(["false"], float(len(workers) - alive))
         yield g
@@ -176,7 +217,6 @@ class Metrics:
         self,
         mgr: Manager,
         *,
-        clock: Clock | None = None,
         reconciler: Callable[[], Reconciler | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -197,11 +237,14 @@ class Metrics:
             "Operations refused because compare-and-set kept conflicting (409)",
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(mgr, clock or mgr.clock, reconciler))
+        self.registry.register(_StateCollector(mgr, reconciler))
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
-        """Count one request and its latency (seconds)."""
+        """Count one request and its latency (seconds). ``route`` must be a route template or
+        ``unmatched``; ``method`` is counted as ``other`` unless it is in :data:`HTTP_METHODS`."""
+        if method not in HTTP_METHODS:
+            method = "other"
         key = (method, route, status)
         child = self._children.get(key)
         if child is None:

@@ -20,11 +20,11 @@ import math
 from collections import Counter
 from datetime import datetime
 
-from locstatus.clock import Clock
-from locstatus.errors import LocstatusError
+from locstatus.clock import TimeSource
+from locstatus.errors import CorruptRecord, LocstatusError
 from locstatus.fsm import table
-from locstatus.manager import Manager, lagging_workers
-from locstatus.models import LocationStatus, WorkerInfo
+from locstatus.manager import Manager, lagging_workers, worker_live
+from locstatus.models import LocationStatus, WorkerInfo, utcnow
 
 from .problems import redact
 
@@ -35,6 +35,7 @@ table{border-collapse:collapse} th,td{border:1px solid #ccc;padding:.25em .6em;t
 th{background:#f3f3f3} td.none{color:#999}
 .state-running{background:#e6f6e6} .state-paused{background:#fde8e8}
 .state-pausing,.state-resuming{background:#fff4d6}
+.state-corrupt{background:#d33;color:#fff;font-weight:bold}
 .banner{background:#fde8e8;border:1px solid #d33;padding:.5em 1em}
 .muted{color:#777} svg text{font:12px system-ui,sans-serif}
 """
@@ -74,22 +75,27 @@ def _cell(value: object, cls: str) -> str:
     return f'<td class="{cls}">{_e(value)}</td>'
 
 
-def render(mgr: Manager, clock: Clock, *, refresh: int = 5) -> tuple[str, int]:
+def render(mgr: Manager, *, refresh: int = 5) -> tuple[str, int]:
     """The page's HTML and HTTP status: 200, or 503 (with an explanatory banner) when the
-    backend cannot be read. ``refresh``: seconds between automatic reloads, 0 for none."""
-    now = clock()
+    backend cannot be read. ``refresh``: seconds between automatic reloads, 0 for none.
+    Liveness is judged on the manager's time source, times are the backend's (docs/time.md);
+    only a page that cannot read the backend at all shows this host's clock as its date."""
+    time_source = mgr.time
     status = 200
     error: str | None = None
     records: list[LocationStatus] = []
+    corrupt: list[CorruptRecord] = []
     workers: list[WorkerInfo] = []
     acks: dict[str, dict[str, dict[str, int]]] = {}
     try:
-        records = mgr.statuses()
+        records, corrupt = mgr.listing()
         workers = mgr.workers()
         acks = mgr.backend.all_acks()
+        now = mgr.clock()
     except LocstatusError as exc:
         status = 503
         error = redact(exc.message)
+        now = utcnow()  # a date for the banner only: nothing is judged on it
     head = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         + (f'<meta http-equiv="refresh" content="{refresh}">' if refresh > 0 else "")
@@ -107,9 +113,14 @@ def render(mgr: Manager, clock: Clock, *, refresh: int = 5) -> tuple[str, int]:
     ]
     if error is not None:
         parts.append(f'<p class="banner" id="error">backend unavailable: {_e(error)}</p>')
-    parts.append(_summary(records, workers, now))
-    parts.append(_services_table(records, workers, acks, now))
-    parts.append(_workers_table(workers, now))
+    if corrupt:
+        parts.append(
+            f'<p class="banner" id="corrupt">{len(corrupt)} corrupt record(s), shown as '
+            "CORRUPT below: their state is unknown; run <code>locstatus check</code></p>"
+        )
+    parts.append(_summary(records, len(corrupt), workers, time_source))
+    parts.append(_services_table(records, corrupt, workers, acks, time_source))
+    parts.append(_workers_table(workers, time_source))
     parts.append("<h2>State machine</h2>")
     parts.append(state_diagram_svg())
     parts.append(
@@ -121,22 +132,27 @@ def render(mgr: Manager, clock: Clock, *, refresh: int = 5) -> tuple[str, int]:
     return "".join(parts), status
 
 
-def _summary(records: list[LocationStatus], workers: list[WorkerInfo], now: datetime) -> str:
+def _summary(
+    records: list[LocationStatus], corrupt: int, workers: list[WorkerInfo],
+    time_source: TimeSource,
+) -> str:
     states = Counter(st.state.value for r in records for st in r.services.values())
     scheduled = sum(1 for r in records for st in r.services.values() if st.resume_at)
-    alive = sum(1 for w in workers if w.alive(now))
+    alive = sum(1 for w in workers if worker_live(w, time_source))
     counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "no services"
+    locations = f"{len(records) + corrupt} locations" + (f" ({corrupt} corrupt)" if corrupt else "")
     return (
-        f'<p id="summary">{len(records)} locations; services: {_e(counts)}; '
+        f'<p id="summary">{locations}; services: {_e(counts)}; '
         f"scheduled resumes: {scheduled}; workers alive: {alive} of {len(workers)}</p>"
     )
 
 
 def _services_table(
     records: list[LocationStatus],
+    corrupt: list[CorruptRecord],
     workers: list[WorkerInfo],
     acks: dict[str, dict[str, dict[str, int]]],
-    now: datetime,
+    time_source: TimeSource,
 ) -> str:
     rows = [
         '<h2>Services</h2><table id="services"><thead><tr>'
@@ -144,11 +160,16 @@ def _services_table(
         "<th>Scheduled resume</th><th>Lagging workers</th><th>Reason</th><th>Actor</th>"
         "<th>Updated</th></tr></thead><tbody>"
     ]
-    for rec in records:
+    listed: list[LocationStatus | CorruptRecord] = [*records, *corrupt]
+    for rec in sorted(listed, key=lambda r: r.location):
+        if isinstance(rec, CorruptRecord):
+            rows.append(_corrupt_row(rec))
+            continue
         for svc, st in sorted(rec.services.items()):
             lagging = (
                 lagging_workers(
-                    rec.location, svc, st.generation, workers, acks.get(rec.location, {}), now
+                    rec.location, svc, st.generation, workers, acks.get(rec.location, {}),
+                    time_source,
                 )
                 if st.state.transitional
                 else []
@@ -181,7 +202,23 @@ def _services_table(
     return "".join(rows)
 
 
-def _workers_table(workers: list[WorkerInfo], now: datetime) -> str:
+def _corrupt_row(bad: CorruptRecord) -> str:
+    """A record that cannot be read: its location, ``CORRUPT`` as the state, the validation
+    error in place of the reason (every service's state is unknown)."""
+    return (
+        f'<tr data-location="{_e(bad.location)}" data-state="corrupt">'
+        + _cell(bad.location, "location")
+        + '<td class="service none">all</td>'
+        + '<td class="state state-corrupt">CORRUPT</td>'
+        + '<td class="generation none">&mdash;</td><td class="resume none">&mdash;</td>'
+        + '<td class="lagging none">&mdash;</td>'
+        + _cell(redact(bad.detail), "reason detail")
+        + '<td class="actor none">&mdash;</td><td class="updated none">&mdash;</td>'
+        + "</tr>"
+    )
+
+
+def _workers_table(workers: list[WorkerInfo], time_source: TimeSource) -> str:
     rows = [
         '<h2>Workers</h2><table id="workers"><thead><tr><th>Worker</th><th>Services</th>'
         "<th>Locations</th><th>Host</th><th>PID</th><th>Lease until</th><th>Alive</th>"
@@ -198,7 +235,7 @@ def _workers_table(workers: list[WorkerInfo], now: datetime) -> str:
             + _cell(
                 _iso(w.lease_expires_at) if w.lease_expires_at else "session", "lease"
             )
-            + _cell("yes" if w.alive(now) else "no", "alive")
+            + _cell("yes" if worker_live(w, time_source) else "no", "alive")
             + "</tr>"
         )
     if len(rows) == 1:

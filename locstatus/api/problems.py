@@ -136,18 +136,20 @@ def from_error(exc: LocstatusError, instance: str | None = None) -> Response:
 
 
 class ProblemError(Exception):
-    """An HTTP-only error with no library class (403 wrong token, 413 body too large, 404 no
-    check result yet); raised inside routes, turned into a problem by :func:`install`."""
+    """An HTTP-only error with no library class (403 wrong token or foreign Origin, 415 not
+    JSON, 404 no check result yet); raised inside routes, turned into a problem by
+    :func:`install`. ``type_`` is the problem ``type`` URI."""
 
     def __init__(
         self, status: int, title: str, detail: str, headers: dict[str, str] | None = None,
-        **extra: Any,
+        *, type_: str = "about:blank", **extra: Any,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.title = title
         self.detail = detail
         self.headers = headers
+        self.type = type_
         self.extra = extra
 
 
@@ -186,8 +188,8 @@ def install(app: FastAPI) -> None:
     async def on_problem(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ProblemError)
         return problem(
-            exc.status, exc.title, exc.detail, instance=request.url.path, headers=exc.headers,
-            **exc.extra,
+            exc.status, exc.title, exc.detail, type_=exc.type, instance=request.url.path,
+            headers=exc.headers, **exc.extra,
         )
 
     async def on_validation(request: Request, exc: Exception) -> Response:
@@ -235,13 +237,16 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     descriptions = {
         400: "Bad input (invalid location name, If-Match, time in the past)",
         401: "Missing bearer token",
-        403: "Wrong bearer token",
+        403: "Wrong bearer token, or a cross-origin request (Origin of another site)",
         404: "Unknown location or service",
         408: "Request body not received in time",
         409: "Invalid transition, or compare-and-set conflicts exhausted",
         412: "If-Match does not match the record's version",
         413: "Request body larger than 64 KiB",
+        415: "A mutation without Content-Type: application/json (docs/http.md)",
+        421: "Host is not a loopback name on a sidecar without a token (DNS rebinding)",
         422: "Body or parameters do not validate",
+        500: "A stored record is corrupt (a listing names it under 'errors')",
         503: "Backend unreachable",
         504: "wait= ran out before every live worker acknowledged",
     }

@@ -3,7 +3,11 @@
 Why it is shaped so:
 
 - Loopback by default; binding any other address without a token is refused (``--insecure``
-  overrides, loudly), because the mutating routes would otherwise be open to the network. The
+  overrides, loudly), because the mutating routes would otherwise be open to the network.
+  Without a token, only loopback ``Host`` names are served (plus ``--allow-host`` names; every
+  one with ``--insecure`` on a non-loopback address): a web page cannot reach a loopback
+  sidecar by DNS rebinding (:mod:`locstatus.api.guard`). A token no client could send
+  (non-ASCII, surrounding spaces) is refused before anything starts. The
   socket is bound here before uvicorn starts, so a bad address or a port in use is a clear
   :class:`InvalidInput` (CLI exit 2), not a log line and ``sys.exit`` from inside uvicorn.
 - The reconciler (:mod:`locstatus.reconciler`) runs as a thread in the same process: any number
@@ -27,12 +31,14 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 import uvicorn
 
-from locstatus.api.app import CheckState, create_app
+from locstatus.api.app import CheckState, check_token, create_app
+from locstatus.api.guard import split_host
 from locstatus.api.problems import SECRETS, redact
 from locstatus.client import connect
 from locstatus.errors import InvalidInput
@@ -52,6 +58,7 @@ def serve(
     insecure: bool,
     reconcile_interval: float,
     check_interval: float | None,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
     """Run the sidecar until interrupted (SIGINT/SIGTERM).
 
@@ -61,15 +68,23 @@ def serve(
     - ``insecure``: allow a non-loopback ``host`` without a token.
     - ``reconcile_interval``: seconds between full reconcile passes (> 0).
     - ``check_interval``: seconds between read-only consistency checks, or None for none.
+    - ``allowed_hosts``: ``Host`` names served besides loopback ones when there is no token
+      (e.g. the name a local proxy forwards); see :func:`~locstatus.api.app.create_app`.
 
-    Raises :class:`InvalidInput` for a non-loopback bind without a token, a bad port or
-    interval, or an address that cannot be bound; :class:`BackendUnavailable` when the backend
-    cannot be reached.
+    Raises :class:`InvalidInput` for a non-loopback bind without a token, a token no client
+    could send, a bad port, interval or host name, or an address that cannot be bound;
+    :class:`BackendUnavailable` when the backend cannot be reached.
     """
     if token is None:
         secret = Settings().api_token
         token = secret.get_secret_value() if secret is not None else None
-    token = token or None
+    token = check_token(token) if token else None
+    for name in allowed_hosts:
+        if not name or name == "*" or split_host(name) is None:
+            raise InvalidInput(
+                f"invalid --allow-host {name!r}: expected a host name or address such as "
+                "s3.zenko.local (any port is served)"
+            )
     if not host:
         raise InvalidInput("empty --host: give an address such as 127.0.0.1")
     if not 0 <= port <= 65535:
@@ -94,7 +109,11 @@ def serve(
         raise
     reconciler = Reconciler(mgr, interval=reconcile_interval)
     check_state = CheckState() if check_interval is not None else None
-    app = create_app(mgr, token=token, reconciler=reconciler, check=check_state)
+    app = create_app(
+        mgr, token=token, reconciler=reconciler, check=check_state,
+        # --insecure on a non-loopback address serves the network on purpose: any Host
+        allowed_hosts=["*"] if insecure and not loopback else allowed_hosts,
+    )
     reconciler.observer = app.state.locstatus.metrics.transition
     checker = (
         _CheckRunner(mgr, check_interval, check_state)

@@ -7,12 +7,14 @@ libraries stay optional extras (``locstatus[zk]``, ``locstatus[mongo]``).
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import re
 
 from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
+from locstatus.backends.urls import check_url_text
 from locstatus.errors import InvalidInput
 
 DEFAULT_URL = "sqlite:///./locstatus.db"
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 
 _SCHEMES = {
     "memory": "locstatus.backends.memory:MemoryBackend",
@@ -25,15 +27,19 @@ _SCHEMES = {
 
 def open_backend(url: str) -> Backend:
     """Open the backend named by ``url`` (``memory://``, ``sqlite:///path``,
-    ``zk://host:port[,host:port]/chroot``, ``mongodb://...``).
+    ``zk://host:port[,host:port]/chroot``, ``mongodb://...``; parameters and their bounds:
+    docs/cli.md, docs/zookeeper.md, docs/mongodb.md).
 
-    Raises :class:`InvalidInput` for an unknown scheme or malformed URL,
+    Raises :class:`InvalidInput` for something that is not a URL string, an unknown scheme, a
+    malformed URL or a parameter out of its bounds (naming it),
     :class:`BackendUnavailable` when the backend cannot be reached, and :class:`InvalidInput`
     naming the extra to install when its client library is missing.
     """
     import importlib
 
-    scheme = urlsplit(url).scheme
+    check_url_text(url, "backend", "sqlite:///path/to/file.db", where=_no_userinfo(url))
+    match = _SCHEME_RE.match(url)
+    scheme = match.group(1).lower() if match else ""
     target = _SCHEMES.get(scheme)
     if target is None:
         raise InvalidInput(
@@ -50,6 +56,11 @@ def open_backend(url: str) -> Backend:
         ) from exc
     backend: Backend = getattr(module, cls_name)(url)
     return backend
+
+
+def _no_userinfo(url: object) -> str:
+    """``url`` for an error message: whatever precedes an ``@`` after ``//`` hidden."""
+    return re.sub(r"//[^/]*@", "//***@", str(url))
 
 
 __all__ = ["DEFAULT_URL", "AckMap", "Backend", "HintCallback", "Unsubscribe", "open_backend"]

@@ -14,17 +14,44 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
 3. **Versions strictly increase** per record; history pages come newest first, whole writes at a
    time.
 4. **Ambiguity is reported, not hidden.** If a write's outcome is unknown (connection lost after
-   send), the backend raises :class:`AmbiguousCommit`; the manager resolves it by op_id
-   (SPEC §3.2). :class:`BackendUnavailable` means nothing was sent or the backend is down.
+   send), the backend raises :class:`AmbiguousCommit`; the manager resolves it by reading the
+   history write at the version the write would have produced and looking for its op_id there
+   (invariant 9). :class:`BackendUnavailable` means nothing was sent or the backend is down.
 5. **Corrupt data never breaks its neighbours.** :meth:`read` raises :class:`CorruptRecord` naming
    the location; :meth:`read_all` returns the error in place of that record and carries on.
-6. **Leases.** A worker is alive while its lease holds (``lease_expires_at`` in the future, or a
-   session-held registration that is still listed). Removing a worker removes its
-   acknowledgements. An expired worker is either listed with its past lease or not listed.
+6. **Leases.** A worker is alive while its lease holds (``lease_expires_at`` ahead of the store's
+   time, invariant 11, or a session-held registration that is still listed). Removing a worker
+   removes its acknowledgements. An expired worker is either listed with its past lease or not
+   listed. A registration is stored bounded the same way everywhere
+   (:func:`codec.bounded_worker`): its handler errors trimmed, and refused whole when too large
+   without them.
 7. **Hints may coalesce.** :meth:`subscribe` delivers :class:`Hint` values on a backend thread;
    hints can be merged or dropped, never relied on for every intermediate version. A
    ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
    return quickly and must not block the backend's thread.
+8. **Errors are locstatus errors.** Every failure met inside a call (a driver's exception, an
+   OS error such as a full disk, a document the store cannot hold) reaches the caller as a
+   :class:`~locstatus.errors.LocstatusError` naming what failed: :class:`BackendUnavailable`
+   (:class:`~locstatus.errors.BackendFull` for a full store) when nothing was written,
+   :class:`AmbiguousCommit` when a write may have landed, :class:`InvalidInput` for what no
+   backend can store. After the fault clears, the same backend object works again (real
+   faults: ``tests/test_backend_faults.py``).
+
+9. **Every write's history is found by its version, however old.** :meth:`history_write`
+   returns exactly the entries the write that produced ``version`` stored (stamped with it),
+   however many writes followed, and ``[]`` when the record's current life has no write at that
+   version (not reached yet, an earlier life, or a write without history). This is what makes an
+   ambiguous commit resolvable with no window (a search of the newest N entries applies a write
+   twice once N entries were written since).
+
+10. **Two history copies lose nothing** (``two_history_copies``): a write whose copy to the full
+   history did not happen (the writer died between its two writes) stays in the recent copy
+   until a later write, :meth:`restore_history` or the check copies it; :meth:`history_gaps`
+   tells such writes (``restorable``) from versions neither copy holds (``lost``, a hand edit).
+
+11. **The backend tells its own time.** :meth:`Backend.probe_time` returns the store's clock
+   (a server's stamp, the kernel's file stamp), never the calling process's own clock, in one
+   round trip; every deadline is judged on it (docs/time.md).
 
 History of the design: one record per location (not per service) so that a bulk pause of every
 service of a location is one compare-and-set, and so that a tombstone is one field.
@@ -34,6 +61,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from locstatus.errors import CorruptRecord, VersionConflict
@@ -52,6 +81,26 @@ def stale_ack(location: str, if_version: int) -> VersionConflict:
     return VersionConflict(
         f"location {location!r} is not at version {if_version}: not acknowledged"
     )
+
+
+@dataclass(frozen=True)
+class HistoryGaps:
+    """What :meth:`Backend.history_gaps` finds: versions missing from the full history of a
+    record's current life, ascending, at most :data:`GAPS_LISTED` of each kind."""
+
+    restorable: tuple[int, ...] = ()
+    """Missing from the full history, still held by the recent copy: :meth:`Backend.
+    restore_history` copies them."""
+    lost: tuple[int, ...] = ()
+    """Held by neither copy: that history is gone (a hand edit, or data of a version that did
+    not copy before it let writes leave the recent copy)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.restorable or self.lost)
+
+
+GAPS_LISTED = 1000
+"""At most this many versions of each kind in one :class:`HistoryGaps`."""
 
 
 class Scan(Protocol):
@@ -83,8 +132,18 @@ class Backend(ABC):
 
     two_history_copies: bool = False
     """True when history is kept in two copies that may disagree after a crash (MongoDB: recent
-    writes embedded in the record and the history collection); the check job then compares
-    them through :meth:`history_gaps` for every record."""
+    writes embedded in the record, authoritative, and the full history collection); the check
+    job then verifies the full copy's version chain through :meth:`history_gaps` for every
+    record and repairs it with :meth:`restore_history`. Such a backend never lets a write leave
+    the recent copy before the full copy holds it (invariant 10)."""
+
+    local_clock: bool = False
+    """True when the store lives in this process (``memory://``): its time *is* this process's
+    clock, exactly, and no measuring is needed (docs/time.md)."""
+
+    clock_resolution: float = 0.001
+    """Seconds: how coarse the stamps :meth:`probe_time` returns are (ZooKeeper's ``mtime`` and
+    MongoDB's ``localTime`` are milliseconds); added to the time source's uncertainty."""
 
     # -- location records -------------------------------------------------------------------
 
@@ -129,6 +188,20 @@ class Backend(ABC):
         """History newest first: entries of versions below ``before_version`` (all if None), at
         least ``limit`` entries when there are that many, never splitting one write."""
 
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        """The entries of the write stored under exactly ``version`` (invariant 9), in the
+        order :meth:`history` gives them (newest first); ``[]`` when this life of the record
+        has no write there, or no record exists. Raises :class:`CorruptRecord` when that write
+        does not parse, :class:`BackendUnavailable`.
+
+        The default pages with :meth:`history` (one page: the newest write below
+        ``version + 1``); backends that can address a write by its key override it."""
+        return [
+            e
+            for e in self.history(location, limit=1, before_version=version + 1)
+            if e.version == version
+        ]
+
     def scan_with_history(self) -> Scan:
         """Every record (as :meth:`read_all`, sorted by location) paired with the entries of its
         newest history writes, newest first, for the check job's single pass: at least the
@@ -147,19 +220,33 @@ class Backend(ABC):
         in). The default reads every record first and returns ``None`` for every history."""
         return [(rec, None) for rec in self.read_all()]
 
-    def history_gaps(self, location: str) -> list[int]:
-        """Versions of writes kept in one copy of the history but missing from the other
-        (MongoDB: embedded recent history vs the history collection), for the check job.
-        Backends that keep history in one place have none."""
+    def history_gaps(self, location: str) -> HistoryGaps:
+        """The versions of the record's current life missing from its full history (invariant
+        9), for the check job: empty when the chain from the life's first version to the
+        record's is whole, or when the record does not exist. Backends that keep history in
+        one place, written atomically with the state, have none. Raises
+        :class:`BackendUnavailable`, :class:`CorruptRecord` (the recent copy is unreadable)."""
+        return HistoryGaps()
+
+    def restore_history(self, location: str) -> list[int]:
+        """Copy to the full history every write the recent copy holds and the full one lacks
+        (idempotent, safe while others write). Returns the versions this call copied, sorted
+        (``[]`` when there was nothing to copy, another process copied them first, or the
+        backend keeps one copy). Raises :class:`BackendUnavailable`, :class:`CorruptRecord`."""
         return []
 
     # -- workers, leases and acknowledgements ----------------------------------------------
 
     @abstractmethod
     def put_worker(self, info: WorkerInfo) -> None:
-        """Register a worker or renew its lease (heartbeat): store ``info`` as given. Session
-        backends (ZooKeeper) also bound the registration by the session (ephemeral node): a
-        worker is alive while it is listed and its lease, if any, holds."""
+        """Register a worker or renew its lease (heartbeat): store ``info`` as
+        :func:`codec.bounded_worker` bounds it (at most ``MAX_WORKER_ERRORS`` handler errors of
+        ``MAX_ERROR_CHARS`` characters, in ``MAX_REGISTRATION_BYTES``), so a worker failing
+        everywhere still renews its lease. Session backends (ZooKeeper) also bound the
+        registration by the session (ephemeral node): a worker is alive while it is listed and
+        its lease, if any, holds. Raises :class:`~locstatus.errors.InvalidInput` (nothing
+        written) when the registration does not fit without its errors (a location filter of
+        ~100 000 names), :class:`~locstatus.errors.BackendUnavailable`."""
 
     @abstractmethod
     def remove_worker(self, worker_id: str) -> None:
@@ -209,6 +296,13 @@ class Backend(ABC):
         watch what no subscriber asked for (ZooKeeper then sets no watch on acknowledgements,
         which every worker's acknowledgement would fire in every process), and may still
         deliver other kinds: hints are advisory."""
+
+    @abstractmethod
+    def probe_time(self) -> datetime:
+        """The store's current time (aware UTC), stamped by the store itself in one round trip:
+        the caller measures the round trip around this call and takes the stamp as the store's
+        time somewhere inside it (docs/time.md "Reading the backend's time"). Raises
+        :class:`BackendUnavailable` when the store does not answer."""
 
     @abstractmethod
     def ping(self) -> None:

@@ -3,7 +3,10 @@
 A stored record holds ``{"services": ..., "deleted_at": ...}``; the location and version live in
 the backend's own key and version (column, ``_id``, znode path and stat), so they cannot
 disagree with the payload. Decoding validates with pydantic and turns any failure into
-:class:`CorruptRecord` naming the location, so one bad record never hides the others.
+:class:`CorruptRecord` naming the location, so one bad record never hides the others. Only what
+was written is read: a stored record carries every field (the encoder writes them all), so one
+that leaves a field out, or says one twice, is corrupt rather than completed with defaults
+(docs/reliability.md, "What a stored record carries").
 """
 
 from __future__ import annotations
@@ -14,9 +17,15 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from locstatus.errors import CorruptRecord
-from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
-from locstatus.names import LOCATION_RE, SERVICE_ALIASES
+from locstatus.errors import CorruptRecord, InvalidInput
+from locstatus.models import (
+    STORED_RECORD,
+    HistoryEntry,
+    LocationStatus,
+    ServiceStatus,
+    WorkerInfo,
+)
+from locstatus.names import SERVICE_ALIASES
 
 _HISTORY_LIST = TypeAdapter(list[HistoryEntry])
 _VALIDATE_HISTORY = _HISTORY_LIST.validator.validate_json  # no Python frame per call
@@ -33,50 +42,104 @@ def encode_record(record: LocationStatus) -> str:
 
 
 def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]) -> LocationStatus:
-    """Parse a stored payload. Raises :class:`CorruptRecord` naming ``location``."""
-    if type(raw) is str and raw[:2] == '{"':  # what encode_record writes
-        rec = _decode_fast(location, version, raw)
+    """Parse a stored payload: JSON text (``str``, or UTF-8 ``bytes``) or a decoded document.
+
+    Only what was written is read (docs/reliability.md, "What a stored record carries"): every
+    field must be there (:data:`~locstatus.models.STORED_RECORD`), no key twice in one object,
+    no alias beside the name it stands for. Raises :class:`CorruptRecord` naming ``location``
+    and what is wrong, for any payload that is not such a record, however it fails to parse
+    (nested too deeply for the parser included)."""
+    text: object = raw
+    if type(raw) is bytes:
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError as exc:
+            raise CorruptRecord(location, str(exc)) from None
+    if type(text) is str and text[:2] == '{"':  # what encode_record writes
+        rec = _decode_fast(location, version, text)
         if rec is not None:
             return rec
+    data = raw if isinstance(raw, dict) else parse_payload(location, text)
     try:
-        if isinstance(raw, dict):
-            return _validate_payload(location, version, raw)
-        text = raw.decode() if isinstance(raw, bytes) else raw
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         return _validate_payload(location, version, data)
     except RecursionError:
-        raise CorruptRecord(location, "payload nested too deeply to parse") from None
+        raise CorruptRecord(location, "payload nested too deeply to validate") from None
     except (ValueError, ValidationError, TypeError) as exc:
         raise CorruptRecord(location, _short(exc)) from exc
+
+
+def parse_payload(location: str, raw: object) -> dict[str, Any]:
+    """The JSON object a stored payload (``str`` or UTF-8 ``bytes``) holds, every key once.
+    Raises :class:`CorruptRecord` naming ``location`` when it is not text, not JSON (nested too
+    deeply to parse included), not an object, or repeats a key in one object (JSON parsers keep
+    one of them, the last here; a record that says two things says neither)."""
+    try:
+        if isinstance(raw, bytes):
+            raw = raw.decode()
+        if not isinstance(raw, str):
+            raise TypeError(f"expected JSON text, got {type(raw).__name__}")
+        data = json.loads(raw, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise CorruptRecord(location, "payload nested too deeply to parse") from None
+    except (ValueError, TypeError) as exc:  # JSONDecodeError, UnicodeDecodeError are ValueErrors
+        raise CorruptRecord(location, str(exc)) from exc
+    if not isinstance(data, dict):
+        raise CorruptRecord(location, f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                shown = key if len(key) <= 64 else key[:61] + "..."
+                raise ValueError(f"key {shown!r} appears twice in one object")
+            seen.add(key)
+    return obj
 
 
 def _decode_fast(location: str, version: int, text: str) -> LocationStatus | None:
     """One pass of pydantic's JSON parser over the stored text, with the key and version (which
     live outside the payload) spliced in front; None when the slow path must decide (it names
-    the error, maps aliases, refuses a payload carrying its own key).
+    the error, maps aliases, refuses a payload carrying its own key or a key twice).
 
     Every record read goes through here (scan, ``statuses()``, agents' snapshots, the check
     job), so it calls the validator directly (``model_validate_json`` adds a Python frame) and
-    its guards are two substring searches and checks of the result."""
-    if '"location"' in text or '"version"' in text or not LOCATION_RE.fullmatch(location):
-        return None  # a payload never carries these keys; a bad key must not be spliced
+    its guards are substring searches. The parser keeps the last of duplicate keys, so the keys
+    are counted: the validator requires every field and refuses any other, so a record of ``n``
+    services has exactly ``2 + 8 n`` distinct keys, and the text may hold no more. Without a
+    backslash in the text every ``"`` delimits a string and each key ends in ``":`` (a value
+    opening with ``:`` counts too, which only sends it to the slow path); whitespace before a
+    colon (which hides a key from the count) and escapes go to the slow path. A payload's own
+    ``location``/``version`` key is one more key than that, so it is never spliced over."""
+    if '"' in location or "\\" in location:
+        return None  # spliced as it is: the validator checks the name, nothing may escape it
     try:
         rec: LocationStatus = _VALIDATE_RECORD(
             f'{{"location":"{location}","version":{int(version)},{text[1:]}'
         )
     except (ValueError, RecursionError):  # ValidationError is a ValueError
         return None
-    # A key spelled with JSON escapes ("\u006cocation") passes the text checks; the parser
-    # keeps the last of duplicate keys, so it would win over ours. Alias keys ("crr") are
-    # mapped by the slow path.
-    if rec.location != location or rec.version != version or not _ALIASES.isdisjoint(rec.services):
+    if (
+        text.count('":') != _PAYLOAD_KEYS + _KEYS_PER_SERVICE * len(rec.services)
+        or "\\" in text
+        or "\n" in text
+        or "\r" in text
+        or "\t" in text
+        or (" " in text and " :" in text)
+        or not _ALIASES.isdisjoint(rec.services)  # mapped by the slow path
+    ):
         return None
     return rec
 
 
-_VALIDATE_RECORD = LocationStatus.__pydantic_validator__.validate_json
+_VALIDATE_RECORD = STORED_RECORD.validate_json
+_PAYLOAD_KEYS = len(LocationStatus.model_fields) - 2
+"""Keys of a stored payload: every field of a record but its location and version."""
+_KEYS_PER_SERVICE = 1 + len(ServiceStatus.model_fields)
+"""Keys per service in a stored payload: its name, then every field of its status."""
 _ALIASES = frozenset(SERVICE_ALIASES)
 """Service aliases: a stored record never uses them as keys (the encoder writes canonical
 names), but one edited by hand may, and ``crr`` must read as ``replication`` (SPEC §2); the slow
@@ -100,7 +163,11 @@ def _validate_payload(location: str, version: int, data: dict[str, Any]) -> Loca
     own = sorted(k for k in ("location", "version") if k in data)
     if own:
         raise ValueError(f"payload carries its own {' and '.join(own)} (a copied document?)")
-    return LocationStatus.model_validate({**data, "location": location, "version": version})
+    rec: LocationStatus = _VALIDATE_STORED({**data, "location": location, "version": version})
+    return rec
+
+
+_VALIDATE_STORED = STORED_RECORD.validate_python
 
 
 def encode_history(entries: Sequence[HistoryEntry]) -> str:
@@ -225,8 +292,73 @@ def stamp(entries: Sequence[HistoryEntry], version: int) -> list[HistoryEntry]:
     return [e.model_copy(update={"version": version}) for e in entries]
 
 
-def encode_worker(info: WorkerInfo) -> str:
-    return info.model_dump_json()
+MAX_REGISTRATION_BYTES = 1_000_000
+"""Largest stored worker registration (its JSON text), on every backend: one ZooKeeper node
+(``jute.maxbuffer`` is 1 MB for a whole request), so a registration that one backend stores is
+stored by all of them (its BSON on MongoDB stays far below the 16 MB document limit). Above it
+the handler errors are cut further; a registration still too large without any (a location
+filter of ~100 000 names) is refused."""
+
+MAX_WORKER_ERRORS = 100
+"""Handler errors a registration keeps: the first by ``location/service`` key order (the same
+ones at every heartbeat while they last); the others are counted in :data:`ERRORS_CUT_KEY`."""
+
+MAX_ERROR_CHARS = 1000
+"""Characters kept of each handler error message."""
+
+ERRORS_CUT_KEY = "..."
+"""The entry of ``WorkerInfo.errors`` that says how many errors a registration left out (no
+``location/service`` key looks like it)."""
+
+
+def encode_worker(info: WorkerInfo, max_bytes: int = MAX_REGISTRATION_BYTES) -> str:
+    """The stored JSON text of a registration: :func:`bounded_worker`'s."""
+    return bounded_worker(info, max_bytes)[1]
+
+
+def bounded_worker(
+    info: WorkerInfo, max_bytes: int = MAX_REGISTRATION_BYTES
+) -> tuple[WorkerInfo, str]:
+    """The registration every backend stores for ``info``, and its JSON text (UTF-8 at most
+    ``max_bytes`` bytes, default :data:`MAX_REGISTRATION_BYTES`).
+
+    Handler errors are diagnostics, and a worker failing at thousands of locations during an
+    outage must keep renewing its lease: at most :data:`MAX_WORKER_ERRORS` errors are kept,
+    each cut to :data:`MAX_ERROR_CHARS` characters, and while the text is still too large half
+    of those left are dropped, again and again; :data:`ERRORS_CUT_KEY` then says how many are
+    not shown. The rest of the registration is never cut: when it does not fit without any
+    error (a location filter too large), raises :class:`InvalidInput` naming the sizes, and
+    nothing must be written."""
+    errors = info.errors
+    kept = {k: errors[k][:MAX_ERROR_CHARS] for k in sorted(errors)[:MAX_WORKER_ERRORS]}
+    if kept == errors:
+        text = info.model_dump_json()
+        if len(text.encode()) <= max_bytes:
+            return info, text
+    while True:
+        shown = dict(kept)
+        cut = len(errors) - len(kept)
+        if cut:
+            shown[ERRORS_CUT_KEY] = (
+                f"{cut} more errors not shown (of {len(errors)}; see the worker's own log)"
+            )
+        bounded = info.model_copy(update={"errors": shown})
+        text = bounded.model_dump_json()
+        size = len(text.encode())
+        if size <= max_bytes:
+            return bounded, text
+        if not kept:
+            break
+        kept = dict(list(kept.items())[: len(kept) // 2])
+    filtered = "" if info.locations is None else (
+        f" (its location filter holds {len(info.locations)} names)"
+    )
+    raise InvalidInput(
+        f"worker {info.worker_id!r}: registration of {size} bytes{filtered} exceeds the limit "
+        f"of {max_bytes} bytes for a worker registration; nothing was written: give the worker "
+        "a shorter location filter (none means every location), or split it into several "
+        "workers"
+    )
 
 
 def decode_worker(raw: str | bytes) -> WorkerInfo:
@@ -238,7 +370,11 @@ def _short(exc: BaseException, root: str = "record") -> str:
     naming the document when the error is about it as a whole."""
     if isinstance(exc, ValidationError):
         errs = exc.errors()
-        parts = [f"{'.'.join(str(p) for p in e['loc']) or root}: {e['msg']}" for e in errs[:3]]
+        parts = [
+            f"{'.'.join(str(p) for p in e['loc']) or root}: "
+            + e["msg"].removeprefix("Value error, ")  # a message of one of our validators
+            for e in errs[:3]
+        ]
         more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
         return "; ".join(parts) + more
     return str(exc)

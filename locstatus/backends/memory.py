@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
@@ -22,7 +23,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
+from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo, utcnow
 
 
 @dataclass
@@ -43,6 +44,9 @@ _SHARED_LOCK = threading.Lock()
 
 class MemoryBackend(Backend):
     """In-process backend. ``MemoryBackend("memory://test")`` shares the store named test."""
+
+    local_clock = True
+    clock_resolution = 0.0
 
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
@@ -170,6 +174,14 @@ class MemoryBackend(Backend):
                 break
         return out
 
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        self._check_open()
+        with self._store.lock:
+            raw = next((t for v, t in self._store.history.get(location, ()) if v == version), None)
+        if raw is None:
+            return []
+        return list(reversed(codec.decode_history(location, raw, version)))
+
     # -- workers -----------------------------------------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
@@ -236,6 +248,11 @@ class MemoryBackend(Backend):
 
         return unsubscribe
 
+    def probe_time(self) -> datetime:
+        """The store lives in this process: its time is this process's clock."""
+        self._check_open()
+        return utcnow()
+
     def ping(self) -> None:
         self._check_open()
 
@@ -249,3 +266,4 @@ class MemoryBackend(Backend):
         with self._store.lock:
             version = self._store.records.get(location, (0, ""))[0] + 1
             self._store.records[location] = (version, payload)
+        self._notify(Hint(kind="location", location=location))

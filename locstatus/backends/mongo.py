@@ -3,7 +3,7 @@
 SPEC §4, issue 4. Why it is shaped so:
 
 - **One document per location**, ``{_id: location, version, born, services, deleted_at,
-  recent_history}``. Compare-and-set is one ``findAndModify``:
+  recent_history, history_copied}``. Compare-and-set is one ``findAndModify``:
   ``find_one_and_update({_id, version: v}, {$set, $inc: {version: 1}, $push: {recent_history:
   {$each: [write], $slice: -N}}})``. The state and the write's history entries change in that
   one single-document write, atomic on every MongoDB (SPEC §2). A ``None`` result is told apart
@@ -13,9 +13,15 @@ SPEC §4, issue 4. Why it is shaped so:
 - **Full history in its own collection** (``<collection>_history``), one document per write
   ``{location, version, entries}`` under a unique ``(location, version)`` index, inserted after
   the ``findAndModify``. The embedded ``recent_history`` (the last ``recent_history=N`` writes,
-  default 100) is authoritative; the collection serves older pages. :meth:`history` merges both
-  and back-fills, idempotently, any write that is embedded but missing from the collection (a
-  crash between the two writes); :meth:`MongoBackend.history_gaps` lets a check job compare them.
+  default 100) is authoritative; the collection serves older pages, and :meth:`history` merges
+  both. A writer can die between its two writes, so nothing may leave the embedded copy before
+  the collection holds it: the record's ``history_copied`` says up to which version the
+  collection is known whole, and the ``findAndModify`` matches only when every write its
+  ``$slice`` may drop is at or below it. A writer raises it every ``N // 2`` writes
+  (:meth:`MongoBackend._catch_up`: copy what the collection lacks from the embedded copy, then
+  ``$max``); a write that finds it lagging catches up first. :meth:`MongoBackend.history_gaps`
+  verifies the collection's version chain for the check job, which repairs it with
+  :meth:`MongoBackend.restore_history` (docs/mongodb.md, "Compare-and-set, history, versions").
 - **Versions strictly increase across delete and recreate**: ``<collection>_incarnations``
   keeps, per location, a creation counter ``n`` and a ``floor`` raised before each purge. A new
   life starts at ``max((n-1) << 20 | 1, floor)`` (the SQLite scheme, plus the floor), above every
@@ -57,10 +63,12 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pymongo
+from bson.errors import InvalidDocument
 from pydantic import TypeAdapter, ValidationError
 from pymongo import ASCENDING, IndexModel, MongoClient, ReturnDocument
 from pymongo.collection import Collection
@@ -69,6 +77,7 @@ from pymongo.errors import (
     AutoReconnect,
     BulkWriteError,
     ConfigurationError,
+    DocumentTooLarge,
     DuplicateKeyError,
     ExecutionTimeout,
     InvalidOperation,
@@ -80,13 +89,23 @@ from pymongo.errors import (
 )
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe, stale_ack
+from locstatus.backends.base import (
+    GAPS_LISTED,
+    AckMap,
+    Backend,
+    HintCallback,
+    HistoryGaps,
+    Unsubscribe,
+    stale_ack,
+)
+from locstatus.backends.urls import Number, split_url
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
     BackendUnavailable,
     CorruptRecord,
     InvalidInput,
+    LocstatusError,
     NotFound,
     VersionConflict,
 )
@@ -99,7 +118,7 @@ Doc = dict[str, Any]
 _DB_RE = re.compile(r"[A-Za-z0-9_-]{1,63}")
 _COLL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,47}")
 _INCARNATION_SHIFT = 20
-_META = ("_id", "version", "born", "recent_history")
+_META = ("_id", "version", "born", "recent_history", "history_copied")
 _DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "serverSelectionTimeoutMS": 5000,
     "connectTimeoutMS": 5000,
@@ -116,6 +135,8 @@ _CLOSE_TIMEOUT = 0.5
 _STREAM_LOST_CODES = {136, 260, 280, 286}  # capped position lost, bad token, fatal, history lost
 _NO_CHANGE_STREAMS_CODES = {40573}  # "$changeStream stage is only supported on replica sets"
 _INDEX_OPTIONS_CONFLICT = {85, 86}
+_CATCH_UP_ATTEMPTS = 3
+"""compare-and-set rounds when the history copy lags (catch up, then write)."""
 _ENTRIES = TypeAdapter(list[HistoryEntry])
 
 
@@ -138,10 +159,24 @@ class MongoSettings:
     client_options: dict[str, Any] = field(default_factory=dict)
 
 
+RECENT_HISTORY = Number("recent_history", 100, 1, 1000, unit="writes", integer=True)
+"""Writes kept embedded in each record."""
+MAX_TIME_MS = Number("maxTimeMS", 10_000, 1, 3_600_000, unit="ms", integer=True)
+"""Server-side time budget of every read and findAndModify."""
+POLL_INTERVAL = Number("poll_interval", 1.0, 0.05, 60)
+"""Seconds between polls when change streams are not available."""
+WORKER_TTL = Number("worker_ttl", 3600, 0, 366 * 86400, integer=True)
+"""Seconds after a lease ran out before the TTL monitor deletes a worker's document."""
+SERVER_SELECTION_TIMEOUT_MS = Number(
+    "serverSelectionTimeoutMS", 5000, 0, 999_999_999, unit="ms", low_open=True
+)
+"""pymongo's: how long to wait for a server to answer (pymongo's own bounds)."""
+
+
 def parse_mongo_url(url: str) -> MongoSettings:
     """Split a ``mongodb://`` / ``mongodb+srv://`` URL into locstatus' options and the URL
     pymongo gets. Raises :class:`InvalidInput` naming the bad option or name."""
-    parts = urlsplit(url)
+    parts = split_url(url, "MongoDB", "mongodb://host[:port]/database", where=_redact(str(url)))
     if parts.scheme not in ("mongodb", "mongodb+srv") or not parts.netloc:
         raise InvalidInput(f"invalid MongoDB URL {url!r}: expected mongodb://host[:port]/...")
     mine: dict[str, str] = {}
@@ -173,31 +208,19 @@ def parse_mongo_url(url: str) -> MongoSettings:
     hints = mine.get("hints", "auto").lower()
     if hints not in _HINT_MODES:
         raise InvalidInput(f"invalid hints={hints!r} in {_redact(url)}: auto|changestream|poll")
-    try:
-        recent = int(mine.get("recent_history", "100"))
-        max_time_ms = int(mine.get("maxtimems", "10000"))
-        poll = float(mine.get("poll_interval", "1.0"))
-        worker_ttl = int(mine.get("worker_ttl", "3600"))
-    except ValueError as exc:
-        raise InvalidInput(f"invalid MongoDB URL option in {_redact(url)}: {exc}") from None
-    bounds: list[tuple[str, float, float, float]] = [
-        ("recent_history", recent, 1, 1000),
-        ("maxTimeMS", max_time_ms, 1, 3_600_000),
-        ("poll_interval", poll, 0.05, 60),
-        ("worker_ttl", worker_ttl, 0, 366 * 86400),
-    ]
-    for name, number, low, high in bounds:
-        if not low <= number <= high:
-            raise InvalidInput(
-                f"invalid {name}={number:g} in {_redact(url)}: expected {low:g}..{high:g}"
-            )
+    where = _redact(url)
+    recent = int(RECENT_HISTORY.parse(mine.get("recent_history"), "MongoDB", where))
+    max_time_ms = int(MAX_TIME_MS.parse(mine.get("maxtimems"), "MongoDB", where))
+    poll = POLL_INTERVAL.parse(mine.get("poll_interval"), "MongoDB", where)
+    worker_ttl = int(WORKER_TTL.parse(mine.get("worker_ttl"), "MongoDB", where))
     options = {k: v for k, v in _DEFAULT_CLIENT_OPTIONS.items() if k.lower() not in present}
     sst = 5.0
     for segment in kept:
         key, _, value = segment.partition("=")
         if unquote(key).lower() == "serverselectiontimeoutms":
-            with contextlib.suppress(ValueError):
-                sst = float(unquote(value)) / 1000
+            # pymongo's own option, read here for messages and waits: pymongo ignores a bad
+            # value with a warning (and waits 30 s), so it is refused here instead
+            sst = SERVER_SELECTION_TIMEOUT_MS.parse(unquote(value), "MongoDB", where) / 1000
     client_url = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(kept), ""))
     return MongoSettings(
         client_url=client_url,
@@ -215,7 +238,10 @@ def parse_mongo_url(url: str) -> MongoSettings:
 
 
 def _redact(url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # does not split (an unclosed "["): hide whatever precedes an "@"
+        return re.sub(r"//[^/]*@", "//***@", url)
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
@@ -276,11 +302,23 @@ class MongoBackend(Backend):
     @contextmanager
     def _io(self, what: str, *, write: bool = False) -> Iterator[None]:
         """Turn pymongo errors into locstatus errors. ``write=True``: the operation is a
-        single write whose outcome is unknown after a network error (:class:`AmbiguousCommit`)."""
+        single write whose outcome is unknown after a network error (:class:`AmbiguousCommit`).
+        A document the driver refuses to encode (``DocumentTooLarge``, ``InvalidDocument``, an
+        integer beyond BSON's 8 bytes) was never sent: :class:`InvalidInput` naming ``what``."""
         if self._closed:
             raise BackendUnavailable(f"MongoDB backend {self.settings.where} is closed")
         try:
             yield
+        except DocumentTooLarge as exc:  # refused by the driver: nothing was sent
+            raise InvalidInput(
+                f"{what}: the document is too large for MongoDB ({_short(exc)}; a document "
+                "holds at most 16 MB); nothing was written"
+            ) from exc
+        except (InvalidDocument, OverflowError) as exc:  # BSON cannot encode it: nothing sent
+            raise InvalidInput(
+                f"{what}: MongoDB cannot store the document ({type(exc).__name__}: "
+                f"{_short(exc)}); nothing was written"
+            ) from exc
         except ServerSelectionTimeoutError as exc:  # nothing was sent
             raise BackendUnavailable(
                 f"MongoDB at {self.settings.where} is unreachable ({what}): no server answered "
@@ -406,11 +444,11 @@ class MongoBackend(Backend):
             n = int(inc["n"])
             version = max((n - 1) << _INCARNATION_SHIFT | 1, int(inc.get("floor", 1)))
             if n > 1:  # leftovers of an earlier life whose purge was interrupted
-                self._history.delete_many({"location": loc, "version": {"$lt": version}})
                 self._acks.delete_many({"location": loc})
         entries = self._write_doc(history, version)
         doc: Doc = {"_id": loc, "version": version, "born": version, **codec.record_payload(record),
-                    "recent_history": [{"version": version, "entries": entries}] if entries else []}
+                    "recent_history": [{"version": version, "entries": entries}],
+                    "history_copied": version - 1}
         try:
             with self._io(f"create of {loc!r}", write=True):
                 try:
@@ -426,8 +464,17 @@ class MongoBackend(Backend):
                 raise BackendUnavailable(f"create of {loc!r} did not complete: {exc}") from exc
             if found.get("born") != version:
                 raise AlreadyExists(f"location {loc!r} already exists") from None
-        if entries:
-            self._insert_history(loc, version, entries)
+        self._insert_history(loc, version, entries)
+        if n > 1:
+            # History of earlier lives (a purge interrupted before its last step; ``born``
+            # already hides it from reads). Only once this life's record is stored: before it, a
+            # racing creator's new record could be the one whose history this deletes. Best
+            # effort: the record is created, and the next create of a life tries again.
+            try:
+                with self._io(f"clean-up of earlier lives of {loc!r}"):
+                    self._history.delete_many({"location": loc, "version": {"$lt": version}})
+            except BackendUnavailable as exc:
+                log.warning("history of earlier lives of %s left for later: %s", loc, exc)
         return record.model_copy(update={"version": version})
 
     def _next_incarnation(self, loc: str) -> Doc:
@@ -474,37 +521,63 @@ class MongoBackend(Backend):
     def compare_and_set(
         self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
     ) -> LocationStatus:
+        """One ``findAndModify`` (see the module docstring), which pushes this write into the
+        embedded history and lets the oldest embedded write go only if the history collection
+        is known to hold it (``history_copied``); then this write's copy to the collection, and
+        every ``recent_history // 2`` writes a catch-up (:meth:`_catch_up`)."""
         loc = record.location
         version = expected_version + 1
+        window = self.settings.recent_history
         entries = self._write_doc(history, version)
-        update: Doc = {"$set": codec.record_payload(record), "$inc": {"version": 1}}
-        if entries:
-            update["$push"] = {"recent_history": {
-                "$each": [{"version": version, "entries": entries}],
-                "$slice": -self.settings.recent_history,
-            }}
-        with self._io(f"compare-and-set of {loc!r} at version {expected_version}", write=True):
-            after = self._records.find_one_and_update(
-                {"_id": loc, "version": expected_version}, update,
-                projection={"_id": 0, "version": 1},
-                return_document=ReturnDocument.AFTER, maxTimeMS=self._mt,
-            )
-        if after is None:
+        update: Doc = {
+            "$set": codec.record_payload(record),
+            "$inc": {"version": 1},
+            "$push": {"recent_history": {
+                "$each": [{"version": version, "entries": entries}], "$slice": -window,
+            }},
+        }
+        query: Doc = {
+            "_id": loc, "version": expected_version,
+            # every write the $slice may drop (<= version - window) is in the collection
+            "history_copied": {"$gte": version - window},
+        }
+        for _ in range(_CATCH_UP_ATTEMPTS):
+            with self._io(f"compare-and-set of {loc!r} at version {expected_version}", write=True):
+                after = self._records.find_one_and_update(
+                    query, update, projection={"_id": 0, "version": 1, "history_copied": 1},
+                    return_document=ReturnDocument.AFTER, maxTimeMS=self._mt,
+                )
+            if after is not None:
+                break
             landed = self._resolve_miss(loc, expected_version, history)  # or raises
-            if entries:
+            if landed is not None:
                 self._insert_history(loc, version, entries)
-            return landed
+                return landed
+            # The copy lags (a writer died before copying, or a record written before the
+            # watermark existed): copy now, from the embedded writes still there, and retry.
+            self._catch_up(loc)
+        else:
+            raise BackendUnavailable(
+                f"MongoDB at {self.settings.where}: the history collection of {loc!r} could not "
+                f"catch up with its embedded history; compare-and-set not applied"
+            )
         if after.get("version") != version:  # pragma: no cover - would be a server bug
             raise CorruptRecord(loc, f"version {after.get('version')!r} after CAS, not {version}")
-        if entries:
-            self._insert_history(loc, version, entries)
+        self._insert_history(loc, version, entries)
+        copied = after.get("history_copied")
+        if not isinstance(copied, int) or version - copied >= max(1, window // 2):
+            try:
+                self._catch_up(loc)
+            except LocstatusError as exc:  # the write is done; a later one catches up
+                log.warning("history of %s not caught up yet: %s", loc, exc)
         return record.model_copy(update={"version": version})
 
     def _resolve_miss(
         self, loc: str, expected: int, history: Sequence[HistoryEntry]
-    ) -> LocationStatus:
-        """The CAS matched nothing: re-read to tell a missing record from a conflict, or from
-        our own write applied by an earlier attempt (a driver retry): then return it."""
+    ) -> LocationStatus | None:
+        """The CAS matched nothing: re-read to tell a missing record from a conflict, from our
+        own write applied by an earlier attempt (a driver retry: then return it), or from a
+        history copy that lags (the record is still at ``expected``: return None)."""
         with self._io(f"re-read of {loc!r} after a failed compare-and-set"):
             doc = self._records.find_one(
                 {"_id": loc}, {"born": 0, "recent_history": {"$slice": -1}}, max_time_ms=self._mt
@@ -512,6 +585,8 @@ class MongoBackend(Backend):
         if doc is None:
             raise NotFound(f"unknown location {loc!r}")
         current = doc.get("version")
+        if current == expected:
+            return None
         if current == expected + 1 and history:
             last = self._writes(loc, doc.pop("recent_history", None))
             if last and last[-1][0] == current:
@@ -522,14 +597,55 @@ class MongoBackend(Backend):
                     return self._decode(doc)
         raise VersionConflict(f"location {loc!r} is at version {current}, expected {expected}")
 
+    def _catch_up(self, location: str) -> list[int]:
+        """Copy every embedded write the history collection lacks, then raise the record's
+        ``history_copied`` to the version read: every write up to it is then in the collection
+        (the embedded ones were just checked, older ones left the embedded history only at or
+        below an earlier ``history_copied``). Returns the versions copied. Raises
+        :class:`BackendUnavailable`, :class:`CorruptRecord`."""
+        with self._io(f"history catch-up of {location!r}"):
+            doc = self._records.find_one(
+                {"_id": location},
+                {"recent_history": 1, "born": 1, "version": 1, "history_copied": 1},
+                max_time_ms=self._mt,
+            )
+        if doc is None:
+            return []
+        born, version = doc.get("born"), doc.get("version")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise CorruptRecord(location, f"version: expected an integer, got {version!r}")
+        floor = born if isinstance(born, int) else 0
+        writes = [w for w in self._writes(location, doc.get("recent_history")) if w[0] >= floor]
+        missing = self._missing(location, writes)
+        current = doc.get("history_copied")
+        op = "$max" if isinstance(current, int) and not isinstance(current, bool) else "$set"
+
+        def raise_to(copied_to: int) -> None:
+            with self._io(f"history catch-up of {location!r}"):
+                self._records.update_one(
+                    {"_id": location, "born": born}, {op: {"history_copied": copied_to}}
+                )
+
+        try:
+            copied = self._copy(location, missing)
+        except LocstatusError:
+            if missing:  # everything below the first missing write is copied: keep that much
+                with contextlib.suppress(LocstatusError):
+                    raise_to(min(v for v, _ in missing) - 1)
+            raise
+        raise_to(version)
+        return copied
+
     def _insert_history(self, loc: str, version: int, entries: list[Doc]) -> None:
         """Copy one write to the history collection. Best effort: the embedded copy is
-        authoritative and :meth:`history` back-fills what a failure here left out."""
+        authoritative, and a later write (or the check's repair) copies what a failure here
+        left out, before it can leave the embedded copy (:meth:`_catch_up`)."""
         try:
             with self._io(f"history insert of {loc!r}"), contextlib.suppress(DuplicateKeyError):
                 self._history.insert_one({"location": loc, "version": version, "entries": entries})
         except BackendUnavailable as exc:
-            log.warning("history of %s v%s not copied yet (will back-fill): %s", loc, version, exc)
+            log.warning("history of %s v%s not copied yet (a later write copies it): %s",
+                        loc, version, exc)
 
     def delete(self, location: str, expected_version: int) -> None:
         with self._io(f"delete of {location!r}"):
@@ -562,7 +678,6 @@ class MongoBackend(Backend):
             return []
         born = doc.get("born", 0) if isinstance(doc.get("born"), int) else 0
         writes = [w for w in self._writes(location, doc.get("recent_history")) if w[0] >= born]
-        self._backfill(location, writes)
         out: list[HistoryEntry] = []
         for v, raw in sorted(writes, key=lambda w: w[0], reverse=True):
             if v < upper:
@@ -588,17 +703,69 @@ class MongoBackend(Backend):
                 cursor.close()
         return out
 
-    def history_gaps(self, location: str) -> list[int]:
-        """Versions of writes embedded in the record but missing from the history collection
-        (a crash between the two writes), for the check job; :meth:`history` back-fills
-        them. Raises :class:`BackendUnavailable`."""
-        with self._io(f"history check of {location!r}"):
-            doc = self._records.find_one({"_id": location}, {"recent_history": 1, "born": 1},
-                                         max_time_ms=self._mt)
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        """The embedded copy when it still holds ``version`` (the authoritative one, and the
+        only one after a crash between the two writes), else the history collection."""
+        with self._io(f"history of {location!r}"):
+            doc = self._records.find_one(
+                {"_id": location}, {"recent_history": 1, "born": 1, "version": 1},
+                max_time_ms=self._mt,
+            )
         if doc is None:
             return []
-        return sorted(v for v, _ in self._missing(location, self._writes(
-            location, doc.get("recent_history"))))
+        born = doc.get("born", 0) if isinstance(doc.get("born"), int) else 0
+        current = doc.get("version")
+        if version < born or (isinstance(current, int) and version > current):
+            return []
+        for v, raw in self._writes(location, doc.get("recent_history")):
+            if v == version:
+                return list(reversed(self._entries(location, raw, v)))
+        with self._io(f"history of {location!r}"):
+            hdoc = self._history.find_one(
+                {"location": location, "version": version}, {"_id": 0, "entries": 1},
+                max_time_ms=self._mt,
+            )
+        if hdoc is None:
+            return []
+        return list(reversed(self._entries(location, hdoc.get("entries"), version)))
+
+    def history_gaps(self, location: str) -> HistoryGaps:
+        """The version chain of the history collection from ``born`` to the record's version,
+        counted on the unique index (one count when whole); a version it lacks is
+        ``restorable`` while embedded, else ``lost``. A document without ``born`` (not made by
+        this backend) has no chain to verify."""
+        with self._io(f"history check of {location!r}"):
+            doc = self._records.find_one(
+                {"_id": location}, {"recent_history.version": 1, "born": 1, "version": 1},
+                max_time_ms=self._mt,
+            )
+        if doc is None:
+            return HistoryGaps()
+        born, version = doc.get("born"), doc.get("version")
+        if type(born) is not int or type(version) is not int:
+            return HistoryGaps()
+        span = {"location": location, "version": {"$gte": born, "$lte": version}}
+        with self._io(f"history check of {location!r}"):
+            if self._history.count_documents(span, maxTimeMS=self._mt) == version - born + 1:
+                return HistoryGaps()
+            present = {
+                d.get("version")
+                for d in self._history.find(span, {"_id": 0, "version": 1}, max_time_ms=self._mt)
+            }
+        embedded = {v for v, _ in self._writes(location, doc.get("recent_history"))}
+        restorable: list[int] = []
+        lost: list[int] = []
+        for v in range(born, version + 1):
+            if v not in present:
+                kind = restorable if v in embedded else lost
+                if len(kind) < GAPS_LISTED:
+                    kind.append(v)
+                elif len(restorable) >= GAPS_LISTED and len(lost) >= GAPS_LISTED:
+                    break
+        return HistoryGaps(tuple(restorable), tuple(lost))
+
+    def restore_history(self, location: str) -> list[int]:
+        return self._catch_up(location)
 
     def _missing(self, location: str, writes: list[tuple[int, object]]) -> list[tuple[int, object]]:
         if not writes:
@@ -612,26 +779,34 @@ class MongoBackend(Backend):
             }
         return [w for w in writes if w[0] not in have]
 
-    def _backfill(self, location: str, writes: list[tuple[int, object]]) -> None:
-        missing = self._missing(location, writes)
-        if not missing:
-            return
-        docs = [{"location": location, "version": v, "entries": e} for v, e in missing]
+    def _copy(self, location: str, writes: list[tuple[int, object]]) -> list[int]:
+        """Insert ``writes`` into the history collection (duplicates, copied by another process
+        meanwhile, are skipped). Returns the versions this call inserted, sorted."""
+        if not writes:
+            return []
+        docs = [{"location": location, "version": v, "entries": e} for v, e in writes]
+        skipped: set[int] = set()
         try:
-            with self._io(f"history back-fill of {location!r}"):
+            with self._io(f"history copy of {location!r}"):
                 self._history.insert_many(docs, ordered=False)
         except BackendUnavailable as exc:
-            dup_only = isinstance(exc.__cause__, BulkWriteError) and all(
-                e.get("code") == 11000 for e in exc.__cause__.details.get("writeErrors", [])
+            errors = (
+                exc.__cause__.details.get("writeErrors", [])
+                if isinstance(exc.__cause__, BulkWriteError) else None
             )
-            if not dup_only:
+            if errors is None or any(e.get("code") != 11000 for e in errors):
                 raise
-        log.info("back-filled %d history writes of %s", len(docs), location)
+            skipped = {int(e["index"]) for e in errors}
+        copied = sorted(w[0] for i, w in enumerate(writes) if i not in skipped)
+        if copied:
+            log.info("copied %d history writes of %s to the collection", len(copied), location)
+        return copied
 
     # -- workers, leases and acknowledgements ----------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
-        doc: Doc = {"_id": info.worker_id, "info": info.model_dump(mode="json")}
+        stored, _ = codec.bounded_worker(info)  # errors trimmed; InvalidInput if too large
+        doc: Doc = {"_id": info.worker_id, "info": stored.model_dump(mode="json")}
         if info.lease_expires_at is not None:
             doc["expires_at"] = info.lease_expires_at
         with self._io(f"registration of worker {info.worker_id!r}"):
@@ -841,6 +1016,22 @@ class MongoBackend(Backend):
             before = after
 
     # -- lifecycle -----------------------------------------------------------------------
+
+    def probe_time(self) -> datetime:
+        """The server's time: ``localTime`` of its ``hello`` reply (milliseconds; on a replica
+        set the primary's clock, the one its TTL monitor expires worker documents by;
+        docs/time.md)."""
+        with self._io("read of the server's time"):
+            hello = self._client.admin.command("hello", maxTimeMS=self._mt)
+        at = hello.get("localTime")
+        if not isinstance(at, datetime):
+            raise BackendUnavailable(
+                f"MongoDB at {self.settings.where} answered hello without its localTime "
+                f"({type(at).__name__}): cannot read its time"
+            )
+        # command() decodes with the driver's default codec options: a BSON date, which is
+        # always UTC, comes back naive
+        return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
     def ping(self) -> None:
         with self._io("ping"):

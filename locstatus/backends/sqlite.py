@@ -10,12 +10,24 @@ Why it is shaped so:
   on power loss for speed).
 - Versions of a recreated location start above every version it ever had (``incarnations``
   table), so a stale version never matches a new record (contract invariant 1).
+- A failed write is rolled back only while SQLite has not done it itself (it does on
+  ``SQLITE_FULL`` and I/O errors: a second ``ROLLBACK`` would fail and hide the real error),
+  and surfaces as :class:`BackendUnavailable`, :class:`BackendFull` for a full disk: nothing
+  was written, and the same connection writes again once space is freed.
 - Change hints: every write appends to a small ``changes`` log in the same transaction; one
   poller thread per backend reads it every ``poll_interval`` seconds (default 0.05) and falls
   back to a ``resync`` hint when it has fallen behind the pruned log.
 
+- Time (docs/time.md): the store's clock is the kernel's, as it stamps a file beside the
+  database (``<db>-clock``): :meth:`SQLiteBackend.probe_time` writes one byte to it and reads
+  the modification time back. Every process of the host shares that clock, whatever its own
+  view of the time (libfaketime fakes a process's ``clock_gettime`` and ``utimensat``, not the
+  kernel stamping a write), so this file is where the processes of one SQLite store agree.
+
 URL forms follow SQLAlchemy: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``, query
-parameters ``timeout`` (seconds, busy timeout), ``synchronous`` (full|normal), ``poll_interval``.
+parameters ``timeout`` (seconds, busy timeout, more than 0 and at most 3600), ``synchronous``
+(full|normal|extra), ``poll_interval`` (seconds, 0.01..60), checked by
+:mod:`locstatus.backends.urls`.
 """
 
 from __future__ import annotations
@@ -26,12 +38,14 @@ import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from urllib.parse import parse_qs, urlsplit
+from datetime import UTC, datetime, timedelta
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
+from locstatus.backends.urls import Number, query_params, split_url
 from locstatus.errors import (
     AlreadyExists,
+    BackendFull,
     BackendUnavailable,
     CorruptRecord,
     InvalidInput,
@@ -77,34 +91,29 @@ _KEEP_CHANGES = 10_000
 _INCARNATION_SHIFT = 20  # versions within one life of a record stay below 2**20 apart
 
 
+TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
+"""Busy timeout: how long a write waits for another process's transaction, in seconds."""
+POLL_INTERVAL = Number("poll_interval", 0.05, 0.01, 60)
+"""Seconds between two reads of the change log (hints); 0 would busy-loop a core."""
+_URL_PARAMS = frozenset({"timeout", "synchronous", "poll_interval"})
+
+
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     """Return ``(path, params)`` for a ``sqlite:///...`` URL, its parameters checked (names
-    and values). Raises :class:`InvalidInput`."""
-    parts = urlsplit(url)
+    and values, :data:`TIMEOUT`, :data:`POLL_INTERVAL`). Raises :class:`InvalidInput`."""
+    parts = split_url(url, "SQLite", "sqlite:///path/to/file.db")
     if parts.scheme != "sqlite" or parts.netloc:
         raise InvalidInput(f"invalid sqlite URL {url!r}: expected sqlite:///path/to/file.db")
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     if not path:
         raise InvalidInput(f"invalid sqlite URL {url!r}: no database path")
-    params = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    unknown = sorted(set(params) - _URL_PARAMS)
-    if unknown:
-        raise InvalidInput(
-            f"invalid sqlite URL {url!r}: unknown parameter {', '.join(unknown)} "
-            f"(expected {', '.join(sorted(_URL_PARAMS))})"
-        )
-    try:
-        float(params.get("timeout", "30"))
-        float(params.get("poll_interval", "0.05"))
-    except ValueError as exc:
-        raise InvalidInput(f"invalid sqlite URL parameter in {url!r}: {exc}") from None
+    params = query_params(parts.query, known=_URL_PARAMS, kind="SQLite", where=url)
+    for number in (TIMEOUT, POLL_INTERVAL):
+        number.parse(params.get(number.name), "SQLite", url)
     sync = params.get("synchronous", "full").lower()
     if sync not in ("full", "normal", "extra"):
         raise InvalidInput(f"invalid synchronous={sync!r} in {url!r}: full|normal|extra")
     return path, params
-
-
-_URL_PARAMS = frozenset({"timeout", "synchronous", "poll_interval"})
 
 
 class SQLiteBackend(Backend):
@@ -115,11 +124,14 @@ class SQLiteBackend(Backend):
         backend = SQLiteBackend("sqlite:///./locstatus.db")
     """
 
+    clock_resolution = 0.01
+    """A write's stamp is the kernel's coarse clock: at most one tick (10 ms at HZ=100) old."""
+
     def __init__(self, url: str = "sqlite:///./locstatus.db") -> None:
         self.url = url
         self.path, params = parse_sqlite_url(url)  # names and values checked there
-        self._timeout = float(params.get("timeout", "30"))
-        self._poll = float(params.get("poll_interval", "0.05"))
+        self._timeout = TIMEOUT.parse(params.get("timeout"), "SQLite", url)
+        self._poll = POLL_INTERVAL.parse(params.get("poll_interval"), "SQLite", url)
         self._synchronous = params.get("synchronous", "full").upper()
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
@@ -164,21 +176,56 @@ class SQLiteBackend(Backend):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: ``BEGIN IMMEDIATE``, the caller's statements, ``COMMIT``.
+
+        Any failure rolls it back, and an SQLite error becomes :class:`BackendUnavailable`
+        (:class:`BackendFull` for a full disk): nothing was written. SQLite rolls a
+        transaction back by itself on some errors (``SQLITE_FULL``, ``SQLITE_IOERR``, ...), so
+        the rollback here runs only while one is still open: a second ``ROLLBACK`` would fail
+        with "no transaction is active" and hide the real error. A connection that cannot be
+        rolled back is closed and replaced, so no thread is left inside a transaction."""
         db = self._conn()
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise BackendUnavailable(f"cannot write {self.url}: {exc}") from exc
+            raise self._failure("cannot start a write on", exc) from exc
         try:
             yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        try:
             db.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except BaseException as exc:
+            self._rollback(db)
+            if isinstance(exc, sqlite3.Error):
+                raise self._failure("cannot write", exc) from exc
+            raise
+
+    def _failure(self, what: str, exc: sqlite3.Error) -> BackendUnavailable:
+        """The locstatus error for the SQLite error of a write (nothing was written)."""
+        code = getattr(exc, "sqlite_errorcode", None)  # absent on the module's own errors
+        if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
+            return BackendFull(
+                f"{what} {self.url}: the filesystem holding the database is full (SQLite: "
+                f"{exc}); nothing was written: free space there and retry"
+            )
+        return BackendUnavailable(f"{what} {self.url}: {exc}; nothing was written")
+
+    def _rollback(self, db: sqlite3.Connection) -> None:
+        """End the failed transaction of ``db`` if SQLite did not already; a connection whose
+        rollback fails is dropped (closing it rolls back) so the next call opens a new one."""
+        if not db.in_transaction:
+            return
+        try:
             db.execute("ROLLBACK")
-            raise BackendUnavailable(f"commit failed on {self.url}: {exc}") from exc
+        except sqlite3.Error:
+            self._drop(db)
+
+    def _drop(self, db: sqlite3.Connection) -> None:
+        if getattr(self._local, "db", None) is db:
+            del self._local.db
+        with self._conns_lock:
+            if db in self._conns:
+                self._conns.remove(db)
+        with contextlib.suppress(sqlite3.Error):
+            db.close()
 
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
         try:
@@ -290,13 +337,22 @@ class SQLiteBackend(Backend):
             if len(rows) < want:
                 return out
 
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        rows = self._query(
+            "SELECT data FROM history WHERE location = ? AND version = ?", (location, version)
+        )
+        if not rows:
+            return []
+        return list(reversed(codec.decode_history(location, rows[0][0], version)))
+
     # -- workers -------------------------------------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
+        data = codec.encode_worker(info)  # bounded (InvalidInput) before the transaction
         with self._write() as db:
             db.execute(
                 "INSERT OR REPLACE INTO workers (worker_id, data) VALUES (?, ?)",
-                (info.worker_id, codec.encode_worker(info)),
+                (info.worker_id, data),
             )
 
     def remove_worker(self, worker_id: str) -> None:
@@ -408,6 +464,31 @@ class SQLiteBackend(Backend):
                 self._emit(Hint(kind="resync"))
 
     # -- lifecycle -----------------------------------------------------------------------
+
+    def probe_time(self) -> datetime:
+        """The kernel's time, as it stamps a write to ``<db>-clock`` (one byte rewritten in
+        place: no block is allocated, so it works on a full disk once the file exists).
+        A write, not ``os.utime``: libfaketime rewrites the time a process passes to
+        ``utimensat``, never the kernel's own stamp of a write."""
+        if self._closed:
+            raise BackendUnavailable(f"backend {self.url} is closed")
+        path = self.path + "-clock"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                os.pwrite(fd, b"t", 0)
+                ns = os.fstat(fd).st_mtime_ns
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"cannot read the time of {self.url}: writing {path} failed: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        if ns % 1_000_000_000 == 0:
+            self.clock_resolution = 1.0  # a file system that stamps whole seconds
+        seconds, rest = divmod(ns, 1_000_000_000)
+        return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=rest // 1000)
 
     def ping(self) -> None:
         self._query("SELECT 1")

@@ -13,6 +13,8 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
       acks/<loc>/<worker_id>                   ephemeral {service: observed generation}
       workers/<worker_id>                      ephemeral WorkerInfo JSON (the session bounds the
                                                lease; lease_expires_at is kept as given)
+      clock                                    empty; rewritten by every time probe, whose
+                                               returned mtime is the leader's clock
 
 - **Versions.** The exposed version is ``incarnation << 32 | (znode version + 1)``: the first
   life of a record counts 1, 2, 3 ... like SQLite, a recreated record starts above every
@@ -72,9 +74,10 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache, partial
 from typing import Any, TypeVar, cast
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -100,6 +103,7 @@ from pydantic import TypeAdapter
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe, stale_ack
+from locstatus.backends.urls import Number, query_params, split_url
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -157,6 +161,15 @@ class ZkParams:
     max_bytes: int = DEFAULT_MAX_BYTES
 
 
+TIMEOUT = Number("timeout", 10.0, 0, 3600, low_open=True)
+"""Seconds to connect, and to wait for a lost connection or an answer."""
+SESSION_TIMEOUT = Number("session_timeout", 10.0, 0.4, 3600)
+"""ZooKeeper session timeout, in seconds (the server bounds it further)."""
+MAX_BYTES = Number("max_bytes", DEFAULT_MAX_BYTES, 1024, 1_048_000, unit="bytes", integer=True)
+"""Largest record + history write sent (``jute.maxbuffer`` is 1 MB per request)."""
+_URL_PARAMS = frozenset({"timeout", "session_timeout", "world_read", "max_bytes"})
+
+
 def parse_zk_url(url: str) -> ZkParams:
     """Parse ``zk://[user:pass@]host[:port][,host[:port]...][/chroot][?timeout=&session_timeout=
     &world_read=&max_bytes=]``. The chroot defaults to ``/locstatus``; each of its segments
@@ -164,7 +177,7 @@ def parse_zk_url(url: str) -> ZkParams:
 
     Raises :class:`InvalidInput` naming the bad part.
     """
-    parts = urlsplit(url)
+    parts = split_url(url, "ZooKeeper", "zk://host:port/chroot", where=_redact(str(url)))
     if parts.scheme != "zk":
         raise InvalidInput(f"invalid ZooKeeper URL {url!r}: expected zk://host:port/chroot")
     userinfo, _, hostlist = parts.netloc.rpartition("@")
@@ -195,30 +208,14 @@ def parse_zk_url(url: str) -> ZkParams:
             )
     if segments[0] == "zookeeper":
         raise InvalidInput(f"invalid ZooKeeper chroot {chroot!r}: /zookeeper is reserved")
-    known = {"timeout", "session_timeout", "world_read", "max_bytes"}
-    params = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise InvalidInput(
-            f"unknown ZooKeeper URL parameter {', '.join(unknown)} in {_redact(url)!r}: "
-            f"expected {', '.join(sorted(known))}"
-        )
-    try:
-        timeout = float(params.get("timeout", "10"))
-        session_timeout = float(params.get("session_timeout", "10"))
-        max_bytes = int(params.get("max_bytes", str(DEFAULT_MAX_BYTES)))
-    except ValueError as exc:
-        raise InvalidInput(f"invalid ZooKeeper URL parameter in {_redact(url)!r}: {exc}") from None
+    where = _redact(url)
+    params = query_params(parts.query, known=_URL_PARAMS, kind="ZooKeeper", where=where)
+    timeout = TIMEOUT.parse(params.get("timeout"), "ZooKeeper", where)
+    session_timeout = SESSION_TIMEOUT.parse(params.get("session_timeout"), "ZooKeeper", where)
+    max_bytes = int(MAX_BYTES.parse(params.get("max_bytes"), "ZooKeeper", where))
     world = params.get("world_read", "true").lower()
     if world not in ("true", "false", "1", "0", "yes", "no"):
         raise InvalidInput(f"invalid world_read={world!r}: true|false")
-    if not 0 < timeout <= 3600 or not 0.4 <= session_timeout <= 3600:
-        raise InvalidInput(
-            f"invalid ZooKeeper timeouts in {_redact(url)!r}: timeout must be in (0, 3600] and "
-            "session_timeout in [0.4, 3600] seconds"
-        )
-    if not 1024 <= max_bytes <= 1_048_000:
-        raise InvalidInput(f"invalid max_bytes={max_bytes}: 1024..1048000")
     return ZkParams(
         hosts=",".join(hosts),
         chroot=chroot,
@@ -270,6 +267,10 @@ class Layout:
     @property
     def acks_root(self) -> str:
         return f"{self.root}/acks"
+
+    @property
+    def clock(self) -> str:
+        return f"{self.root}/clock"
 
     def location(self, location: str) -> str:
         return f"{self.locations}/{_name(location)}"
@@ -558,12 +559,7 @@ class ZooKeeperBackend(Backend):
             incarnation = int(raw[cut + 15 : -1])
             version = join_version(incarnation, stat.version + 1)
             return codec.decode_record(location, version, raw[:cut] + b"}")
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise CorruptRecord(location, f"not JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise CorruptRecord(location, f"expected a JSON object, got {type(data).__name__}")
+        data = codec.parse_payload(location, raw)
         incarnation = data.pop("incarnation", None)
         if incarnation is None:
             incarnation = self._incarnation_of(location)
@@ -861,6 +857,33 @@ class ZooKeeperBackend(Backend):
                 break
         return out
 
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        """One read of the write's node ``history/<loc>/<inc>/b<bucket>/<seq>``, when
+        ``version`` belongs to the record's current life (the incarnation counter's)."""
+        pa = self.paths
+        inc, seq = split_version(version)
+        if seq < 1:
+            return []
+        loc_path, parent = pa.location(location), pa.history(location)
+        node = pa.entry(location, inc, seq)
+
+        def get() -> tuple[ZnodeStat | None, ZnodeStat | None, bytes | None]:
+            a = self._client.exists_async(loc_path)
+            b = self._client.exists_async(parent)
+            c = self._client.get_async(node)
+            try:
+                raw: bytes | None = self._get(c)[0]
+            except NoNodeError:
+                raw = None
+            return self._get(a), self._get(b), raw
+
+        loc_stat, parent_stat, raw = self._call(f"read history of {location!r}", get)
+        if loc_stat is None or parent_stat is None or parent_stat.version - 1 != inc:
+            return []  # no record, or not its current life (leftovers of a purge)
+        if raw is None:
+            return []
+        return list(reversed(codec.decode_history(location, raw, version)))
+
     def _history_seqs(self, location: str, inc: int, upper: int | None, want: int) -> list[int]:
         """Write numbers below ``upper`` (all if None), newest first, at least ``want`` of
         them when there are that many."""
@@ -915,17 +938,10 @@ class ZooKeeperBackend(Backend):
             self._forget_workers()
 
     def _worker_bytes(self, info: WorkerInfo) -> bytes:
-        data = codec.encode_worker(info).encode()
-        if len(data) > self.params.max_bytes and info.errors:
-            # Handler errors are diagnostics: keep as many as fit rather than fail the heartbeat.
-            errors = dict(info.errors)
-            while errors and len(data) > self.params.max_bytes:
-                for key in list(errors)[: max(1, len(errors) // 2)]:
-                    del errors[key]
-                shown = {**errors, "...": f"{len(info.errors) - len(errors)} more errors not shown"}
-                data = codec.encode_worker(info.model_copy(update={"errors": shown})).encode()
-        self._check_size(info.worker_id, "worker registration", data)
-        return data
+        """The registration's node data, bounded as on every backend
+        (:func:`codec.bounded_worker`), and by this ensemble's ``max_bytes`` when lower."""
+        limit = min(self.params.max_bytes, codec.MAX_REGISTRATION_BYTES)
+        return codec.encode_worker(info, limit).encode()
 
     def _put_worker_node(self, path: str, data: bytes) -> None:
         client = self._client
@@ -1025,19 +1041,22 @@ class ZooKeeperBackend(Backend):
     ) -> None:
         """Record an acknowledgement (ephemeral, held by this session). An ack for a location
         that does not exist (purged meanwhile) is dropped: it could only confuse a record
-        created again under the same name. With ``if_version`` the multi-op checks the record's
-        znode version instead of its mere existence (VersionConflict when it differs)."""
+        created again under the same name. With ``if_version`` the multi-op checks the whole
+        version instead of the record's mere existence, as a compare-and-set does: the record's
+        znode version and its incarnation (a record created again and written as many times has
+        the same znode version). VersionConflict when either differs."""
         self.paths.ack(location, worker_id)  # validate both names before any I/O
-        znode_version = -1 if if_version is None else split_version(if_version)[1] - 1
-        written = self._write_ack(location, worker_id, {service: generation}, znode_version)
+        at = None if if_version is None else split_version(if_version)
+        written = self._write_ack(location, worker_id, {service: generation}, at)
         if not written and if_version is not None:
             raise stale_ack(location, if_version)
 
     def _write_ack(
-        self, location: str, worker_id: str, update: dict[str, int], record_version: int = -1
+        self, location: str, worker_id: str, update: dict[str, int],
+        at: tuple[int, int] | None = None,
     ) -> bool:
         """Write this worker's ack node; False (nothing written) when the record is gone, or
-        not at ``record_version`` (its znode version; -1: any)."""
+        not at version ``at`` (``(incarnation, seq)`` of :func:`split_version`; None: any)."""
         pa = self.paths
         node, parent = pa.ack(location, worker_id), pa.acks(location)
         loc_path = pa.location(location)
@@ -1047,7 +1066,11 @@ class ZooKeeperBackend(Backend):
             key = (location, worker_id)
             for _ in range(20):
                 txn = _Txn(client)
-                txn.check("location", loc_path, record_version)
+                if at is None:
+                    txn.check("location", loc_path, -1)
+                else:
+                    txn.check("location", pa.history(location), at[0] + 1)  # the incarnation
+                    txn.check("location", loc_path, at[1] - 1)
                 session = client.client_id
                 with self._lock:
                     known = self._ack_nodes.pop(key, None)
@@ -1454,6 +1477,31 @@ class ZooKeeperBackend(Backend):
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    def probe_time(self) -> datetime:
+        """The ensemble's time: the ``mtime`` the leader stamps on a write of ``<chroot>/clock``
+        (milliseconds, the leader's clock when it proposed the write; docs/time.md). Fails at
+        once, with :class:`BackendUnavailable`, while not connected: a time source keeps its
+        last estimate meanwhile rather than wait."""
+        self._check_open()
+        if not self._live.is_set():
+            raise BackendUnavailable(
+                f"not connected to ZooKeeper {self.params.hosts} (connection "
+                f"{self._client.state}): cannot read its time"
+            )
+        path = self.paths.clock
+
+        def stamp() -> int:
+            try:
+                stat = self._get(self._client.set_async(path, b"", -1))
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self._get(self._client.create_async(path, b""))
+                stat = self._get(self._client.set_async(path, b"", -1))
+            return int(stat.mtime)
+
+        ms = self._call("read the server's time", stamp)
+        return datetime.fromtimestamp(ms / 1000, UTC)
+
     def ping(self) -> None:
         self._check_open()
         if not self._live.is_set():
@@ -1498,7 +1546,7 @@ def _wants(kinds: frozenset[str] | None, kind: str) -> bool:
 def _decode_acks(raw: bytes) -> dict[str, int] | None:
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and type(v) is int for k, v in data.items()

@@ -6,6 +6,10 @@ for a given status without I/O and without a Machine object per record: it looks
 ``(event, state)``, checks their conditions, and applies their effects to a copy of the status.
 The result is the new status plus the :class:`HistoryEntry` that must be written with it.
 
+The status carries the reason and actor of its desired state (a schedule change keeps the
+pause's); the history entry carries only the event's own, so a row never names someone who did
+not make it (docs/cli.md, "Reading state").
+
 Returns None when the event changes nothing (idempotent; the caller writes nothing) and raises
 :class:`InvalidTransition` for the refused pairs of the table, :class:`InvalidInput` for a
 scheduled resume that is not in the future.
@@ -23,6 +27,7 @@ from transitions import Machine
 from locstatus.errors import InvalidInput, InvalidTransition
 from locstatus.fsm import table
 from locstatus.models import HistoryEntry, ServiceStatus, State
+from locstatus.names import MAX_ACTOR, MAX_REASON, check_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +39,8 @@ class Event:
       caller saw (the guard of SPEC §3.3). Aware UTC datetime.
     - ``generation``/``acked``: for ``settle``, the generation the acks are for and whether every
       live worker acknowledged it (computed by the caller, which does the I/O).
-    - ``reason``/``actor``: recorded on operator events.
+    - ``reason``/``actor``: who made the event and why: the history entry records exactly
+      these (None: not given); the status takes them as described in :func:`transition`.
     """
 
     name: str
@@ -46,20 +52,10 @@ class Event:
 
     def __post_init__(self) -> None:
         # The new status is built with model_copy (no validation), so the free-text fields are
-        # checked here: an over-long reason must be refused, not stored as a corrupt record.
-        for field, value, limit in (("reason", self.reason, 1024), ("actor", self.actor, 256)):
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise InvalidInput(f"{field} must be a string, got {value!r:.80}")
-            if len(value) > limit:
-                raise InvalidInput(f"{field} is {len(value)} characters long, at most {limit}")
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidInput(
-                    f"{field} {value!r:.80} is not valid text (undecodable bytes?)"
-                ) from None
+        # checked here: an over-long reason must be refused, not stored as a corrupt record, and
+        # a control character never reaches an operator's terminal (locstatus.names).
+        check_text("reason", self.reason, MAX_REASON)
+        check_text("actor", self.actor, MAX_ACTOR)
         if self.at is not None and (not isinstance(self.at, datetime) or self.at.tzinfo is None):
             raise InvalidInput(f"event time must be an aware UTC datetime, got {self.at!r:.80}")
 
@@ -198,6 +194,9 @@ def transition(
     """Apply ``event`` to ``status`` at ``now`` (aware UTC).
 
     Returns the :class:`Change` (new status and its history entry) or None when nothing changes.
+    The new status takes the event's reason and actor on ``pause``/``resume`` (a new desired
+    state) and keeps its own otherwise unless the event gives one; the entry records the
+    event's own reason and actor only.
     Raises :class:`InvalidTransition` for the refused pairs of SPEC §3 (e.g. ``schedule_resume``
     of a running service) and :class:`InvalidInput` for a ``schedule_resume`` time not in the
     future. Pure: no I/O, no clock other than ``now``.
@@ -239,8 +238,8 @@ def transition(
                 from_state=state,
                 to_state=new.state,
                 generation=new.generation,
-                actor=new.actor,
-                reason=new.reason,
+                actor=event.actor,  # who made this event, never who made an earlier one
+                reason=event.reason,
                 resume_at=new.resume_at,
             )
             return Change(new, entry)

@@ -4,16 +4,26 @@ suite can compare it with the backend.
 
 Run as a script by :class:`AgentProc` (``python agent_proc.py --url URL --id w1 --state
 w1.json --events w1.jsonl``). Every ``--every`` seconds (default 0.1) the process writes, to
-``--state`` atomically (temporary file + rename), ``{"t": time.time(), "pid", "worker_id",
+``--state`` atomically (temporary file + rename), ``{"t": time.time(), "mono", "pid", "worker_id",
 "records": {location: {"version", "deleted", "services": {service: {"state", "generation"}}}},
 "observed": {location: {service: generation}}, "applied": {location: {service: "paused" |
 "running"}}, "errors", "metrics"}``: the agent's local copy (public API only: ``record``,
 ``observed_generation``), and what the handlers last did per (location, service).
 
-Each handler call appends ``{"ev": "start" | "end", "location", "service", "generation", "t"}``
-to ``--events`` before and after it runs (``--slow`` seconds of work in between, randomised),
-so the suite can ``kill -9`` the process while a handler is running. SIGTERM stops the agent
-cleanly (``agent.stop()``: unregister) and exits 0.
+Each handler call appends ``{"ev": "start" | "end", "location", "service", "generation", "t",
+"mono"}`` to ``--events`` before and after it runs (``--slow`` seconds of work in between,
+randomised), so the suite can ``kill -9`` the process while a handler is running. ``t`` is
+``time.time()``, ``mono`` is ``time.monotonic()``: the same on every process of the host, even
+one whose wall clock is off (the skew scenario runs workers under libfaketime). Whenever the
+agent's connection counters move (a heartbeat or a read failed, a lease lapsed, a session was
+lost) a ``{"ev": "health", "metrics": {...}}`` line is appended too, so the checker knows when a
+worker may have lost its lease. SIGTERM stops the agent cleanly (``agent.stop()``: unregister)
+and exits 0.
+
+``--fail-file PATH``: while that file exists every handler raises a 1 KB error after its
+``start`` event (an outage at every location: the worker's published errors grow);
+``--pad-filter N``: the agent's location filter is every location at start plus N names of 110
+characters that never exist (a registration near the size bound).
 
 This file imports only the standard library and locstatus: it runs as a plain script.
 """
@@ -32,6 +42,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+HEALTH = ("heartbeat_errors", "backend_errors", "reconnects", "lease_lapses", "sessions_lost")
+"""Agent counters whose change means the worker may have lost its lease for a while."""
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="reliability-suite worker agent")
@@ -45,6 +58,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow", type=float, default=0.02, help="max seconds a handler works")
     p.add_argument("--every", type=float, default=0.1, help="state file period, seconds")
     p.add_argument("--no-fire", action="store_true", help="leave scheduled resumes to others")
+    p.add_argument("--fail-file", default=None,
+                   help="while this file exists, every handler raises a 1 KB error (an outage)")
+    p.add_argument("--pad-filter", type=int, default=0,
+                   help="a location filter: every location at start plus N 110-character names")
     return p.parse_args(argv)
 
 
@@ -55,8 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     mgr = connect(args.url)
+    locations = None
+    if args.pad_filter:
+        known = [r.location for r in mgr.scan() if not isinstance(r, LocstatusError)]
+        locations = known + [f"pad-{i:06d}-".ljust(110, "x") for i in range(args.pad_filter)]
     agent = mgr.agent(
         args.id,
+        locations=locations,
         lease_seconds=args.lease,
         heartbeat_interval=args.heartbeat,
         resync_interval=args.resync,
@@ -69,13 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random()
 
     def event(**fields: Any) -> None:
-        os.write(events_fd, (json.dumps({**fields, "t": time.time()}) + "\n").encode())
+        line = {**fields, "t": time.time(), "mono": time.monotonic()}
+        os.write(events_fd, (json.dumps(line) + "\n").encode())
 
     def handler(service: str, state: str) -> Callable[[str], None]:
         def run(location: str) -> None:
             applying = agent.applying
             gen = applying.status.generation if applying and applying.status else None
             event(ev="start", location=location, service=service, generation=gen, to=state)
+            if args.fail_file and os.path.exists(args.fail_file):
+                raise RuntimeError(f"outage at {location}/{service}: " + "x" * 1000)
             if args.slow > 0:
                 time.sleep(rng.uniform(0, args.slow))
             with lock:
@@ -114,15 +139,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         with lock:
             table = {k: dict(v) for k, v in applied.items()}
         return {
-            "t": t, "pid": os.getpid(), "worker_id": args.id, "records": records,
+            "t": t, "mono": time.monotonic(), "pid": os.getpid(), "worker_id": args.id,
+            "records": records,
             "observed": observed, "applied": table, "errors": agent.errors(),
             "metrics": agent.metrics(),
         }
 
     agent.start()
     event(ev="ready")
+    health = {k: 0 for k in HEALTH}
     while not stop.wait(args.every):
-        tmp_path.write_text(json.dumps(snapshot()))
+        snap = snapshot()
+        now = {k: int(snap["metrics"].get(k, 0)) for k in HEALTH}
+        if now != health:
+            health = now
+            event(ev="health", metrics=now)
+        tmp_path.write_text(json.dumps(snap))
         os.replace(tmp_path, state_path)
     agent.stop()
     event(ev="stopped")
@@ -143,27 +175,46 @@ SCRIPT = Path(__file__)
 
 class AgentProc:
     """One worker process and its files. ``start()`` spawns it (again, after a kill: same
-    worker id, as a supervisor would), ``snapshot()`` reads its last published state."""
+    worker id, as a supervisor would), ``snapshot()`` reads its last published state.
 
-    def __init__(self, url: str, worker_id: str, workdir: Path, *extra: str) -> None:
+    ``skew``: run it with its wall clock that far off (``+30s``, ``-3h``; libfaketime, see
+    ``tests/skew.py``). :attr:`life` records, in this process's wall time, every start, kill,
+    freeze, thaw and stop, so the checker knows when the worker was up."""
+
+    def __init__(
+        self, url: str, worker_id: str, workdir: Path, *extra: str, skew: str | None = None
+    ) -> None:
         self.url = url
         self.id = worker_id
         self.dir = workdir
         self.extra = list(extra)
+        self.skew = skew
         self.state = workdir / f"{worker_id}.state.json"
         self.events = workdir / f"{worker_id}.events.jsonl"
         self.proc: Proc | None = None
         self.starts = 0
+        self.life: list[tuple[float, str]] = []
+
+    @property
+    def lease(self) -> float:
+        """The lease (seconds) its agent registers with (``--lease``, else the default)."""
+        if "--lease" in self.extra:
+            return float(self.extra[self.extra.index("--lease") + 1])
+        return float(parse_args(["--url", "-", "--id", "-", "--state", "-", "--events", "-"]).lease)
 
     def start(self, url: str | None = None) -> AgentProc:
         """Spawn the process (the state file of a previous life is removed first)."""
+        from skew import skew_env
+
         self.state.unlink(missing_ok=True)
         self.starts += 1
+        self.life.append((time.time(), "start"))
         self.proc = Proc.python(
             SCRIPT,
             ["--url", url or self.url, "--id", self.id, "--state", str(self.state),
              "--events", str(self.events), *self.extra],
             self.dir / f"{self.id}.log",
+            env=skew_env(self.skew),
         )
         return self
 
@@ -195,23 +246,29 @@ class AgentProc:
             with self.events.open("rb") as fh:
                 fh.seek(0, os.SEEK_END)
                 size = fh.tell()
-                fh.seek(max(0, size - 400))
+                fh.seek(max(0, size - 2000))
                 tail = fh.read().decode(errors="replace").strip().splitlines()
         except OSError:
             return False
-        return bool(tail) and '"ev": "start"' in tail[-1]
+        handlers = [line for line in tail if '"ev": "health"' not in line]
+        return bool(handlers) and '"ev": "start"' in handlers[-1]
 
     def kill9(self) -> None:
         if self.proc is not None:
+            self.life.append((time.time(), "kill"))
             self.proc.kill9()
 
     def freeze(self) -> None:
         if self.proc is not None:
+            self.life.append((time.time(), "freeze"))
             self.proc.freeze()
 
     def thaw(self) -> None:
         if self.proc is not None:
             self.proc.thaw()
+            self.life.append((time.time(), "thaw"))
 
     def stop(self) -> int | None:
+        if self.proc is not None:
+            self.life.append((time.time(), "stop"))
         return self.proc.terminate() if self.proc is not None else None

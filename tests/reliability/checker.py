@@ -19,6 +19,22 @@ per location:
 It runs once the system has converged (nothing pending), so records and histories, read one
 after the other, describe the same state.
 
+:func:`check_clock_safety` counts what the clock design (docs/time.md) rules out, from the same
+history, the operation logs and what each worker's handlers did (their event files):
+
+- **false settle**: a ``settle`` to paused (running) while a live worker had not applied
+  paused (running). The settle's real time is bounded by the operations around it in the
+  version chain (after the start of every operation whose write is older, before the end of
+  every one whose write is newer), never by its own stamp (a writer whose clock is off stamps
+  it wrong); it is false when a worker that was up and healthy throughout (no kill, freeze or
+  failed heartbeat within a lease of it) had not applied that state at any instant of that
+  interval.
+- **early resume**: a ``resume_due`` that happened before the ``resume_at`` it fired, by the
+  backend's time (this host's: every server runs here): the write is bounded as above and by
+  the first worker handler that applied its generation.
+
+Both are conservative: anything the timings cannot prove is not counted.
+
 It extends ``history_check.check_history`` (which assumes no faults: every failure must be
 absent, and every process finished) with unknown outcomes, killed processes and the replay.
 
@@ -31,12 +47,13 @@ its handlers applied the desired state), and :func:`locstatus.check.run_check` r
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -267,15 +284,177 @@ def _replay(
                      f"history replays to {got[0].value}/g{got[1]}/{got[2]}")
 
 
+# -- false settles and early resumes (docs/time.md) -----------------------------------------------
+
+MEASURE = 0.05
+"""Seconds a worker's event time, converted from its monotonic clock, may be off."""
+
+
+@dataclass
+class ClockReport:
+    """What :func:`check_clock_safety` found: counts and one line per violation."""
+
+    settles: int = 0
+    false_settle: int = 0
+    fired: int = 0
+    early_resume: int = 0
+    violations: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _WorkerLog:
+    """One worker's handler events and lifetimes, in this process's wall time."""
+
+    id: str
+    lease: float
+    applied: dict[tuple[str, str], list[tuple[float, str]]] = field(default_factory=dict)
+    resumed: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    """First start of a handler applying ``running`` per (location, service, generation)."""
+    up: list[tuple[float, float]] = field(default_factory=list)
+    disturbed: list[float] = field(default_factory=list)
+
+    def steady(self, lo: float, hi: float) -> bool:
+        """Up and undisturbed from a lease before ``lo`` to a lease after ``hi``."""
+        if not any(a <= lo - self.lease and b >= hi for a, b in self.up):
+            return False
+        return not any(lo - self.lease <= t <= hi + self.lease for t in self.disturbed)
+
+    def maybe(self, location: str, service: str, state: str, lo: float, hi: float) -> bool:
+        """Could its handlers have left ``service`` at ``location`` in ``state`` at some instant
+        of ``[lo, hi]``?"""
+        timeline = self.applied.get((location, service), [])
+        before = [to for t, to in timeline if t < lo - MEASURE]
+        if before and before[-1] == state:
+            return True
+        return any(to == state for t, to in timeline if lo - MEASURE <= t <= hi + MEASURE)
+
+
+def _worker_log(agent: AgentProc) -> _WorkerLog:
+    shift = time.time() - time.monotonic()  # a monotonic reading of this host as wall time
+    log = _WorkerLog(agent.id, agent.lease)
+    ready: list[float] = []
+    lines = agent.events.read_text().splitlines() if agent.events.exists() else []
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue  # a torn last line of a killed process
+        t = float(r["mono"]) + shift if "mono" in r else float(r["t"])
+        ev = r.get("ev")
+        if ev == "ready":
+            ready.append(t)
+        elif ev == "health":
+            log.disturbed.append(t)
+        elif ev in ("start", "end") and r.get("location") and r.get("service"):
+            key = (r["location"], r["service"])
+            if ev == "end":
+                log.applied.setdefault(key, []).append((t, r.get("to")))
+            elif r.get("to") == "running" and r.get("generation") is not None:
+                gkey = (key[0], key[1], int(r["generation"]))
+                log.resumed[gkey] = min(t, log.resumed.get(gkey, t))
+    for timeline in log.applied.values():
+        timeline.sort()
+    life = sorted(agent.life)
+    for i, (t, kind) in enumerate(life):
+        log.disturbed.append(t)
+        end = life[i + 1][0] if i + 1 < len(life) else float("inf")
+        if kind == "start":
+            begin = next((r for r in sorted(ready) if t <= r < end), None)
+            if begin is not None:
+                log.up.append((begin, end))
+        elif kind == "thaw":
+            log.up.append((t, end))
+    return log
+
+
+def _bounds(ops: Sequence[Op]) -> Callable[[int], tuple[float, float]]:
+    """For a version of one location: (after, before), the real-time interval its write lies in,
+    from the operations whose write is older (started before it) and newer (ended after)."""
+    told = sorted((int(o.version), o.start, float(o.end)) for o in ops
+                  if o.outcome == "wrote" and not o.ambiguous and o.version is not None
+                  and o.end is not None)
+    versions = [v for v, _, _ in told]
+    after: list[float] = []
+    for _, start, _ in told:
+        after.append(max(start, after[-1]) if after else start)
+    before: list[float] = [0.0] * len(told)
+    low = float("inf")
+    for i in range(len(told) - 1, -1, -1):
+        low = min(low, told[i][2])
+        before[i] = low
+
+    def bounds(version: int) -> tuple[float, float]:
+        i = bisect.bisect_left(versions, version)
+        lo = after[i - 1] if i > 0 else float("-inf")
+        j = bisect.bisect_right(versions, version)
+        hi = before[j] if j < len(told) else float("inf")
+        return lo, hi
+
+    return bounds
+
+
+def check_clock_safety(
+    url: str, locations: Sequence[str], ops: Sequence[Op], agents: Sequence[AgentProc]
+) -> ClockReport:
+    """Count false settles and early resumes over ``locations`` (see the module docstring)."""
+    rep = ClockReport()
+    workers = [_worker_log(a) for a in agents]
+    by_loc: dict[str, list[Op]] = {}
+    for o in ops:
+        by_loc.setdefault(o.location, []).append(o)
+    for loc in locations:
+        bounds = _bounds(by_loc.get(loc, []))
+        scheduled: dict[str, datetime | None] = {}
+        for e in full_history(url, loc):
+            if e.event == "settle" and e.to_state in (State.PAUSED, State.RUNNING):
+                rep.settles += 1
+                lo, hi = bounds(e.version)
+                want = e.to_state.value
+                lagging = [w.id for w in workers
+                           if hi != float("inf") and w.steady(lo, hi)
+                           and not w.maybe(loc, e.service, want, lo, hi)]
+                if lagging:
+                    rep.false_settle += 1
+                    rep.violations.append(
+                        f"{loc} v{e.version}: {e.service} settled {want} (generation "
+                        f"{e.generation}) between {_ts(lo)} and {_ts(hi)} while live worker(s) "
+                        f"{', '.join(lagging)} had not applied it"
+                    )
+            elif e.event == "resume_due":
+                rep.fired += 1
+                due = scheduled.get(e.service)
+                _, hi = bounds(e.version)
+                seen = min((w.resumed.get((loc, e.service, e.generation), float("inf"))
+                            for w in workers), default=float("inf"))
+                happened = min(hi, seen)
+                if due is not None and happened < due.timestamp() - MEASURE:
+                    rep.early_resume += 1
+                    rep.violations.append(
+                        f"{loc} v{e.version}: {e.service} resume due at {due.isoformat()} fired "
+                        f"by {_ts(happened)}, {due.timestamp() - happened:.2f}s early"
+                    )
+            if e.service != "*":
+                scheduled[e.service] = e.resume_at
+    return rep
+
+
+def _ts(t: float) -> str:
+    if t in (float("inf"), float("-inf")):
+        return "?"
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
 # -- convergence ---------------------------------------------------------------------------------
 
 
 def divergence(
-    mgr: Manager, agents: Sequence[AgentProc], *, expect_corrupt: Iterable[str] = ()
+    mgr: Manager, agents: Sequence[AgentProc], *, expect_corrupt: Iterable[str] = (),
+    allow_kinds: Iterable[str] = (),
 ) -> list[str]:
     """Why the system has not converged yet (empty list: converged). See the module
     docstring; ``expect_corrupt`` names corrupt records that are expected (they must be
-    reported by the check as ``corrupt_record`` and by nothing else)."""
+    reported by the check as ``corrupt_record`` and by nothing else); ``allow_kinds`` are
+    check findings that may stay (``clock_skew`` of a worker whose clock is off)."""
     why: list[str] = []
     read_at = time.time()
     now = mgr.clock()
@@ -315,8 +494,10 @@ def divergence(
     if why:
         return why
     report = run_check(mgr)
+    allowed = set(allow_kinds)
     left = [f for f in report.findings
-            if not (f.kind.value == "corrupt_record" and f.location in corrupt)]
+            if not (f.kind.value == "corrupt_record" and f.location in corrupt)
+            and f.kind.value not in allowed]
     if left:
         why.extend(f"check: {f.kind.value} {f.location}/{f.service or f.worker_id}: {f.message}"
                    for f in left)
@@ -332,11 +513,19 @@ def _fresh_snapshot(agent: AgentProc, since: float, wait: float = 2.0) -> dict[s
     deadline = time.monotonic() + wait
     while True:
         snap = agent.snapshot()
-        if snap is not None and float(snap["t"]) >= since:
+        if snap is not None and _published(snap) >= since:
             return snap
         if time.monotonic() > deadline:
             return None
         time.sleep(0.02)
+
+
+def _published(snap: dict[str, Any]) -> float:
+    """When a worker published ``snap``, in this process's wall time: from its monotonic clock
+    (real even in a worker whose wall clock is off) when it gives it."""
+    if "mono" in snap:
+        return float(snap["mono"]) + time.time() - time.monotonic()
+    return float(snap["t"])
 
 
 def _agent_divergence(
@@ -386,6 +575,7 @@ def wait_converged(
     since: float,
     timeout: float,
     expect_corrupt: Iterable[str] = (),
+    allow_kinds: Iterable[str] = (),
 ) -> Convergence:
     """Poll :func:`divergence` until it is empty (then ``seconds`` = now - ``since``) or
     ``timeout`` seconds have passed since ``since`` (then ``seconds`` is None)."""
@@ -396,7 +586,8 @@ def wait_converged(
         while True:
             polls += 1
             try:
-                why = divergence(mgr, agents, expect_corrupt=expect_corrupt)
+                why = divergence(mgr, agents, expect_corrupt=expect_corrupt,
+                                 allow_kinds=allow_kinds)
             except Exception as exc:  # a backend still coming back: keep polling
                 why = [f"{type(exc).__name__}: {exc}"]
             if not why:

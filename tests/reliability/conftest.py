@@ -10,9 +10,10 @@
   test may stop, kill and restart without disturbing the session's shared ``mongo_server``.
 
 At the end of the session :func:`pytest_terminal_summary` prints the report: one row per
-scenario (backend, operations, writes, faults injected, lost, duplicated, convergence seconds
-after the last fault), totals, and the outcome of the existing single-scenario tests this suite
-builds on when they ran in the same session. With ``LOCSTATUS_RELIABILITY_REPORT=path`` the
+scenario (backend, operations, writes, faults injected, lost, duplicated, false settles
+(``fset``), early resumes (``erly``), convergence seconds after the last fault), totals, and
+the outcome of the existing single-scenario tests this suite builds on when they ran in the
+same session. With ``LOCSTATUS_RELIABILITY_REPORT=path`` the
 same report is written there as JSON.
 """
 
@@ -154,14 +155,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     tr = terminalreporter
     tr.section(f"locstatus reliability report (LOCSTATUS_RELIABILITY_SECONDS={budget.total:g})")
     head = (f"{'scenario':<40} {'backend':<7} {'ops':>6} {'writes':>6} {'faults':>6} "
-            f"{'lost':>4} {'dup':>4} {'unkn':>5} {'conv s':>6} {'target':>6} {'recov s':>7} "
-            f"{'test s':>6} status")
+            f"{'lost':>4} {'dup':>4} {'fset':>4} {'erly':>4} {'unkn':>5} {'conv s':>6} "
+            f"{'target':>6} {'recov s':>7} {'test s':>6} status")
     tr.write_line(head)
     tr.write_line("-" * len(head))
     for r in rows:
         tr.write_line(
             f"{r.scenario[:40]:<40} {r.backend:<7} {r.ops:>6} {r.writes:>6} {r.faults:>6} "
-            f"{r.lost:>4} {r.duplicated:>4} {r.unknown:>5} {_fmt(r.convergence_s):>6} "
+            f"{r.lost:>4} {r.duplicated:>4} {r.false_settle:>4} {r.early_resume:>4} "
+            f"{r.unknown:>5} {_fmt(r.convergence_s):>6} "
             f"{_fmt(r.target_s):>6} {_fmt(r.recovery_s):>7} {r.seconds:>6.1f} {r.status}"
         )
     per_backend: dict[str, float] = {}
@@ -176,13 +178,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         "faults": sum(r.faults for r in rows),
         "lost": sum(r.lost for r in rows),
         "duplicated": sum(r.duplicated for r in rows),
+        "false_settle": sum(r.false_settle for r in rows),
+        "early_resume": sum(r.early_resume for r in rows),
         "max_convergence_s": per_backend,
     }
     tr.write_line("-" * len(head))
     tr.write_line(
         f"total: {totals['ok']}/{totals['scenarios']} scenarios ok, {totals['ops']} ops, "
         f"{totals['writes']} writes, {totals['faults']} faults injected, lost {totals['lost']}, "
-        f"duplicated {totals['duplicated']}, max convergence "
+        f"duplicated {totals['duplicated']}, false settle {totals['false_settle']}, "
+        f"early resume {totals['early_resume']}, max convergence "
         + (", ".join(f"{b} {s:.2f}s" for b, s in sorted(per_backend.items())) or "-")
     )
     for path, counts in sorted(reused.items()):

@@ -207,7 +207,7 @@ def test_a_client_that_stalls_mid_body_gets_an_answer(tmp_path: Path) -> None:
     try:
         wait_for(up, 60, "the sidecar")
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-            s.sendall(b"POST /v1/locations/site/replication/pause HTTP/1.1\r\nHost: x\r\n"
+            s.sendall(b"POST /v1/locations/site/replication/pause HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                       b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
                       b'{"reason":')
             try:

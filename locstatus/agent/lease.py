@@ -1,0 +1,181 @@
+"""The worker's registration and its lease: register, renew, unregister.
+
+A worker counts for settle while its registration is alive (docs/agent.md, "Leases"): on
+heartbeat backends (SQLite, MongoDB, memory) while ``lease_expires_at`` is ahead, so each
+renewal rewrites it; on ZooKeeper while its session holds the ephemeral node, so a renewal only
+pings unless the published errors changed. :class:`Lease` does that I/O and remembers, on the
+local monotonic clock, when the last renewal succeeded: a renewal that succeeds after a failure
+or after the lease lapsed tells the agent to re-read everything and acknowledge again.
+
+Unregistration may outlive :meth:`Agent.stop` when the backend does not answer; it then goes
+on in the background, and a new registration of the same worker id on the same backend waits
+for it first (landing after the new registration it would remove a live worker, and a pause
+would settle without it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, NamedTuple
+
+from locstatus.errors import LocstatusError
+from locstatus.models import WorkerInfo
+
+if TYPE_CHECKING:
+    from locstatus.manager import Manager
+
+__all__ = ["UNREGISTER_GRACE", "Lease", "Renewal"]
+
+log = logging.getLogger("locstatus.agent")
+
+UNREGISTER_GRACE = 1.0
+"""Seconds :meth:`Agent.stop` waits for the unregistration at least, when its ``timeout`` was
+spent on a running handler."""
+
+_unregistering: dict[tuple[int, str], threading.Thread] = {}
+"""Unregistrations left running in the background, by (backend, worker id)."""
+_unregistering_lock = threading.Lock()
+
+
+def _wait_for_unregistration(backend: object, worker_id: str) -> None:
+    """Let a pending unregistration of ``worker_id`` on ``backend`` land first."""
+    with _unregistering_lock:
+        pending = _unregistering.get((id(backend), worker_id))
+    if pending is not None and pending is not threading.current_thread():
+        pending.join()
+
+
+class Renewal(NamedTuple):
+    """What a renewal found (:meth:`Lease.renew`)."""
+
+    ok: bool
+    """The backend took the renewal."""
+    reconnected: bool
+    """It succeeded after a failure or after the lease lapsed: notifications may be lost."""
+    lapsed: bool
+    """More than ``lease_seconds`` passed since the previous successful renewal: this worker
+    may have been dropped as expired meanwhile, and its acknowledgements with it."""
+
+
+class Lease:
+    """The registration of one worker (``WorkerInfo``) and its renewal.
+
+    ``monotonic``: the local clock elapsed time is measured on (seconds; a fake one in tests).
+    Raises :class:`~locstatus.errors.LocstatusError` from :meth:`register` when the backend
+    refuses or cannot be reached.
+
+    Usage::
+
+        lease = Lease(mgr, "worker-7", ("replication",), None, lease_seconds=10)
+        lease.register({})
+        outcome = lease.renew({})        # every lease_seconds / 3
+        lease.unregister()
+    """
+
+    def __init__(
+        self,
+        manager: Manager,
+        worker_id: str,
+        services: tuple[str, ...],
+        locations: tuple[str, ...] | None,
+        *,
+        lease_seconds: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.manager = manager
+        self.backend = manager.backend
+        self.worker_id = worker_id
+        self.services = services
+        self.locations = locations
+        self.lease_seconds = lease_seconds
+        self._monotonic = monotonic
+        self.started_at: datetime | None = None
+        self.connected = True
+        self.last_ok = 0.0
+        """Monotonic time of the last successful registration or renewal."""
+        self._registered: WorkerInfo | None = None  # what the backend holds, as last written
+
+    def info(self, errors: Mapping[str, str]) -> WorkerInfo:
+        """The registration as it would be written now, publishing ``errors``."""
+        return WorkerInfo(
+            worker_id=self.worker_id,
+            services=self.services,
+            locations=self.locations,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=self.started_at,
+            lease_expires_at=None
+            if self.backend.session_leases
+            else self.manager.clock() + timedelta(seconds=self.lease_seconds),
+            errors=dict(errors),
+        )
+
+    def register(self, errors: Mapping[str, str]) -> None:
+        """Write the registration (after any pending unregistration of the same worker)."""
+        _wait_for_unregistration(self.backend, self.worker_id)
+        self.started_at = self.manager.clock()
+        info = self.info(errors)
+        self.backend.put_worker(info)
+        self._registered = info
+        self.last_ok = self._monotonic()
+        self.connected = True
+
+    def renew(self, errors: Mapping[str, str]) -> Renewal:
+        """Renew the lease (ZooKeeper: ping, rewriting the node only when ``errors`` changed).
+        A backend error is logged and reported as ``ok=False``; it is never raised."""
+        info = self.info(errors)
+        try:
+            if self.backend.session_leases and info == self._registered:
+                self.backend.ping()  # the session holds the lease: nothing to rewrite
+            else:
+                self.backend.put_worker(info)
+                self._registered = info
+        except LocstatusError as exc:
+            self.connected = False
+            log.warning("agent %s: heartbeat failed: %s", self.worker_id, exc)
+            return Renewal(ok=False, reconnected=False, lapsed=False)
+        now = self._monotonic()
+        lapsed = now - self.last_ok > self.lease_seconds
+        reconnected = not self.connected or lapsed
+        self.connected = True
+        self.last_ok = now
+        return Renewal(ok=True, reconnected=reconnected, lapsed=lapsed)
+
+    def unregister(self, wait: float | None = None) -> None:
+        """Remove the registration (dropping the worker's acknowledgements). With ``wait``,
+        give up waiting for the backend after that many seconds and let it go on in the
+        background: if it never lands the registration ends with its lease or session."""
+        if wait is None:
+            self._unregister()
+            return
+        t = threading.Thread(
+            target=self._unregister, name=f"locstatus-unregister-{self.worker_id}", daemon=True
+        )
+        with _unregistering_lock:
+            _unregistering[(id(self.backend), self.worker_id)] = t
+        t.start()
+        t.join(wait)
+        if t.is_alive():
+            log.warning(
+                "agent %s: the backend did not confirm the unregistration within %.1fs; the "
+                "registration ends with its lease or session",
+                self.worker_id,
+                wait,
+            )
+
+    def _unregister(self) -> None:
+        try:
+            self.backend.remove_worker(self.worker_id)
+        except LocstatusError as exc:
+            log.warning("agent %s: could not unregister: %s", self.worker_id, exc)
+        finally:
+            with _unregistering_lock:
+                key = (id(self.backend), self.worker_id)
+                if _unregistering.get(key) is threading.current_thread():
+                    del _unregistering[key]

@@ -1,0 +1,94 @@
+"""The agent's local copy: the records it read, and what it applied of each.
+
+``is_paused`` is answered from here (a dictionary lookup, no I/O), and the apply side compares
+the stored generation of each (location, service) with the generation this worker applied:
+work is planned level-triggered, from state, never from the notification that brought it
+(docs/agent.md, "What the agent guarantees"). :meth:`LocalCopy.store` only *plans*: it returns
+the keys whose stored generation differs from the applied one, and the agent queues them. The
+copy is pure (no I/O, no clock) and not thread-safe: the agent calls it under its lock.
+"""
+
+from __future__ import annotations
+
+from locstatus.agent.queue import Key
+from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
+
+__all__ = ["LocalCopy"]
+
+
+class LocalCopy:
+    """Records by location, plus per (location, service):
+
+    - ``applied``: the generation this worker applied and acknowledged;
+    - ``handled``: the generation whose handlers succeeded, acknowledgement still due.
+
+    A removal is the key ``(location, TOMBSTONE_ACK)`` with the tombstone's generation.
+
+    Usage::
+
+        copy = LocalCopy(("replication",))
+        work = copy.store(record)          # [(("us-east-1", "replication"), 3)]
+    """
+
+    def __init__(self, services: tuple[str, ...]) -> None:
+        self.services = services
+        self.records: dict[str, LocationStatus] = {}
+        self.applied: dict[Key, int] = {}
+        self.handled: dict[Key, int] = {}
+
+    def store(self, rec: LocationStatus) -> list[tuple[Key, int]]:
+        """Keep ``rec`` unless a newer version is already known; return the work it implies:
+        ``(key, generation)`` for each watched key whose stored generation is not the one
+        applied (for a tombstone, its removal)."""
+        old = self.records.get(rec.location)
+        if old is not None and old.version > rec.version:
+            return []
+        self.records[rec.location] = rec
+        loc = rec.location
+        if rec.deleted_at is not None:
+            removal = tombstone_generation(rec.deleted_at)
+            if self.applied.get((loc, TOMBSTONE_ACK)) != removal:
+                return [((loc, TOMBSTONE_ACK), removal)]
+            return []
+        self.applied.pop((loc, TOMBSTONE_ACK), None)
+        self.handled.pop((loc, TOMBSTONE_ACK), None)
+        work: list[tuple[Key, int]] = []
+        for svc in self.services:
+            st = rec.services.get(svc)
+            if st is not None and self.applied.get((loc, svc)) != st.generation:
+                work.append(((loc, svc), st.generation))
+        return work
+
+    def forget(self, location: str) -> None:
+        """The record is gone (purged): drop it and what was applied of it."""
+        self.records.pop(location, None)
+        for table in (self.applied, self.handled):
+            for key in [k for k in table if k[0] == location]:
+                del table[key]
+
+    def removed(self, location: str) -> None:
+        """The ``on_remove`` handlers ran: the consumers of ``location`` were torn down, so if
+        the location comes back its pause/resume handlers run again."""
+        for svc in self.services:
+            self.applied.pop((location, svc), None)
+            self.handled.pop((location, svc), None)
+
+    def acknowledge_again(self) -> None:
+        """Everything applied so far is to be acknowledged again, after the next read, without
+        running the handlers again (the backend may have dropped the acknowledgements: a
+        lapsed lease, a lost ZooKeeper session)."""
+        self.handled.update(self.applied)
+        self.applied.clear()
+
+    def transitional(self) -> list[str]:
+        """Locations (not removed) with a pausing or resuming service, sorted."""
+        return sorted(
+            loc
+            for loc, rec in self.records.items()
+            if not rec.deleted and any(s.state.transitional for s in rec.services.values())
+        )
+
+    def clear(self) -> None:
+        self.records.clear()
+        self.applied.clear()
+        self.handled.clear()

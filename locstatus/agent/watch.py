@@ -1,0 +1,255 @@
+"""The watch side of the agent: hints -> reads -> the local copy; settling; due resumes.
+
+Hints from the backend only say *where* to look (docs/agent.md, "Level-triggered"): the hint
+callback runs on a backend thread, records what to look at and returns; the watch thread reads
+those records (or all of them), stores them in the local copy (which queues the work they
+imply), tries to settle what this worker acknowledged when the settle schedule says so, sweeps
+transitional records when workers come and go, and fires the scheduled resumes that are due.
+
+Each pass of :meth:`Watcher.run` waits for the earliest of its named deadlines (the periodic
+resync, the settle schedule, the next scheduled resume), or for a hint.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from locstatus.agent.state import AgentState
+from locstatus.errors import CorruptRecord, LocstatusError, NotFound
+from locstatus.models import Hint, LocationStatus
+
+if TYPE_CHECKING:
+    from locstatus.manager import Manager
+
+__all__ = ["Watcher"]
+
+log = logging.getLogger("locstatus.agent")
+
+
+class Watcher:
+    """Keeps the local copy of ``state`` fresh for one worker and settles what it applied.
+
+    ``locations``: the worker's location filter (None: every location). ``resync_interval``:
+    seconds between full re-reads. ``fire_scheduled_resumes``: fire due resumes of watched
+    locations (docs/agent.md, "Scheduled resumes").
+    """
+
+    def __init__(
+        self,
+        state: AgentState,
+        manager: Manager,
+        worker_id: str,
+        *,
+        locations: frozenset[str] | None,
+        resync_interval: float,
+        fire_scheduled_resumes: bool,
+    ) -> None:
+        self.state = state
+        self.manager = manager
+        self.backend = manager.backend
+        self.worker_id = worker_id
+        self.locations = locations
+        self.resync_interval = resync_interval
+        self.fire_scheduled_resumes = fire_scheduled_resumes
+
+    # -- hints (a backend thread) --------------------------------------------------------------
+
+    def on_hint(self, hint: Hint) -> None:
+        """Record what to look at, wake the watch thread, return."""
+        s = self.state
+        with s.lock:
+            s.metrics["hints"] += 1
+            if hint.kind == "location" and hint.location is not None:
+                if self.locations is None or hint.location in self.locations:
+                    if hint.record is not None and hint.record.location == hint.location:
+                        s.store_locked(hint.record)  # read by the backend: no read of our own
+                        return
+                    s.dirty.add(hint.location)
+            elif hint.kind == "acks" and hint.location is not None:
+                # Others are still acknowledging: put off this worker's settle until they are
+                # done (debounce); the settler tries again after each later acknowledgement.
+                s.settle.others_acknowledged(hint.location, now=s.monotonic())
+            elif hint.kind == "workers":
+                s.settle.request_sweep()
+            else:  # resync, or anything this agent does not know: re-read everything
+                s.want_resync = True
+                if hint.session_lost:
+                    # Acknowledgements held by the old session are gone.
+                    s.metrics["sessions_lost"] += 1
+                    s.copy.acknowledge_again()
+        s.wake.set()
+
+    # -- the watch thread ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The watch loop, until the agent stops. A failed read is retried with backoff and
+        turns into a full re-read."""
+        s = self.state
+        failures = 0
+        # One early re-read after start closes the window in which a backend's hint source is
+        # not armed yet (a poller's first baseline, a watch being set): hints may be dropped.
+        next_resync = s.monotonic() + min(1.0, self.resync_interval)
+        next_fire = 0.0
+        while not s.stopping.is_set():
+            now = s.monotonic()
+            wake_at = next_resync
+            with s.lock:
+                settle_at = s.settle.next_at()
+            if settle_at is not None:
+                wake_at = min(wake_at, settle_at)
+            resume_in = self._next_resume_due()
+            if resume_in != float("inf"):
+                wake_at = min(wake_at, now + max(resume_in, next_fire - now))
+            s.wake.wait(max(0.0, wake_at - now))
+            s.wake.clear()
+            if s.stopping.is_set():
+                return
+            now = s.monotonic()
+            with s.lock:
+                resync = s.want_resync or now >= next_resync
+                dirty, s.dirty = s.dirty, set()
+                settle_now = s.settle.pop_due(now=now)
+                sweep = s.settle.take_sweep(now=now)
+                s.want_resync = False
+            try:
+                if resync:
+                    self.resync()
+                    next_resync = now + self.resync_interval
+                    sweep = True
+                else:
+                    for loc in sorted(dirty):
+                        self.refresh(loc)
+                for loc in sorted(settle_now):
+                    self.try_settle(loc)
+                if sweep:
+                    with s.lock:
+                        s.settle.swept(now=now)
+                    self._settle_transitional()
+                if now >= next_fire and self._next_resume_due() <= 0:
+                    next_fire = now + s.settle.settle_interval  # at most one attempt per period
+                    self._fire_due_resumes()
+                failures = 0
+            except LocstatusError as exc:
+                failures += 1
+                with s.lock:
+                    s.metrics["backend_errors"] += 1
+                    s.want_resync = True  # whatever was missed, re-read it all
+                    s.dirty |= dirty
+                    s.settle.retry(settle_now, now=now)
+                log.warning("agent %s: backend read failed: %s", self.worker_id, exc)
+                if s.stopping.wait(min(2.0, 0.05 * 2**failures)):
+                    return
+                s.wake.set()
+
+    def resync(self) -> None:
+        """Re-read every record (start, reconnect, lapsed lease, periodic safety net)."""
+        s = self.state
+        records = self.backend.read_all()
+        seen: set[str] = set()
+        good: list[LocationStatus] = []
+        for rec in records:
+            loc = rec.location
+            if self.locations is not None and loc not in self.locations:
+                continue
+            seen.add(loc)
+            if isinstance(rec, CorruptRecord):
+                s.count("corrupt_records")
+                log.warning("agent %s: %s", self.worker_id, rec)
+            else:
+                good.append(rec)
+        with s.cond:
+            s.metrics["resyncs"] += 1
+            for loc in [x for x in s.copy.records if x not in seen]:
+                s.forget_locked(loc)
+            for rec in good:
+                s.store_locked(rec)
+
+    def refresh(self, location: str) -> None:
+        """Read one record a hint named."""
+        s = self.state
+        try:
+            rec = self.backend.read(location)
+        except NotFound:
+            with s.cond:
+                s.forget_locked(location)
+            return
+        except CorruptRecord as exc:
+            s.count("corrupt_records")
+            log.warning("agent %s: %s", self.worker_id, exc)
+            return
+        with s.cond:
+            s.store_locked(rec)
+
+    # -- settling --------------------------------------------------------------------------------
+
+    def try_settle(self, location: str) -> None:
+        """Settle ``location`` after this worker acknowledged it, unless the local copy already
+        shows it settled by someone else. Its errors are not fatal: the sweep and other
+        processes settle too."""
+        s = self.state
+        with s.lock:
+            rec = s.copy.records.get(location)
+            if rec is None or not any(x.state.transitional for x in rec.services.values()):
+                s.settle.settled(location)
+                return
+        try:
+            rec = self.manager.settle(location)
+        except LocstatusError as exc:
+            s.count("backend_errors")
+            log.warning("agent %s: settle %s failed: %s", self.worker_id, location, exc)
+            return
+        with s.cond:
+            s.metrics["settles"] += 1
+            s.store_locked(rec)
+            if not any(x.state.transitional for x in rec.services.values()):
+                s.settle.settled(location)
+            elif s.settle.still_transitional(location, now=s.monotonic()):
+                s.wake.set()
+
+    def _settle_transitional(self) -> None:
+        """The sweep: try to settle every watched record that is pausing/resuming (a lapsed
+        lease, or an acknowledging worker that died before settling)."""
+        s = self.state
+        with s.lock:
+            targets = s.copy.transitional()
+        for loc in targets:
+            rec = self.manager.settle(loc)
+            s.count("settles")
+            with s.cond:
+                s.store_locked(rec)
+
+    # -- scheduled resumes -----------------------------------------------------------------------
+
+    def _next_resume_due(self) -> float:
+        """Seconds until the earliest scheduled resume of a watched record (inf if none)."""
+        if not self.fire_scheduled_resumes:
+            return float("inf")
+        with self.state.lock:
+            dues = [
+                x.resume_at
+                for rec in self.state.copy.records.values()
+                if not rec.deleted
+                for x in rec.services.values()
+                if x.resume_at is not None and x.state.desired_paused
+            ]
+        if not dues:
+            return float("inf")
+        return max(0.0, (min(dues) - self.manager.clock()).total_seconds())
+
+    def _fire_due_resumes(self) -> None:
+        now = self.manager.clock()
+        with self.state.lock:
+            due = [
+                loc
+                for loc, rec in self.state.copy.records.items()
+                if not rec.deleted
+                and any(
+                    x.resume_at is not None and x.resume_at <= now and x.state.desired_paused
+                    for x in rec.services.values()
+                )
+            ]
+        for loc in sorted(due):
+            rec = self.manager.fire_due_resumes(loc, actor=f"agent:{self.worker_id}")
+            with self.state.cond:
+                self.state.store_locked(rec)

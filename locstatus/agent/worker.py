@@ -1,0 +1,436 @@
+"""The public worker: :class:`Agent`, its settings, its local reads, its threads.
+
+An :class:`Agent` is assembled from the parts of this package (see its ``__init__``): the
+lease (:mod:`.lease`), the watch side (:mod:`.watch`), the apply side (:mod:`.apply`) and the
+state they share (:mod:`.state`). This module validates the settings, registers handlers,
+answers local reads (no I/O) and starts and stops the three threads: heartbeat, watch, apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypedDict, overload
+
+from locstatus.agent.apply import Applier
+from locstatus.agent.handlers import Applying, H, HandlerRetry, Handlers
+from locstatus.agent.lease import UNREGISTER_GRACE, Lease
+from locstatus.agent.state import AgentState
+from locstatus.agent.watch import Watcher
+from locstatus.errors import InvalidInput, NotFound
+from locstatus.models import LocationStatus, ServiceStatus, State
+from locstatus.names import SERVICE_ALIASES, canonical_service, check_location
+from locstatus.settings import Settings
+
+if TYPE_CHECKING:
+    from locstatus.manager import Manager
+
+__all__ = ["Agent", "AgentSettings"]
+
+log = logging.getLogger("locstatus.agent")
+
+
+class AgentSettings(TypedDict, total=False):
+    """The keyword settings of :class:`Agent` (for ``Client.agent(..., **settings)``)."""
+
+    lease_seconds: float | None
+    heartbeat_interval: float | None
+    resync_interval: float
+    settle_interval: float | None
+    handler_retry: HandlerRetry | None
+    fire_scheduled_resumes: bool
+    loop: asyncio.AbstractEventLoop | None
+
+
+class Agent:
+    """The worker side of locstatus: apply the state, acknowledge it, settle (docs/agent.md).
+
+    Build it with ``Agent(manager, worker_id, ...)`` or ``connect(url).agent(worker_id, ...)``.
+    ``services``: names this worker applies (default: every service of the manager; ``crr``
+    means ``replication``). ``locations``: an optional filter (default: every location).
+    Keyword settings, all in seconds:
+
+    - ``lease_seconds``: lease length (default ``LOCSTATUS_LEASE_SECONDS``, 10). A worker whose
+      lease lapsed stops counting for settle until its next heartbeat.
+    - ``heartbeat_interval``: lease renewal period (default a third of the lease).
+    - ``resync_interval``: full re-read of every record as a safety net (default 30).
+    - ``settle_interval``: at most one settle attempt per this period on worker changes
+      (default ``min(1, heartbeat_interval)``).
+    - ``handler_retry``: :class:`HandlerRetry` backoff of failing handlers.
+    - ``fire_scheduled_resumes``: fire due scheduled resumes of watched locations (any number
+      of processes may do this, exactly one transition happens). Default True.
+    - ``loop``: an event loop (running in another thread) to run coroutine handlers on; by
+      default they run to completion on a private loop in the agent's apply thread.
+
+    Handlers run one at a time in the agent's apply thread and must be idempotent: a handler may
+    run again for the same desired state (after a restart, a reconnection, or when the state
+    flipped and flipped back while it ran). On :meth:`start` every handler runs once for the
+    current state of every watched (location, service), so the worker starts from the truth.
+
+    Raises :class:`InvalidInput` for a bad worker id, service or location name.
+
+    Usage::
+
+        agent = Agent(mgr, "worker-7", services=["replication"])
+
+        @agent.on_pause("replication")
+        def stop(location: str) -> None:
+            consumers[location].stop()
+
+        with agent:
+            ...
+    """
+
+    def __init__(
+        self,
+        manager: Manager,
+        worker_id: str,
+        services: Iterable[str] | None = None,
+        locations: Iterable[str] | None = None,
+        *,
+        lease_seconds: float | None = None,
+        heartbeat_interval: float | None = None,
+        resync_interval: float = 30.0,
+        settle_interval: float | None = None,
+        handler_retry: HandlerRetry | None = None,
+        fire_scheduled_resumes: bool = True,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        try:
+            check_location(worker_id)
+        except InvalidInput as exc:
+            raise InvalidInput(f"invalid worker id: {exc}") from None
+        names = list(manager.services if services is None else services)
+        if isinstance(services, str):
+            names = [services]
+        if not names:
+            raise InvalidInput("an agent needs at least one service")
+        self.manager = manager
+        self.backend = manager.backend
+        self.worker_id = worker_id
+        self.services: tuple[str, ...] = tuple(
+            dict.fromkeys(canonical_service(s, manager.services) for s in names)
+        )
+        if isinstance(locations, str):
+            raise InvalidInput("locations must be a list of names, not a string")
+        self.locations: tuple[str, ...] | None = (
+            None if locations is None else tuple(sorted({check_location(x) for x in locations}))
+        )
+        self._location_set = None if self.locations is None else frozenset(self.locations)
+        lease = Settings().lease_seconds if lease_seconds is None else float(lease_seconds)
+        if lease <= 0:
+            raise InvalidInput(f"lease_seconds must be > 0, got {lease}")
+        self.lease_seconds = lease
+        self.heartbeat_interval = (
+            lease / 3 if heartbeat_interval is None else float(heartbeat_interval)
+        )
+        if not 0 < self.heartbeat_interval < lease:
+            raise InvalidInput(
+                f"heartbeat_interval must be in (0, lease_seconds={lease}), "
+                f"got {self.heartbeat_interval}"
+            )
+        self.resync_interval = float(resync_interval)
+        if self.resync_interval <= 0:
+            raise InvalidInput(f"resync_interval must be > 0, got {resync_interval}")
+        self.settle_interval = (
+            min(1.0, self.heartbeat_interval) if settle_interval is None else settle_interval
+        )
+        self.handler_retry = handler_retry or HandlerRetry()
+        self.fire_scheduled_resumes = fire_scheduled_resumes
+
+        self._handlers = Handlers(loop)
+        self._state = AgentState(self.services, self.settle_interval)
+        self._lease = Lease(
+            manager, worker_id, self.services, self.locations, lease_seconds=lease
+        )
+        self._watcher = Watcher(
+            self._state,
+            manager,
+            worker_id,
+            locations=self._location_set,
+            resync_interval=self.resync_interval,
+            fire_scheduled_resumes=fire_scheduled_resumes,
+        )
+        self._applier = Applier(self._state, manager, worker_id, self._handlers, self.handler_retry)
+        self._threads: list[threading.Thread] = []
+        self._unsubscribe: Callable[[], None] | None = None
+        self._started = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Agent({self.worker_id!r}, services={list(self.services)}, "
+            f"locations={None if self.locations is None else list(self.locations)})"
+        )
+
+    # -- handler registration ----------------------------------------------------------------
+
+    def on_pause(self, service: str) -> Callable[[H], H]:
+        """Decorator: ``fn(location)`` runs when ``service`` must stop at ``location`` (the
+        desired state is pausing/paused). Register before :meth:`start`. Raises
+        :class:`InvalidInput` for a service this agent does not apply."""
+        svc = self._own_service(service)
+
+        def register(fn: H) -> H:
+            self._handlers.add_pause(svc, fn)
+            return fn
+
+        return register
+
+    def on_resume(self, service: str) -> Callable[[H], H]:
+        """Decorator: ``fn(location)`` runs when ``service`` must run at ``location`` (the
+        desired state is resuming/running, including on start). Raises :class:`InvalidInput`
+        for a service this agent does not apply."""
+        svc = self._own_service(service)
+
+        def register(fn: H) -> H:
+            self._handlers.add_resume(svc, fn)
+            return fn
+
+        return register
+
+    @overload
+    def on_remove(self, fn: H) -> H: ...
+
+    @overload
+    def on_remove(self, fn: None = None) -> Callable[[H], H]: ...
+
+    def on_remove(self, fn: H | None = None) -> H | Callable[[H], H]:
+        """Decorator (``@agent.on_remove`` or ``@agent.on_remove()``): ``fn(location)`` runs
+        once when a watched location is removed (tombstone, docs/agent.md "Tombstones"); the
+        agent then acknowledges the tombstone. If the location is restored later, the
+        pause/resume handlers run again for it."""
+
+        def register(f: H) -> H:
+            self._handlers.add_remove(f)
+            return f
+
+        return register if fn is None else register(fn)
+
+    def _own_service(self, service: str) -> str:
+        svc = canonical_service(service, self.manager.services)
+        if svc not in self.services:
+            raise InvalidInput(
+                f"agent {self.worker_id!r} does not apply service {service!r} "
+                f"(it applies: {', '.join(self.services)})"
+            )
+        return svc
+
+    # -- local state (no I/O) ---------------------------------------------------------------
+
+    def is_paused(self, location: str, service: str) -> bool:
+        """True when the desired state of ``service`` at ``location`` is paused (``pausing`` or
+        ``paused``) or the location was removed. Answered from the agent's local copy, no I/O.
+        Raises :class:`NotFound` for a location the agent has not seen (or does not watch) or a
+        service the location does not have."""
+        rec = self._state.copy.records.get(location)
+        if rec is None:
+            raise NotFound(self._unknown(location))
+        if rec.deleted_at is not None:
+            return True
+        st = rec.services.get(service)
+        if st is None:
+            st = self._service_status(rec, service)
+        return st.state is State.PAUSING or st.state is State.PAUSED
+
+    def status(self, location: str, service: str) -> ServiceStatus:
+        """The locally known :class:`ServiceStatus` (latest read). Raises :class:`NotFound`."""
+        return self._service_status(self.record(location), service)
+
+    def state(self, location: str, service: str) -> State:
+        """The locally known state (running, pausing, paused, resuming). Raises
+        :class:`NotFound`."""
+        return self.status(location, service).state
+
+    def record(self, location: str) -> LocationStatus:
+        """The locally known record of ``location``. Raises :class:`NotFound`."""
+        rec = self._state.copy.records.get(location)
+        if rec is None:
+            raise NotFound(self._unknown(location))
+        return rec
+
+    def is_removed(self, location: str) -> bool:
+        """True when ``location`` is a tombstone (docs/agent.md "Tombstones"). Raises
+        :class:`NotFound`."""
+        return self.record(location).deleted
+
+    def observed_generation(self, location: str, service: str) -> int | None:
+        """The generation this worker applied and acknowledged, or None (not yet applied)."""
+        svc = SERVICE_ALIASES.get(service, service)
+        with self._state.lock:
+            return self._state.copy.applied.get((location, svc))
+
+    def locations_seen(self) -> list[str]:
+        """Watched locations in the local copy (tombstones included), sorted."""
+        return sorted(self._state.copy.records)
+
+    @property
+    def applying(self) -> Applying | None:
+        """Inside a handler: the (location, service, status) it applies; else None."""
+        return self._applier.applying
+
+    def errors(self) -> dict[str, str]:
+        """Last error of each failing handler, keyed ``location/service``."""
+        with self._state.lock:
+            return dict(self._state.errors)
+
+    def metrics(self) -> dict[str, int]:
+        """Counters (handler runs, errors, acks, settles, resyncs, hints, heartbeats, ...) and
+        gauges (``pending`` work items, ``failing`` handlers, ``locations``, ``connected``)."""
+        s = self._state
+        with s.lock:
+            out = dict(s.metrics)
+            out["pending"] = len(s.queue)
+            out["failing"] = len(s.errors)
+            out["locations"] = len(s.copy.records)
+            out["connected"] = int(self._lease.connected)
+        return out
+
+    def _unknown(self, location: str) -> str:
+        if self._location_set is not None and location not in self._location_set:
+            return f"agent {self.worker_id!r} does not watch location {location!r}"
+        return f"unknown location {location!r} (not seen by agent {self.worker_id!r})"
+
+    @staticmethod
+    def _service_status(rec: LocationStatus, service: str) -> ServiceStatus:
+        st = rec.services.get(service)
+        if st is None:
+            st = rec.services.get(SERVICE_ALIASES.get(service, service))
+        if st is None:
+            raise NotFound(
+                f"location {rec.location!r} has no service {service!r} "
+                f"(it has: {', '.join(sorted(rec.services)) or 'none'})"
+            )
+        return st
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, *, wait: bool = True) -> Agent:
+        """Register the worker (lease), subscribe to hints, read every watched record and start
+        the agent's threads. With ``wait`` (default) return once every handler due at start ran
+        once (a failing one is then retried in the background). Idempotent while running.
+
+        Raises :class:`BackendUnavailable` (nothing is left registered) when the backend
+        cannot be reached. An unregistration an earlier :meth:`stop` left pending (backend
+        slow or down) lands first, so it can never remove this registration.
+        """
+        if self._started:
+            return self
+        s = self._state
+        s.reset()
+        self._lease.register(self.errors())
+        try:
+            # No "acks" hints: on ZooKeeper they would wake every worker at every other
+            # worker's acknowledgement; the settler retries on its own instead (watch.py).
+            self._unsubscribe = self.backend.subscribe(
+                self._watcher.on_hint, kinds=("location", "workers", "resync")
+            )
+            self._watcher.resync()
+        except BaseException:
+            self._teardown_registration()
+            raise
+        with s.lock:
+            s.first_pass = s.queue.keys()
+            if not s.first_pass:
+                s.first_pass_done.set()
+        self._threads = [
+            threading.Thread(
+                target=self._run_thread,
+                args=(fn,),
+                name=f"locstatus-{name}-{self.worker_id}",
+                daemon=True,
+            )
+            for name, fn in (
+                ("heartbeat", self._heartbeat_loop),
+                ("watch", self._watcher.run),
+                ("apply", self._applier.run),
+            )
+        ]
+        for t in self._threads:
+            t.start()
+        self._started = True
+        if wait:
+            s.first_pass_done.wait()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the threads (waiting up to ``timeout`` seconds for a running handler) and
+        unregister the worker, which drops its acknowledgements so it stops counting for
+        settle at once. Idempotent.
+
+        Returns within about ``timeout`` seconds (plus at most :data:`UNREGISTER_GRACE`) even
+        when the backend does not answer: an unregistration still pending then goes on in the
+        background, and if it never lands the registration ends as a crashed worker's does,
+        when its lease runs out (heartbeat backends) or its session ends (ZooKeeper), so a
+        worker shut down during an outage never hangs its process on the backend's own
+        timeouts."""
+        if not self._started:
+            return
+        s = self._state
+        self._started = False
+        s.stopping.set()
+        s.wake.set()
+        s.beat_now.set()
+        s.first_pass_done.set()
+        with s.cond:
+            s.cond.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
+        self._threads = []
+        self._teardown_registration(max(UNREGISTER_GRACE, deadline - time.monotonic()))
+
+    def _teardown_registration(self, wait: float | None = None) -> None:
+        """Unsubscribe and unregister (see :meth:`Lease.unregister` for ``wait``)."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        self._lease.unregister(wait)
+
+    def __enter__(self) -> Agent:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run_thread(self, target: Callable[[], None]) -> None:
+        try:
+            target()
+        except Exception:  # pragma: no cover - a bug; keep it visible
+            log.exception("agent %s: thread %s died", self.worker_id, target.__name__)
+            raise
+
+    # -- heartbeat thread ----------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        s = self._state
+        while not s.stopping.is_set():
+            s.beat_now.wait(self.heartbeat_interval)
+            s.beat_now.clear()
+            if s.stopping.is_set():
+                return
+            self._beat()
+
+    def _beat(self) -> None:
+        s = self._state
+        renewal = self._lease.renew(self.errors())
+        with s.lock:
+            if not renewal.ok:
+                s.metrics["heartbeat_errors"] += 1
+                return
+            s.metrics["heartbeats"] += 1
+            if renewal.reconnected:
+                # Back after a failure or a lapsed lease: notifications may have been missed.
+                s.metrics["reconnects"] += 1
+                s.want_resync = True
+            if renewal.lapsed:
+                # While the lease was lapsed this worker may have been dropped as expired (the
+                # check job; a lost ZooKeeper session), and its acknowledgements with it:
+                # acknowledge again what it applied, without running the handlers again.
+                s.metrics["lease_lapses"] += 1
+                s.copy.acknowledge_again()
+        if renewal.reconnected:
+            s.wake.set()

@@ -1,0 +1,236 @@
+"""Every backend error inside a write is a LocstatusError (docs/design.md §4), on real faults:
+a disk that fills up under SQLite (a real tmpfs), documents MongoDB cannot hold, a MongoDB
+server frozen with SIGSTOP, and worker registrations too large for any backend.
+
+Each scenario is the operator's: the call fails with an error naming what went wrong, nothing
+is written, and once the fault is gone the same process carries on (no wedged transaction, no
+dead heartbeat: the worker is live again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fulldisk import SmallDisk
+
+from locstatus import (
+    BackendFull,
+    BackendUnavailable,
+    InvalidInput,
+    Manager,
+    NotFound,
+    State,
+    connect,
+)
+from locstatus.backends.mongo import MongoBackend
+from locstatus.client import Client
+from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
+
+from kits import Kit
+from kits_mongo import fresh_database, kit_url
+from servers import MongoHandle
+
+SVC = "replication"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def eventually(check: Callable[[], Any], timeout: float = 15.0, every: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
+        time.sleep(every)
+
+
+def long_names(n: int, width: int = 110) -> list[str]:
+    return [f"site-{i:06d}-".ljust(width, "x") for i in range(n)]
+
+
+def lease_of(mgr: Manager, worker_id: str) -> datetime | None:
+    return next(w.lease_expires_at for w in mgr.workers() if w.worker_id == worker_id)
+
+
+# -- SQLite on a full disk -------------------------------------------------------------------
+
+
+@pytest.fixture
+def full_store(small_disk: SmallDisk) -> Iterator[tuple[Client, SmallDisk]]:
+    db = small_disk.path / "locstatus.db"
+    mgr = connect(f"sqlite:///{db}")
+    try:
+        mgr.sync_locations(["loc-a", "loc-b"])
+        yield mgr, small_disk
+    finally:
+        small_disk.free()
+        mgr.close()
+
+
+def test_on_a_full_disk_writes_fail_naming_it_and_work_again_once_space_is_freed(
+    full_store: tuple[Client, SmallDisk],
+) -> None:
+    """SQLite rolls a transaction back by itself on SQLITE_FULL; a second ROLLBACK used to
+    raise a raw "cannot rollback - no transaction is active" that hid the real error."""
+    mgr, disk = full_store
+    mgr.pause("loc-b", SVC)
+    before = {loc: (mgr.status(loc), mgr.history(loc)) for loc in ("loc-a", "loc-b")}
+    disk.fill(sqlite_db=disk.path / "locstatus.db")
+    calls: list[Callable[[], object]] = [
+        lambda: mgr.pause("loc-a", SVC, reason="maintenance"),
+        lambda: mgr.resume("loc-b", SVC),
+        lambda: mgr.sync_locations(["loc-a", "loc-b", "loc-c"]),
+    ]
+    for call in calls:
+        with pytest.raises(BackendFull, match="filesystem holding the database is full"):
+            call()
+    assert {loc: (mgr.status(loc), mgr.history(loc)) for loc in before} == before
+    with pytest.raises(NotFound):
+        mgr.status("loc-c")
+    disk.free()  # the same manager, the same connections: nothing is left mid-transaction
+    assert mgr.pause("loc-a", SVC).services[SVC].state is State.PAUSED
+    assert mgr.resume("loc-b", SVC).services[SVC].state is State.RUNNING
+    assert mgr.sync_locations(["loc-a", "loc-b", "loc-c"]).added == ["loc-c"]
+
+
+def test_a_worker_renews_its_lease_again_once_a_full_disk_has_space(
+    full_store: tuple[Client, SmallDisk],
+) -> None:
+    """The heartbeat meets BackendFull while the disk is full (the raw sqlite3 error once
+    killed its thread, and the worker stayed dead after space was freed)."""
+    mgr, disk = full_store
+    agent = mgr.agent("w-1", services=[SVC], lease_seconds=3.0, heartbeat_interval=0.1).start()
+    try:
+        disk.fill(sqlite_db=disk.path / "locstatus.db")
+        full_lease = lease_of(mgr, "w-1")
+        time.sleep(0.5)  # five heartbeats fail
+        assert lease_of(mgr, "w-1") == full_lease
+        disk.free()
+        freed = datetime.now(UTC)
+        # renewed after the space came back (the lease before the fill ran out < freed + 2.5 s)
+        eventually(lambda: (lease_of(mgr, "w-1") or freed) > freed + timedelta(seconds=2.9))
+        status = mgr.pause("loc-a", SVC, wait=10)  # the worker applies and acknowledges it
+        assert status.services[SVC].state is State.PAUSED
+    finally:
+        disk.free()
+        agent.stop()
+
+
+# -- MongoDB: documents the driver refuses to send -------------------------------------------
+
+
+@pytest.fixture
+def mongo(mongo_server: MongoHandle) -> Iterator[MongoBackend]:
+    database = fresh_database()
+    backend = MongoBackend(kit_url(mongo_server, database))
+    try:
+        yield backend
+    finally:
+        backend.close()
+        client = mongo_server.client()
+        try:
+            client.drop_database(database)
+        finally:
+            client.close()
+
+
+def record(location: str, generation: int = 0) -> LocationStatus:
+    return LocationStatus(location=location, services={SVC: ServiceStatus(generation=generation)})
+
+
+def test_a_document_mongodb_cannot_hold_is_invalid_input_and_nothing_is_written(
+    mongo: MongoBackend,
+) -> None:
+    """pymongo refuses such documents before sending them (``DocumentTooLarge``,
+    ``InvalidDocument``, ``OverflowError``): not a driver error escaping raw."""
+    big = HistoryEntry(op_id="op-big", at=T0, location="big", service=SVC, event="pause",
+                       reason="r" * 17_000_000)
+    with pytest.raises(InvalidInput, match=r"create of 'big': the document is too large for "
+                       r"MongoDB .*16 MB\); nothing was written"):
+        mongo.create(record("big"), [big])
+    with pytest.raises(NotFound):
+        mongo.read("big")
+    nul = WorkerInfo(worker_id="w-nul", services=(SVC,), errors={"a\x00b/replication": "E"})
+    with pytest.raises(InvalidInput, match=r"registration of worker 'w-nul': MongoDB cannot "
+                       r"store the document \(InvalidDocument"):
+        mongo.put_worker(nul)
+    assert mongo.workers() == []
+    v = mongo.create(record("gen"), []).version
+    with pytest.raises(InvalidInput, match=r"compare-and-set of 'gen'.*OverflowError"):
+        mongo.compare_and_set(record("gen", generation=2**64), v, [])
+    assert mongo.read("gen").version == v
+    assert mongo.compare_and_set(record("gen", generation=1), v, []).version == v + 1
+
+
+# -- MongoDB: the server frozen (SIGSTOP) ----------------------------------------------------
+
+
+def test_with_the_mongodb_server_frozen_calls_fail_cleanly_and_the_worker_is_live_after(
+    mongo_server: MongoHandle,
+) -> None:
+    """SIGSTOP keeps the server's sockets open while it answers nothing: every call ends
+    with a LocstatusError within the configured timeouts, and after SIGCONT the worker
+    renews its lease and applies the next pause."""
+    if not mongo_server.controllable:
+        pytest.skip("LOCSTATUS_TEST_MONGO_URI names an external server: it cannot be frozen")
+    database = fresh_database()
+    url = kit_url(mongo_server, database, serverSelectionTimeoutMS="500",
+                  socketTimeoutMS="500", connectTimeoutMS="500")
+    mgr = connect(url)
+    agent = None
+    try:
+        mgr.sync_locations(["loc-a"])
+        agent = mgr.agent("w-1", services=[SVC], lease_seconds=6.0,
+                          heartbeat_interval=0.2).start()
+        mongo_server.pause()
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(BackendUnavailable):  # AmbiguousCommit is one too
+                mgr.pause("loc-a", SVC, op_id="op-frozen")
+            took = time.monotonic() - t0
+            assert took < 5.0, f"{took:.1f}s: more than a few timeouts of 0.5 s (a retried read)"
+        finally:
+            mongo_server.resume()
+        thawed = datetime.now(UTC)
+        eventually(lambda: (lease_of(mgr, "w-1") or thawed) > thawed + timedelta(seconds=5))
+        assert [e.op_id for e in mgr.history("loc-a")].count("op-frozen") <= 1  # never twice
+        status = mgr.pause("loc-a", SVC, wait=10)
+        assert status.services[SVC].state is State.PAUSED
+        assert agent.is_paused("loc-a", SVC)
+    finally:
+        mongo_server.resume()
+        if agent is not None:
+            agent.stop()
+        mgr.close()
+        client = mongo_server.client()
+        try:
+            client.drop_database(database)
+        finally:
+            client.close()
+
+
+# -- every backend: a registration too large for any of them ---------------------------------
+
+
+def test_an_agent_whose_location_filter_cannot_be_registered_refuses_to_start(kit: Kit) -> None:
+    """150 000 names do not fit one registration on any backend (ZooKeeper refused them,
+    MongoDB raised pymongo's DocumentTooLarge, SQLite and memory stored 17 MB): a clear
+    InvalidInput from ``start()``, nothing registered, the store and other workers fine."""
+    mgr = Client(kit.open())
+    mgr.sync_locations(["loc-a"])
+    wide = mgr.agent("w-wide", services=[SVC], locations=long_names(150_000))
+    with pytest.raises(InvalidInput, match=r"worker 'w-wide': registration of \d+ bytes \(its "
+                       r"location filter holds 150000 names\) exceeds the limit"):
+        wide.start()
+    assert mgr.workers() == []
+    ok = mgr.agent("w-ok", services=[SVC], locations=["loc-a"], lease_seconds=3.0).start()
+    try:
+        assert mgr.pause("loc-a", SVC, wait=10).services[SVC].state is State.PAUSED
+        assert ok.is_paused("loc-a", SVC)
+    finally:
+        ok.stop()
