@@ -16,6 +16,9 @@ reports, per finding kind (:data:`KINDS`):
 - ``history_gap``: on a backend with two history copies (MongoDB), versions of the record's
   life missing from its full history: restorable from the recent copy, or lost;
 - ``expired_worker``: a registration whose heartbeat lease has run out;
+- ``corrupt_worker``: a stored registration that does not parse or validate; it counts as a
+  live worker applying everything (contract invariant 6), so it is removed only once the lease
+  it still carries has run out;
 - ``tombstone_ready``: a removed location every live worker acknowledged, or older than the TTL;
 - ``clock_skew``: a worker whose published clock offset to the backend exceeds ``max_skew``, or
   this check's own process when its offset does, or when it cannot tell the backend's time
@@ -141,6 +144,7 @@ class Kind(StrEnum):
     HISTORY_MISMATCH = "history_mismatch"
     HISTORY_GAP = "history_gap"
     EXPIRED_WORKER = "expired_worker"
+    CORRUPT_WORKER = "corrupt_worker"
     TOMBSTONE_READY = "tombstone_ready"
     CLOCK_SKEW = "clock_skew"
 
@@ -223,9 +227,9 @@ class RepairPlan(_Model):
 class Finding(_Model):
     """One inconsistency. ``location``/``service``/``worker_id`` say what it is about (None when
     not applicable: ``service`` is None for a whole location, ``worker_id`` is set only for
-    ``expired_worker``). ``since`` (aware UTC) is when the condition started when known and
-    ``age_seconds`` is ``now - since``. ``evidence`` holds kind-specific facts (documented in
-    ``docs/check.md``)."""
+    ``expired_worker`` and ``corrupt_worker``). ``since`` (aware UTC) is when the condition
+    started when known and ``age_seconds`` is ``now - since``. ``evidence`` holds kind-specific
+    facts (documented in ``docs/check.md``)."""
 
     id: str
     """``kind:location:service-or-worker`` (``-`` for none): stable across runs."""
@@ -616,7 +620,9 @@ class _Scan:
             for loc in sorted(set(self.wanted) - seen):
                 self._missing(loc, None, self.wanted[loc])
         for w in self.workers:
-            if w.lease_expires_at is not None and w.worker_id not in live_ids:
+            if w.corrupt is not None:
+                self._corrupt_worker(w, w.worker_id in live_ids)
+            elif w.lease_expires_at is not None and w.worker_id not in live_ids:
                 self._expired(w)
             elif w.clock_offset_seconds is not None and abs(w.clock_offset_seconds) > self.max_skew:
                 self._worker_skew(w)
@@ -844,6 +850,42 @@ class _Scan:
                 description=(
                     "none: never rewritten or deleted by the check; inspect it with the "
                     "backend's own client and restore it by hand"
+                ),
+            ),
+        )
+
+    def _corrupt_worker(self, w: WorkerInfo, live: bool) -> None:
+        assert w.corrupt is not None
+        expired = not live  # only a lease it still carries can have run out
+        lease = (
+            f"its lease ran out at {_iso(w.lease_expires_at)}" if expired
+            else "counted as a live worker that applies every service at every location"
+            + ("" if w.lease_expires_at is None else f" until {_iso(w.lease_expires_at)}")
+        )
+        self._add(
+            Kind.CORRUPT_WORKER,
+            None,
+            None,
+            w.worker_id,
+            w.lease_expires_at if expired else None,
+            f"registration does not parse: {w.corrupt}; {lease}",
+            {
+                "detail": w.corrupt,
+                "lease_expires_at": _iso(w.lease_expires_at),
+                "lease_alive": live,
+                "locations_acknowledged": sum(
+                    1 for per in self.acks.values() if w.worker_id in per
+                ),
+            },
+            RepairPlan(
+                action=Action.REMOVE_WORKER,
+                description="unregister it (and drop its acknowledgements) if still expired",
+            ) if expired else RepairPlan(
+                action=None,
+                description=(
+                    "none while it may be a live worker: its worker's next registration "
+                    "replaces it (ZooKeeper: the node goes with its session); if that worker "
+                    "is gone, remove the registration with the backend's own client"
                 ),
             ),
         )

@@ -836,13 +836,15 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List registered workers: lease, clock offset, services, location filter, lag, stuck
     handlers (past the agent's handler deadline) and handler errors. A lease counts as expired
     only once it passed by the backend's time beyond doubt; the clock offset is the one each
-    worker published (its host's clock minus the backend's)."""
+    worker published (its host's clock minus the backend's). A record that cannot be read is
+    named where its lag is unknown, and a registration that cannot be read is listed as the
+    live worker it counts as; both are errors (exit 2)."""
     mgr = _opts(ctx).manager()
     now = mgr.clock()
     infos = mgr.workers()
-    records = mgr.statuses()
+    records, corrupt = mgr.listing()
     acks = mgr.backend.all_acks()
-    rows: list[tuple[WorkerInfo, bool, list[dict[str, Any]]]] = []
+    rows: list[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]] = []
     for w in infos:
         alive = worker_live(w, mgr.time)
         lag: list[dict[str, Any]] = []
@@ -860,22 +862,37 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
                             "generation": st.generation,
                         }
                     )
-        rows.append((w, alive, lag))
+        unknown = [  # its lag there cannot be told: the record does not read
+            bad.location
+            for bad in corrupt
+            if w.corrupt is not None or w.locations is None or bad.location in w.locations
+        ]
+        rows.append((w, alive, lag, unknown))
     if as_json:
         _print_json(
             json.dumps(
                 [
-                    {**w.model_dump(mode="json"), "alive": alive, "lagging": lag}
-                    for w, alive, lag in rows
+                    {**w.model_dump(mode="json"), "alive": alive, "lagging": lag,
+                     "lag_unknown": unknown}
+                    for w, alive, lag, unknown in rows
                 ],
                 indent=2,
             )
         )
-        return
-    if not rows:
+    elif not rows:
         _console().print("no workers registered")
-        return
-    own = mgr.time.offset_seconds()
+    else:
+        _console().print(_workers_table(rows, now, mgr.time.offset_seconds()))
+    _report_corrupt_workers([w for w in infos if w.corrupt is not None], bool(corrupt))
+    _report_corrupt(corrupt)
+
+
+def _workers_table(
+    rows: Sequence[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]],
+    now: datetime,
+    own: float | None,
+) -> Table:
+    """The ``workers`` table; ``own``: this host's clock minus the backend's (seconds)."""
     table = Table(
         title="workers",
         title_justify="left",
@@ -887,30 +904,55 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         "Errors",
     ):
         table.add_column(col)
-    for w, alive, lag in rows:
+    for w, alive, lag, unknown in rows:
         if w.lease_expires_at is None:
             lease = Text("alive (session)", style="green") if alive else Text("expired")
         elif alive:
             lease = Text(f"alive ({_ago(w.lease_expires_at, now)})", style="green")
         else:
             lease = Text(f"expired ({_ago(w.lease_expires_at, now)})", style="bold red")
-        lagging = ", ".join(
+        lagging = Text(", ".join(
             f"{x['location']}/{x['service']} ({x['acked']}<{x['generation']})" for x in lag
-        )
+        ), style="yellow")
+        for loc in unknown:
+            lagging.append(", " if len(lagging) else "")
+            lagging.append(f"{loc}/? (record corrupt)", style="bold red")
         errors = "; ".join(f"{k}: {v}" for k, v in sorted(w.errors.items()))
+        if w.corrupt is not None:
+            errors = f"registration corrupt: {w.corrupt}"
         stuck = stuck_handlers([w], [w.worker_id], now).get(w.worker_id, "")
         table.add_row(
             Text(w.worker_id),
-            _plain(f"{w.host}/{w.pid}"),
+            _plain(f"{w.host}/{w.pid}" if w.corrupt is None else "?"),
             lease,
             _offset_cell(w.clock_offset_seconds),
-            Text(", ".join(w.services)),
+            Text(", ".join(w.services) if w.corrupt is None else "all (unreadable)"),
             Text("all" if w.locations is None else ", ".join(w.locations)),
-            Text(lagging or "-", style="yellow" if lag else ""),
+            lagging if len(lagging) else Text("-"),
             _plain(stuck or "-", style="bold red" if stuck else ""),
             _plain(errors or "-", style="red" if errors else ""),
         )
-    _console().print(table)
+    return table
+
+
+def _report_corrupt_workers(corrupt: Sequence[WorkerInfo], more: bool) -> None:
+    """Name every unreadable registration on stderr; exit 2 unless ``more`` errors (corrupt
+    records, reported next) will."""
+    if not corrupt:
+        return
+    for w in corrupt:
+        what = f"worker {w.worker_id!r}: registration does not parse ({w.corrupt})"
+        typer.echo(
+            f"error: {_escaped(what)}; counted as a live worker applying every service at "
+            "every location",
+            err=True,
+        )
+    typer.echo(
+        f"error: {len(corrupt)} corrupt worker registration(s); run 'locstatus check' for details",
+        err=True,
+    )
+    if not more:
+        raise typer.Exit(2)
 
 
 # -- locations -------------------------------------------------------------------------------

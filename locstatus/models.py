@@ -271,13 +271,22 @@ class WorkerInfo(_Frozen):
     stuck: dict[str, StuckHandler] = Field(default_factory=dict)
     """Handlers running past the worker's handler deadline, per ``location/service``
     (docs/agent.md "Handlers"); cleared when they return."""
+    corrupt: str | None = None
+    """Set by a backend only, never stored: the stored registration of ``worker_id`` does not
+    parse or validate (what is wrong). Such a worker is listed as a live worker that applies
+    every service at every location (:meth:`applies`) and has acknowledged nothing of its
+    registration's, while the lease read from what is left holds (docs/agent.md "Unreadable
+    registrations and acknowledgements"): a settle never happens without it."""
 
     def alive(self, now: datetime) -> bool:
         """True while the lease holds at ``now`` (an aware datetime)."""
         return self.lease_expires_at is None or self.lease_expires_at > now
 
     def applies(self, location: str, service: str) -> bool:
-        """True if this worker must acknowledge ``service`` at ``location``."""
+        """True if this worker must acknowledge ``service`` at ``location``; always for a
+        :attr:`corrupt` registration (what it applies cannot be read)."""
+        if self.corrupt is not None:
+            return True
         return service in self.services and (self.locations is None or location in self.locations)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -506,6 +507,55 @@ def test_expired_worker_is_removed_only_if_still_expired(
     assert report.exit_code == 0
     assert_clean(mgr)
     back.close()
+
+
+# -- corrupt_worker ---------------------------------------------------------------------------
+
+
+def _wait_listed(mgr: Manager, ids: list[str]) -> None:
+    """ZooKeeper lists workers from a copy its watches drop a moment after another client's
+    write: wait until the raw writes show."""
+    deadline = time.monotonic() + 10
+    while sorted(w.worker_id for w in mgr.workers()) != ids:
+        assert time.monotonic() < deadline, [w.worker_id for w in mgr.workers()]
+        time.sleep(0.02)
+
+
+def test_a_corrupt_worker_registration_is_reported_and_blocks_what_it_may_apply(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    """A registration that does not parse may be a running worker's: reported as
+    ``corrupt_worker``, counted live (a stuck transition it lags stays blocked), and removed
+    by ``--repair`` only once the lease it still carries has run out."""
+    kit.write_raw_worker("w-bad", '{"worker_id": "w-bad", "services": 7}')
+    late = (clock() + timedelta(seconds=30)).isoformat()
+    kit.write_raw_worker("w-dead", f'{{"services": 7, "lease_expires_at": "{late}"}}')
+    _wait_listed(mgr, ["w-bad", "w-dead"])
+    mgr.pause("us-east-1", "replication")
+    mgr.backend.ack("w-dead", "eu-west-1", "replication", 0)
+    clock.advance(minutes=10)
+
+    report = run_check(mgr, repair=True)
+    bad = next(f for f in report.findings if f.worker_id == "w-bad")
+    dead = next(f for f in report.findings if f.worker_id == "w-dead")
+    assert (bad.kind, bad.location, bad.state.value) == ("corrupt_worker", None, "open")
+    assert bad.repair.action is None and "services" in bad.evidence["detail"]
+    assert bad.evidence["lease_alive"] is True and bad.evidence["lease_expires_at"] is None
+    assert (dead.kind, dead.state.value) == ("corrupt_worker", "repaired")
+    assert dead.repair.action == "remove_worker" and dead.age_seconds == pytest.approx(570)
+    assert dead.evidence["locations_acknowledged"] == 1
+    stuck = only(report, "stuck_transition")
+    assert stuck.state.value == "blocked" and "w-bad" in stuck.message
+    assert [w["worker_id"] for w in stuck.evidence["lagging_workers"]] == ["w-bad", "w-dead"]
+    assert [w.worker_id for w in mgr.workers()] == ["w-bad"]
+    assert "w-dead" not in mgr.backend.acks("eu-west-1")
+    assert report.exit_code == 1
+
+    lease = clock() + timedelta(hours=1)
+    mgr.backend.put_worker(WorkerInfo(worker_id="w-bad", services=("lifecycle",),
+                                      lease_expires_at=lease))  # its worker registers again
+    assert run_check(mgr, repair=True).exit_code == 0  # then settles the pause it no longer lags
+    assert_clean(mgr)
 
 
 # -- tombstone_ready --------------------------------------------------------------------------

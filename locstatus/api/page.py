@@ -228,7 +228,10 @@ def _workers_table(workers: list[WorkerInfo], time_source: TimeSource) -> str:
         rows.append(
             f'<tr data-worker="{_e(w.worker_id)}">'
             + _cell(w.worker_id, "worker")
-            + _cell(", ".join(w.services), "services")
+            + _cell(
+                ", ".join(w.services) if w.corrupt is None
+                else f"all: registration corrupt ({w.corrupt})", "services",
+            )
             + _cell("all" if w.locations is None else ", ".join(w.locations), "locations")
             + _cell(w.host, "host")
             + _cell(w.pid or None, "pid")

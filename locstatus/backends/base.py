@@ -25,6 +25,16 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    listed. A registration is stored bounded the same way everywhere
    (:func:`codec.bounded_worker`): its handler errors trimmed, and refused whole when too large
    without them.
+   **An unreadable registration never lets a transition settle without its worker**: a stored
+   registration that does not parse or validate (a hand edit, a field a newer version wrote,
+   another worker's id) may belong to a running worker, so :meth:`workers` lists it, in its
+   place, as :func:`codec.corrupt_worker`'s stand-in: its id, ``corrupt`` naming what is wrong,
+   applying every service at every location, alive while listed unless the lease it carries
+   still reads (then that lease counts, and lapses as any other). Never left out, never an
+   error hiding the other workers; :meth:`put_worker` refuses to store it back. An
+   unreadable acknowledgement acknowledges nothing: :meth:`acks` and :meth:`all_acks` leave
+   it out and return the others (docs/agent.md "Unreadable registrations and
+   acknowledgements"; the check reports the registration as ``corrupt_worker``).
 7. **Hints may coalesce.** :meth:`subscribe` delivers :class:`Hint` values on a backend thread;
    hints can be merged or dropped, never relied on for every intermediate version. A
    ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
@@ -65,7 +75,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from locstatus.errors import CorruptRecord, VersionConflict
+from locstatus.errors import BackendFull, CorruptRecord, VersionConflict
 from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 HintCallback = Callable[[Hint], None]
@@ -135,6 +145,14 @@ class Backend(ABC):
     session it has not heard from. An agent's lease then holds, by its own monotonic clock,
     that long after its last successful round trip (minus a margin, docs/agent.md
     "Self-fencing"). None: not known, or no sessions."""
+
+    store_full: BackendFull | None = None
+    """The error of this client's latest write when the store refused it as full
+    (:class:`~locstatus.errors.BackendFull`, nothing written); None before any such failure
+    and again once a write succeeds. A full store still answers reads, so :meth:`ping` cannot
+    tell: ``/readyz`` reports it as ``degraded`` (still 200) and ``/metrics`` as
+    ``locstatus_backend_full`` (docs/http.md "Operations"). Only this client's own writes set
+    it. Backends that can tell a full store (SQLite) keep it."""
 
     two_history_copies: bool = False
     """True when history is kept in two copies that may disagree after a crash (MongoDB: recent
@@ -260,7 +278,9 @@ class Backend(ABC):
 
     @abstractmethod
     def workers(self) -> list[WorkerInfo]:
-        """Registered workers, sorted by id (expired ones may still be listed)."""
+        """Registered workers, sorted by id (expired ones may still be listed); one whose
+        stored registration does not read as its stand-in (``corrupt`` set, invariant 6).
+        Raises :class:`BackendUnavailable`, never for one registration's content."""
 
     @abstractmethod
     def ack(
@@ -284,11 +304,13 @@ class Backend(ABC):
 
     @abstractmethod
     def acks(self, location: str) -> AckMap:
-        """Acknowledgements for one location: worker_id -> service -> generation."""
+        """Acknowledgements for one location: worker_id -> service -> generation (integers);
+        an unreadable one is left out (invariant 6)."""
 
     @abstractmethod
     def all_acks(self) -> dict[str, AckMap]:
-        """Acknowledgements for every location: location -> worker_id -> service -> gen."""
+        """Acknowledgements for every location: location -> worker_id -> service -> gen;
+        unreadable ones left out (invariant 6)."""
 
     # -- hints and lifecycle -----------------------------------------------------------------
 

@@ -197,15 +197,17 @@ class SQLiteBackend(Backend):
             if isinstance(exc, sqlite3.Error):
                 raise self._failure("cannot write", exc) from exc
             raise
+        self.store_full = None  # this write went through: the store takes writes again
 
     def _failure(self, what: str, exc: sqlite3.Error) -> BackendUnavailable:
         """The locstatus error for the SQLite error of a write (nothing was written)."""
         code = getattr(exc, "sqlite_errorcode", None)  # absent on the module's own errors
         if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
-            return BackendFull(
+            self.store_full = full = BackendFull(
                 f"{what} {self.url}: the filesystem holding the database is full (SQLite: "
                 f"{exc}); nothing was written: free space there and retry"
             )
+            return full
         return BackendUnavailable(f"{what} {self.url}: {exc}; nothing was written")
 
     def _rollback(self, db: sqlite3.Connection) -> None:
@@ -361,8 +363,8 @@ class SQLiteBackend(Backend):
             db.execute("DELETE FROM acks WHERE worker_id = ?", (worker_id,))
 
     def workers(self) -> list[WorkerInfo]:
-        rows = self._query("SELECT data FROM workers ORDER BY worker_id")
-        return [codec.decode_worker(str(data)) for (data,) in rows]
+        rows = self._query("SELECT worker_id, data FROM workers ORDER BY worker_id")
+        return [codec.decode_worker(str(wid), data) for wid, data in rows]
 
     def ack(
         self,
@@ -388,18 +390,20 @@ class SQLiteBackend(Backend):
 
     def acks(self, location: str) -> AckMap:
         out: AckMap = {}
-        for worker, service, gen in self._query(
+        for worker, service, raw in self._query(
             "SELECT worker_id, service, generation FROM acks WHERE location = ?", (location,)
         ):
-            out.setdefault(str(worker), {})[str(service)] = int(gen)  # type: ignore[call-overload]
+            if (gen := codec.ack_generation(raw)) is not None:  # unreadable: acknowledges nothing
+                out.setdefault(str(worker), {})[str(service)] = gen
         return out
 
     def all_acks(self) -> dict[str, AckMap]:
         out: dict[str, AckMap] = {}
-        for loc, worker, service, gen in self._query(
+        for loc, worker, service, raw in self._query(
             "SELECT location, worker_id, service, generation FROM acks"
         ):
-            out.setdefault(str(loc), {}).setdefault(str(worker), {})[str(service)] = int(gen)  # type: ignore[call-overload]
+            if (gen := codec.ack_generation(raw)) is not None:  # unreadable: acknowledges nothing
+                out.setdefault(str(loc), {}).setdefault(str(worker), {})[str(service)] = gen
         return out
 
     # -- hints ---------------------------------------------------------------------------

@@ -993,7 +993,9 @@ class ZooKeeperBackend(Backend):
             self._forget_workers()
 
     def workers(self) -> list[WorkerInfo]:
-        """Registered workers, sorted by id.
+        """Registered workers, sorted by id; an unreadable registration node as its stand-in
+        (:func:`codec.corrupt_worker`: alive while listed, unless what is left of it still
+        carries a lease).
 
         Served from a copy kept while watches on ``workers`` (children and each node's data)
         are armed and the session is connected: any registration, heartbeat, expiry or
@@ -1014,12 +1016,10 @@ class ZooKeeperBackend(Backend):
                 names, lambda n: self._client.get_async(f"{pa.workers}/{n}", watch=self._watch)
             )
 
-        out: list[WorkerInfo] = []
-        for name, (raw, _stat) in self._call("list workers", get_all):
-            try:
-                out.append(codec.decode_worker(raw))
-            except ValueError as exc:
-                log.warning("worker registration %s is unreadable, ignored: %s", name, exc)
+        # An unreadable node is listed as the live worker it may be (codec.corrupt_worker),
+        # never left out: leaving it out would let a transition settle without that worker.
+        out = [codec.decode_worker(name, raw) for name, (raw, _stat) in
+               self._call("list workers", get_all)]
         with self._lock:
             if self._workers_epoch == epoch and self._live.is_set():
                 self._workers_cache = list(out)
