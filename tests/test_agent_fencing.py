@@ -74,11 +74,8 @@ class Recorder:
 
     def _handler(self, event: str) -> Callable[[str], None]:
         def run(location: str) -> None:
-            what = self.agent.applying
             with self._lock:
-                self.calls.append(
-                    Call(event, location, bool(what and what.fenced), time.monotonic())
-                )
+                self.calls.append(Call(event, location, self.agent.fencing, time.monotonic()))
 
         return run
 
@@ -185,7 +182,7 @@ def test_on_fence_runs_instead_of_on_pause_when_registered(
         def run(location: str) -> None:
             what = agent.applying
             assert what is not None and what.status is not None
-            calls.append((event, location, what.fenced))
+            calls.append((event, location, agent.fencing))
 
         return run
 

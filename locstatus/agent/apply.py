@@ -210,7 +210,7 @@ class Applier:
 
     def _fence(self, key: Key) -> bool:
         """Stop ``key`` for a self-fence: its ``on_fence`` handlers, else its ``on_pause``
-        ones, with the status last read (:attr:`Applying.fenced` is True). On success nothing
+        ones, with the status last read (:attr:`Agent.fencing` is True). On success nothing
         of it counts as applied any more (True); a failure is retried like any handler's."""
         s = self.state
         location, service = key
@@ -256,7 +256,7 @@ class Applier:
         never dies of one. ``KeyboardInterrupt`` is recorded, then stops the agent."""
         s = self.state
         location, service = key
-        what = Applying(location, service, status, fenced)
+        what = Applying(location, service, status)
         if fenced:
             event = "fence"
         else:
@@ -264,7 +264,7 @@ class Applier:
         try:
             for fn in handlers:
                 self._started(key, event, fn)
-                self.handlers.call(fn, location, what)
+                self.handlers.call(fn, location, what, fence=fenced)
         except BaseException as exc:
             self._ended(key)
             with s.cond:

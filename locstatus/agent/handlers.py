@@ -20,7 +20,15 @@ from typing import Any, NamedTuple, TypeVar
 
 from locstatus.models import ServiceStatus
 
-__all__ = ["Applying", "Handler", "HandlerRetry", "Handlers", "applying", "handler_name"]
+__all__ = [
+    "Applying",
+    "Handler",
+    "HandlerRetry",
+    "Handlers",
+    "applying",
+    "fencing",
+    "handler_name",
+]
 
 Handler = Callable[[str], "Awaitable[None] | None"]
 """A handler takes the location name. It may be a coroutine function (see :class:`Agent`)."""
@@ -49,16 +57,20 @@ class Applying(NamedTuple):
     """The service, or :data:`~locstatus.models.TOMBSTONE_ACK` for ``on_remove``."""
     status: ServiceStatus | None
     """The status being applied (its ``generation`` is what will be acknowledged); None for a
-    removal. For a fence, the status last read (what the worker was running)."""
-    fenced: bool = False
-    """True while the worker self-fences (its lease lapsed): the pause handler (or
-    ``on_fence``) stops what runs although the stored state may say running (docs/agent.md
-    "Self-fencing")."""
+    removal. For a self-fence (:func:`fencing`), the status last read (what the worker ran)."""
 
 
 _applying: contextvars.ContextVar[Applying | None] = contextvars.ContextVar(
     "locstatus_applying", default=None
 )
+_fencing: contextvars.ContextVar[bool] = contextvars.ContextVar("locstatus_fencing", default=False)
+
+
+def fencing() -> bool:
+    """True inside a handler that runs because the worker self-fenced (its lease may have
+    lapsed: the pause handler, or ``on_fence``, stops what runs although the stored state may
+    say running; docs/agent.md "Self-fencing")."""
+    return _fencing.get()
 
 
 def applying() -> Applying | None:
@@ -123,10 +135,11 @@ class Handlers:
         with self._lock:
             return list(self._fence.get(service) or self._pause.get(service) or [])
 
-    def call(self, fn: Handler, location: str, what: Applying) -> None:
-        """Call ``fn(location)`` with :func:`applying` answering ``what``; await it when it
-        returns an awaitable."""
+    def call(self, fn: Handler, location: str, what: Applying, *, fence: bool = False) -> None:
+        """Call ``fn(location)`` with :func:`applying` answering ``what`` (and :func:`fencing`
+        ``fence``); await it when it returns an awaitable."""
         token = _applying.set(what)
+        fence_token = _fencing.set(fence)
         try:
             result = fn(location)
             if not inspect.isawaitable(result):
@@ -141,6 +154,7 @@ class Handlers:
                 runner = self._local.runner = asyncio.Runner()
             runner.run(coro, context=contextvars.copy_context())
         finally:
+            _fencing.reset(fence_token)
             _applying.reset(token)
 
     def close(self) -> None:

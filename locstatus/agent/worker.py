@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypedDict, overload
 
 from locstatus.agent.apply import Applier
 from locstatus.agent.guard import Guard
-from locstatus.agent.handlers import Applying, H, HandlerRetry, Handlers, applying
+from locstatus.agent.handlers import Applying, H, HandlerRetry, Handlers, applying, fencing
 from locstatus.agent.heartbeat import Heartbeat
 from locstatus.agent.lease import UNREGISTER_GRACE, Lease, lease_window
 from locstatus.agent.state import AgentState
@@ -381,6 +381,12 @@ class Agent:
         """Inside a handler: the (location, service, status) it applies; else None. Each
         handler sees its own (handlers of different locations run at once)."""
         return applying()
+
+    @property
+    def fencing(self) -> bool:
+        """Inside a handler: True when it runs because the worker self-fenced (docs/agent.md
+        "Self-fencing"): it must stop what runs, whatever the status says."""
+        return fencing()
 
     def errors(self) -> dict[str, str]:
         """Last error of each failing handler, keyed ``location/service``."""
