@@ -98,7 +98,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.manager import Manager, lagging_workers, worker_live
+from locstatus.manager import Manager, lagging_workers, stuck_handlers, worker_live
 from locstatus.models import (
     TOMBSTONE_ACK,
     HistoryEntry,
@@ -695,6 +695,7 @@ class _Scan:
         ]
         alive = {w.worker_id: worker_live(w, self.time) for w in lagging}
         live = [w.worker_id for w in lagging if alive[w.worker_id]]
+        stuck = stuck_handlers(lagging, live, self.now)
         evidence = {
             "state": st.state.value,
             "generation": st.generation,
@@ -705,6 +706,7 @@ class _Scan:
                     "lease_alive": alive[w.worker_id],
                     "lease_expires_at": _iso(w.lease_expires_at),
                     "acked_generation": acks.get(w.worker_id, {}).get(svc),
+                    "stuck": stuck.get(w.worker_id),
                 }
                 for w in lagging
             ],
@@ -713,7 +715,8 @@ class _Scan:
         if live:
             message = (
                 f"{st.state.value} generation {st.generation} for {_human_age(self._age(since))}; "
-                f"live workers not acknowledged: {', '.join(live)}"
+                f"live workers not acknowledged: "
+                + ", ".join(w + (f" ({stuck[w]})" if w in stuck else "") for w in live)
             )
             plan = RepairPlan(
                 action=None,

@@ -67,7 +67,7 @@ from locstatus.errors import (
     SettleTimeout,
 )
 from locstatus.locations import load_locations, load_sample
-from locstatus.manager import Manager, SyncReport, worker_live
+from locstatus.manager import Manager, SyncReport, stuck_handlers, worker_live
 from locstatus.models import (
     HistoryEntry,
     LocationStatus,
@@ -833,11 +833,12 @@ def history(
 
 @app.command()
 def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List registered workers: lease, clock offset, services, location filter, lag and handler
-    errors. A lease counts as expired only once it passed by the backend's time beyond doubt;
-    the clock offset is the one each worker published (its host's clock minus the backend's).
-    A record that cannot be read is named where its lag is unknown, and a registration that
-    cannot be read is listed as the live worker it counts as; both are errors (exit 2)."""
+    """List registered workers: lease, clock offset, services, location filter, lag, stuck
+    handlers (past the agent's handler deadline) and handler errors. A lease counts as expired
+    only once it passed by the backend's time beyond doubt; the clock offset is the one each
+    worker published (its host's clock minus the backend's). A record that cannot be read is
+    named where its lag is unknown, and a registration that cannot be read is listed as the
+    live worker it counts as; both are errors (exit 2)."""
     mgr = _opts(ctx).manager()
     now = mgr.clock()
     infos = mgr.workers()
@@ -899,7 +900,8 @@ def _workers_table(
         caption_justify="left",
     )
     for col in (
-        "Worker", "Host/pid", "Lease", "Clock", "Services", "Locations", "Lagging", "Errors"
+        "Worker", "Host/pid", "Lease", "Clock", "Services", "Locations", "Lagging", "Stuck",
+        "Errors",
     ):
         table.add_column(col)
     for w, alive, lag, unknown in rows:
@@ -918,6 +920,7 @@ def _workers_table(
         errors = "; ".join(f"{k}: {v}" for k, v in sorted(w.errors.items()))
         if w.corrupt is not None:
             errors = f"registration corrupt: {w.corrupt}"
+        stuck = stuck_handlers([w], [w.worker_id], now).get(w.worker_id, "")
         table.add_row(
             Text(w.worker_id),
             _plain(f"{w.host}/{w.pid}" if w.corrupt is None else "?"),
@@ -926,6 +929,7 @@ def _workers_table(
             Text(", ".join(w.services) if w.corrupt is None else "all (unreadable)"),
             Text("all" if w.locations is None else ", ".join(w.locations)),
             lagging if len(lagging) else Text("-"),
+            _plain(stuck or "-", style="bold red" if stuck else ""),
             _plain(errors or "-", style="red" if errors else ""),
         )
     return table

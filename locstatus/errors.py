@@ -147,6 +147,14 @@ class SettleTimeout(LocstatusError, TimeoutError):
     http_status = 504
     title = "timeout"
 
-    def __init__(self, message: str, lagging: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        lagging: list[str] | None = None,
+        stuck: dict[str, list[str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.lagging = lagging or []
+        self.stuck = stuck or {}
+        """Lagging workers with a handler stuck past its deadline: worker id -> the
+        ``location/service`` keys it is stuck at (docs/agent.md "Handlers")."""

@@ -215,6 +215,23 @@ def lagging_workers(
     ]
 
 
+def stuck_handlers(
+    workers: Sequence[WorkerInfo], ids: Iterable[str], now: datetime
+) -> dict[str, str]:
+    """For each of ``ids`` with a handler stuck past its deadline, where: ``"stuck 12s in
+    pause handler mod.fn at us-east-1/replication"`` (several joined with ``; ``)."""
+    wanted = set(ids)
+    out: dict[str, str] = {}
+    for w in workers:
+        if w.worker_id in wanted and w.stuck:
+            out[w.worker_id] = "; ".join(
+                f"stuck {max(0.0, (now - h.since).total_seconds()):.0f}s in {h.event} handler "
+                f"{h.handler} at {key}"
+                for key, h in sorted(w.stuck.items())
+            )
+    return out
+
+
 class Manager:
     """Pause, resume and schedule services per location, on any backend.
 
@@ -980,17 +997,24 @@ class Manager:
                             )
                         }
                     )
+                    stuck = stuck_handlers(workers, lagging, self.clock())
+                    named = [w + (f" ({stuck[w]})" if w in stuck else "") for w in lagging]
                     problem = self.time.problem()
                     raise SettleTimeout(
                         f"{location}: {', '.join(pending)} still "
                         f"{'/'.join(sorted({rec.services[s].state.value for s in pending}))} "
-                        f"after {timeout:g}s; lagging workers: {', '.join(lagging) or 'none'}"
+                        f"after {timeout:g}s; lagging workers: {', '.join(named) or 'none'}"
                         + (
                             f"; not settling without them while the {problem} (docs/time.md)"
                             if problem
                             else ""
                         ),
                         lagging,
+                        {
+                            w.worker_id: sorted(w.stuck)
+                            for w in workers
+                            if w.worker_id in stuck
+                        },
                     )
                 woken.wait(min(remaining, 0.25))
         finally:

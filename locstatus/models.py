@@ -235,6 +235,18 @@ def tombstone_generation(deleted_at: datetime) -> int:
     return int(deleted_at.timestamp() * 1000)
 
 
+class StuckHandler(_Frozen):
+    """A worker's handler that has been running past the agent's ``handler_deadline``
+    (docs/agent.md "Handlers"): where the worker is stuck."""
+
+    event: str
+    """What the handler applies: ``pause``, ``resume``, ``remove`` or ``fence``."""
+    handler: str = Field(max_length=256)
+    """The handler function (``module.qualname``)."""
+    since: UTCDateTime
+    """When it started (UTC, the manager's time source)."""
+
+
 class WorkerInfo(_Frozen):
     """A registered worker process (SPEC §2) and its lease."""
 
@@ -256,6 +268,9 @@ class WorkerInfo(_Frozen):
     clock_offset_seconds: float | None = None
     """The worker process's wall clock minus the backend's time, in seconds, as it last
     measured it (docs/time.md); None when not measured. Reported, never trusted."""
+    stuck: dict[str, StuckHandler] = Field(default_factory=dict)
+    """Handlers running past the worker's handler deadline, per ``location/service``
+    (docs/agent.md "Handlers"); cleared when they return."""
     corrupt: str | None = None
     """Set by a backend only, never stored: the stored registration of ``worker_id`` does not
     parse or validate (what is wrong). Such a worker is listed as a live worker that applies

@@ -684,6 +684,24 @@ def test_worker_frozen_past_its_lease_stops_counting_and_catches_up(
     )
 
 
+def test_worker_frozen_while_a_location_is_removed_and_purged_runs_on_remove_after(
+    pmgr: Manager, spawn: Callable[..., Worker]
+) -> None:
+    """Frozen past its lease across the removal and the purge, the worker never sees the
+    tombstone; when it thaws and finds the location gone, it still runs on_remove for it
+    (before: it forgot the location silently, its consumers left running)."""
+    pmgr.sync_locations({LOC: [SVC], "eu-west-1": [SVC]})
+    w = spawn("napper", "--lease", "1.5", "--resync", "3600")
+    w.wait_ready()
+    w.signal(signal.SIGSTOP)
+    pmgr.sync_locations({LOC: [SVC]})  # eu-west-1 becomes a tombstone ...
+    pmgr.purge_location("eu-west-1", pmgr.backend.read("eu-west-1").version)  # ... then goes
+    w.signal(signal.SIGCONT)
+    eventually(lambda: ("remove", None) in w.applied(), timeout=30)
+    removed = [e for e in w.events() if e.get("event") == "remove" and e.get("phase") == "end"]
+    assert [e["location"] for e in removed] == ["eu-west-1"]
+
+
 def test_handler_error_is_visible_in_workers_until_it_succeeds(
     pmgr: Manager, spawn: Callable[..., Worker]
 ) -> None:

@@ -140,6 +140,12 @@ class Backend(ABC):
     rewrite their registration to renew it (a rewrite would wake every watcher of the worker
     list). False: the lease is ``lease_expires_at``, renewed by heartbeats."""
 
+    session_timeout: float | None = None
+    """With ``session_leases``: the session timeout in seconds, the longest the server keeps a
+    session it has not heard from. An agent's lease then holds, by its own monotonic clock,
+    that long after its last successful round trip (minus a margin, docs/agent.md
+    "Self-fencing"). None: not known, or no sessions."""
+
     store_full: BackendFull | None = None
     """The error of this client's latest write when the store refused it as full
     (:class:`~locstatus.errors.BackendFull`, nothing written); None before any such failure

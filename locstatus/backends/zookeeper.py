@@ -377,6 +377,7 @@ class ZooKeeperBackend(Backend):
     def __init__(self, url: str) -> None:
         self.url = url
         self.params = parse_zk_url(url)
+        self.session_timeout = self.params.session_timeout
         self.paths = Layout(self.params.chroot)
         self._location_prefix = self.paths.locations + "/"
         p = self.params
