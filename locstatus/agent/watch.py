@@ -173,8 +173,12 @@ class Watcher:
                 s.wake.set()
 
     def resync(self) -> None:
-        """Re-read every record (start, reconnect, lapsed lease, periodic safety net)."""
+        """Re-read every record (start, reconnect, lapsed lease, periodic safety net). While
+        the worker comes back from a self-fence, a re-read that started after its lease came
+        back is one of the conditions to lift the fence (:mod:`.fence`)."""
         s = self.state
+        with s.lock:
+            token = s.fence.reread_token()
         records = self.backend.read_all()
         seen: set[str] = set()
         good: list[LocationStatus] = []
@@ -196,8 +200,12 @@ class Watcher:
                 s.store_locked(rec)
             for exc in corrupt:
                 s.corrupt_locked(exc)  # the last state read is kept: seen, so not forgotten
+            s.fence.reread_done(token)
+            lifted = s.try_unfence_locked()
         for exc in corrupt:
             log.warning("agent %s: %s", self.worker_id, exc)
+        if lifted:
+            log.warning("agent %s: fence lifted, re-applying", self.worker_id)
 
     def refresh(self, location: str) -> None:
         """Read one record a hint named."""
