@@ -24,7 +24,7 @@ from locstatus.agent.fence import Fence
 from locstatus.agent.guard import Guard
 from locstatus.agent.lease import Lease, lease_window
 from locstatus.agent.queue import DueQueue
-from locstatus.agent.replica import LocalCopy
+from locstatus.agent.replica import Life, LocalCopy
 from locstatus.agent.settle import (
     SETTLE_FALLBACK,
     SETTLE_JITTER,
@@ -290,6 +290,63 @@ def test_forgetting_an_applied_location_makes_its_on_remove_due_once() -> None:
     copy.touched.add("z")
     copy.removed("z")  # z's removal already ran on_remove
     assert not copy.forget("z")
+
+
+def test_a_record_that_may_be_of_another_life_is_asked_about_before_it_is_stored() -> None:
+    """LocalCopy.life_check (the model's stale_applied finding): only a version that cannot
+    follow the held one within a life, at a location where something was applied."""
+    copy = LocalCopy(("replication",))
+    copy.store(record("x", 5, replication=1))
+    assert copy.life_check(record("x", 9, replication=1)) is None  # nothing applied there
+    copy.applied[("x", "replication")] = 1
+    assert copy.life_check(record("x", 6, replication=1)) is None  # the next write
+    assert copy.life_check(record("x", 5, replication=1)) is None  # not newer
+    assert copy.life_check(record("x", 7, replication=1)) == 5  # writes were missed
+    gone = record("x", 6, replication=1).model_copy(
+        update={"deleted_at": datetime(2030, 1, 1, tzinfo=UTC)}
+    )
+    copy.store(gone)
+    assert copy.life_check(record("x", 7, replication=1)) == 6  # after a tombstone
+    assert copy.life_check(record("y", 1, replication=0)) is None  # not held
+
+
+def test_storing_a_new_life_runs_on_remove_for_the_old_one_before_applying_the_new() -> None:
+    mono = Monotonic()
+    state = AgentState(("replication",), 1.0, monotonic=mono)
+    loc = A[0]
+    with state.cond:  # the *_locked methods expect the lock held
+        state.store_locked(record(loc, 5, replication=1))
+        state.queue.pop(now=mono.now)
+        state.copy.applied[A] = 1
+        state.copy.touched.add(loc)
+        reborn = record(loc, (1 << 20) | 2, replication=1)
+        assert not state.store_locked(reborn)  # not asked yet: left to the watch thread
+        assert state.dirty == {loc} and state.copy.records[loc].version == 5
+        assert not state.store_locked(reborn, {loc: Life(4, False)})  # asked about another
+        assert state.store_locked(reborn, {loc: Life(5, False)})
+        assert state.copy.records[loc] == reborn and A not in state.copy.applied
+        assert state.copy.purged == {loc}
+        assert state.queue.keys() == {(loc, TOMBSTONE_ACK)}  # on_remove first, nothing else
+        state.copy.purged.discard(loc)  # on_remove ran (Applier._apply_purge) ...
+        state.copy.removed(loc)
+        assert state.store_locked(reborn)  # ... and it is stored again: same version, no ask
+        assert state.queue.keys() == {(loc, TOMBSTONE_ACK), A}
+
+
+def test_a_record_whose_life_cannot_be_told_is_applied_again() -> None:
+    mono = Monotonic()
+    state = AgentState(("replication",), 1.0, monotonic=mono)
+    with state.cond:
+        state.store_locked(record(A[0], 5, replication=1))
+        state.queue.pop(now=mono.now)
+        state.copy.applied[A] = 1
+        later = record(A[0], 9, replication=1)
+        assert state.store_locked(later, {A[0]: Life(5, None)})
+        assert state.queue.keys() == {A} and not state.copy.purged  # handlers again, no remove
+        state.queue.pop(now=mono.now)
+        state.copy.applied[A] = 1
+        assert state.store_locked(record(A[0], 12, replication=1), {A[0]: Life(9, True)})
+        assert state.queue.keys() == set()  # the same life: nothing to do
 
 
 @settings(max_examples=200, deadline=None)

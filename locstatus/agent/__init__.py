@@ -43,6 +43,7 @@ Where things live (each part a small object with its own tests, tests/test_agent
 - :mod:`.settle`: the settle schedule (debounce, settler choice, retries, sweeps), pure;
 - :mod:`.queue`: the due-work queue, pure;
 - :mod:`.replica`: the local copy and the work it plans, pure;
+- :mod:`.lives`: whether a record read is of the life of the location the worker applied;
 - :mod:`.handlers`: the registered handlers and how one is called;
 - :mod:`.state`: what the threads share, under one lock.
 

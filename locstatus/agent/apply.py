@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers, handler_name
+from locstatus.agent.lives import ask_lives
 from locstatus.agent.queue import Key
 from locstatus.agent.replica import PURGED
 from locstatus.agent.settle import is_settler
@@ -347,12 +348,15 @@ class Applier:
             s.beat_now.set()  # no longer stuck: publish now
 
     def _reread(self, key: Key, generation: int) -> LocationStatus | None:
-        """Read the record again after a handler ran. None: gone, or unreachable (then the key
-        is retried shortly; the handler is not run again for the same generation)."""
+        """Read the record again after a handler ran. None: gone, unreachable (then the key
+        is retried shortly; the handler is not run again for the same generation), or of
+        another life of the location (its ``on_remove`` for the old one runs first, then the
+        new one is planned: :meth:`AgentState.store_locked`)."""
         s = self.state
         location = key[0]
         try:
             fresh = self.backend.read(location)
+            lives = ask_lives(s, self.backend, self.worker_id, [fresh])
         except NotFound:
             with s.cond:
                 s.forget_locked(location)
@@ -366,7 +370,8 @@ class Applier:
             self._backend_retry(key, generation, exc)
             return None
         with s.cond:
-            s.store_locked(fresh)
+            if not s.store_locked(fresh, lives) or location in s.copy.purged:
+                return None
         return fresh
 
     def _acknowledge(

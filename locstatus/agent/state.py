@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from locstatus.agent.fence import Fence
 from locstatus.agent.queue import DueQueue, Key
-from locstatus.agent.replica import PURGED, LocalCopy
+from locstatus.agent.replica import PURGED, Life, LocalCopy
 from locstatus.agent.settle import SettleSchedule
 from locstatus.errors import CorruptRecord
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, StuckHandler
@@ -145,12 +145,31 @@ class AgentState:
         with self.lock:
             self.metrics[name] += n
 
-    def store_locked(self, rec: LocationStatus) -> None:
-        """Keep ``rec`` in the local copy and queue the work it implies."""
+    def store_locked(self, rec: LocationStatus, lives: Mapping[str, Life] | None = None) -> bool:
+        """Keep ``rec`` in the local copy and queue the work it implies; True when stored.
+
+        When ``rec`` may be of another life than the record held (:meth:`LocalCopy.
+        life_check`), ``lives`` must hold the backend's answer for the version held
+        (:meth:`Watcher.lives`): a new life is forgotten as a purge first (``on_remove`` for
+        the old one, if the worker applied it), one that cannot be told is applied again.
+        Without that answer nothing is stored (False): the location is marked dirty, and the
+        watch thread reads it again and asks."""
+        asked = self.copy.life_check(rec)
+        if asked is not None:
+            life = None if lives is None else lives.get(rec.location)
+            if life is None or life.version != asked:
+                self.dirty.add(rec.location)
+                self.wake.set()
+                return False
+            if life.same is False:
+                self.forget_locked(rec.location)
+            elif life.same is None:
+                self.copy.reapply(rec.location)
         if self.errors.pop(corrupt_key(rec.location), None) is not None:
             self.beat_now.set()  # readable again: no longer reported
         for key, generation in self.copy.store(rec):
             self.schedule_locked(key, generation)
+        return True
 
     def corrupt_locked(self, exc: CorruptRecord) -> None:
         """The stored record of ``exc.location`` is corrupt: keep the last state read and
