@@ -1,5 +1,5 @@
-"""The consistency check (SPEC §5.4, §3.5): find drift between what is stored and what should
-hold, and repair what is safe to repair through the manager's compare-and-set path.
+"""The consistency check (docs/design.md §5.4, §3.5): find drift between what is stored and what
+should hold, and repair what is safe to repair through the manager's compare-and-set path.
 
 ``locstatus check`` and the sidecar's periodic check (``GET /v1/check``) both call
 :func:`run_check`. It reads everything once (workers, acknowledgements, every record), then
@@ -134,7 +134,7 @@ _actor_ids = itertools.count(1)
 
 
 class Kind(StrEnum):
-    """Finding kinds (SPEC §5.4), in report order."""
+    """Finding kinds (docs/design.md §5.4), in report order."""
 
     STUCK_TRANSITION = "stuck_transition"
     OVERDUE_RESUME = "overdue_resume"
@@ -382,7 +382,7 @@ def run_check(
 
     Raises :class:`InvalidInput` for bad arguments and :class:`BackendUnavailable` when the
     backend cannot be read (exit 2 either way). Repairs that fail are reported, not raised.
-    SPEC §5.4, §3.5.
+    docs/design.md §5.4, §3.5.
     """
     stuck_after = _seconds("stuck_after", stuck_after)
     tombstone_ttl = _seconds("tombstone_ttl", tombstone_ttl)
@@ -1339,7 +1339,8 @@ def _tombstone_readiness(
     ttl: timedelta,
 ) -> tuple[str, list[str], list[str]] | None:
     """(``ttl`` | ``acknowledged``, acked ids, not-acked ids) when the tombstone may be
-    purged (SPEC §3.5), else None. A worker applies a tombstone when its location filter admits
+    purged (docs/design.md §3.5), else None. A worker applies a tombstone when its location filter
+    admits
     the location; as for settle, no live worker counts as all acknowledged. Older than the TTL
     means ``deleted_at + ttl`` passed by the backend's time beyond doubt (docs/time.md)."""
     assert rec.deleted_at is not None

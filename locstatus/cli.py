@@ -1,4 +1,4 @@
-"""The ``locstatus`` command line (SPEC §5.2): what an operator types during an incident.
+"""The ``locstatus`` command line (docs/design.md §5.2): what an operator types during an incident.
 
 Shaped so:
 
@@ -10,7 +10,8 @@ Shaped so:
   (0 done, including an idempotent no-op; 1 refused; 2 usage or backend error). One click group
   (:class:`_Group`) turns any of them into ``error: <message>`` on stderr and that exit code,
   never a traceback; typer's own usage errors already exit with 2.
-- **Scripts and humans.** ``--json`` prints the SPEC §2 pydantic models exactly as the library
+- **Scripts and humans.** ``--json`` prints the docs/design.md §2 pydantic models exactly as the
+library
   returns them (so ``LocationStatus.model_validate_json`` reads them back); otherwise rich tables
   show the state coloured, the scheduled resume, generation, version, update time, reason and
   actor. Text that came from the store (reasons, actors) is printed as plain text, never as rich
@@ -456,7 +457,7 @@ WaitOpt = Annotated[
         "naming the lagging workers).",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (SPEC §2 models).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (docs/design.md §2 models).")]
 
 
 # -- mutations -------------------------------------------------------------------------------
@@ -507,7 +508,7 @@ class _Mutation:
             names = ", ".join(changed)
             if self.kind in ("pause", "resume"):
                 # Say what the store says: a change waits in pausing/resuming until every live
-                # worker applied it (SPEC §3); only then is the service paused/running.
+                # worker applied it (docs/design.md §3); only then is the service paused/running.
                 done = "paused" if self.kind == "pause" else "resumed"
                 waiting = [s for s in changed if rec.services[s].state.transitional]
                 if not waiting:
@@ -1191,7 +1192,7 @@ def check(
         ),
     ] = 1.0,
 ) -> None:
-    """Consistency check (SPEC §5.4): exit 0 clean, 1 findings left, 2 could not run."""
+    """Consistency check (docs/design.md §5.4): exit 0 clean, 1 findings left, 2 could not run."""
     stuck = parse_duration(stuck_after, option="--stuck-after")
     ttl = parse_duration(tombstone_ttl, option="--tombstone-ttl")
     if location_config is not None and locations is None:
@@ -1272,7 +1273,7 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Run the HTTP sidecar (SPEC §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
+    """Run the HTTP sidecar (docs/design.md §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
     port_number = _port(port)
     reconcile = _interval("--reconcile-interval", reconcile_interval)

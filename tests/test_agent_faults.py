@@ -30,9 +30,9 @@ from locstatus.cli import app
 from locstatus.clock import CallerClock
 from locstatus.models import utcnow
 
-from agent_worker import Partition
-from fakeclock import FakeClock
-from kits import Kit
+from support.agent_worker import Partition
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 LOC = "us-east-1"
 OTHER = "eu-west-1"

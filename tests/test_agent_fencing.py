@@ -25,17 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fulldisk import SmallDisk
 
 from locstatus import BackendUnavailable, Client, State, connect
 from locstatus.agent import Agent
 from locstatus.models import WorkerInfo
 
-from agent_worker import Partition
-from kits import Kit
-from kits_mongo import fresh_database, kit_url
-from kits_zk import TcpProxy, zk_url
-from servers import start_mongo
+from support.agent_worker import Partition
+from support.fulldisk import SmallDisk
+from support.kits import Kit
+from support.kits_mongo import fresh_database, kit_url
+from support.kits_zk import TcpProxy, zk_url
+from support.servers import start_mongo
 
 LOC = "us-east-1"
 OTHER = "eu-west-1"

@@ -1,5 +1,5 @@
 """The sidecar's native ``/v1`` routes over real HTTP (uvicorn on 127.0.0.1, httpx) against a real
-backend (SPEC §5.3), plus the ``serve`` rules: auth, bind refusal, no secret in logs or errors.
+backend (docs/design.md §5.3), plus the ``serve`` rules: auth, bind refusal, no secret in logs or errors.
 
 Scenarios read like an operator's: pause one / all, pause what is already paused (no write),
 resume, schedule with ``at`` / ``in_seconds``, overwrite a schedule, a manual pause or resume
@@ -31,8 +31,8 @@ from locstatus.fsm.diagram import mermaid
 from locstatus.models import WorkerInfo
 from locstatus.reconciler import Reconciler
 
-from fakeclock import FakeClock
-from kits import Kit
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 TOKEN = "tok-9f1c2e-never-print-me"
 LOCATIONS = ["eu-west-1", "us-east-1", "us-east-2"]

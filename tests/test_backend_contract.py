@@ -30,8 +30,8 @@ from locstatus.models import (
     WorkerInfo,
 )
 
-import corrupt_shapes as shapes
-from kits import Kit
+from support import corrupt_shapes as shapes
+from support.kits import Kit
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -329,7 +329,7 @@ def test_a_payload_never_sets_the_records_version(kit: Kit) -> None:
 
 
 def test_a_stored_crr_key_reads_as_replication(kit: Kit) -> None:
-    """SPEC §2: ``crr`` is accepted everywhere as ``replication``, also in a record edited by
+    """docs/design.md §2: ``crr`` is accepted everywhere as ``replication``, also in a record edited by
     hand, whatever else its text contains."""
     b = kit.open()
     for loc, reason in (("crr-a", "maintenance"), ("crr-b", "location")):

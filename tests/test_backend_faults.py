@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fulldisk import SmallDisk
 
 from locstatus import (
     BackendFull,
@@ -33,9 +32,10 @@ from locstatus.backends.mongo import MongoBackend
 from locstatus.client import Client
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
 
-from kits import Kit
-from kits_mongo import fresh_database, kit_url
-from servers import MongoHandle
+from support.fulldisk import SmallDisk
+from support.kits import Kit
+from support.kits_mongo import fresh_database, kit_url
+from support.servers import MongoHandle
 
 SVC = "replication"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

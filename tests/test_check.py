@@ -1,4 +1,4 @@
-"""The consistency check (SPEC §5.4, §3.5, issue 7) on every backend kit.
+"""The consistency check (docs/design.md §5.4, §3.5, issue 7) on every backend kit.
 
 Each finding kind gets one scenario that creates the drift for real (a worker that vanished
 mid-transition, a scheduled resume that passed while nothing ran, a location list that changed,
@@ -51,10 +51,10 @@ from locstatus.check import (
 from locstatus.locations import load_locations
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
-import corrupt_shapes as shapes
-from agent_worker import Partition
-from fakeclock import FakeClock
-from kits import Kit
+from support import corrupt_shapes as shapes
+from support.agent_worker import Partition
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 START = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 DOC = Path(__file__).resolve().parent.parent / "docs" / "check.md"
@@ -379,7 +379,7 @@ def test_mongo_history_gap_is_restored_from_the_recent_copy_and_a_lost_one_repor
     stopped between the two writes leaves a gap the record still covers (restored by
     ``--repair``); a write gone from both (a hand edit) is lost, and said so. Issue 15: the
     check stayed clean while such a write slid out of the record."""
-    from kits_mongo import COLLECTION, kit_url, mongo_kit
+    from support.kits_mongo import COLLECTION, kit_url, mongo_kit
 
     kit = mongo_kit(mongo_server)
     client = mongo_server.client()

@@ -1,4 +1,4 @@
-"""The ``locstatus`` command line (SPEC §5.2), driven the way an operator drives it: against a
+"""The ``locstatus`` command line (docs/design.md §5.2), driven the way an operator drives it: against a
 real SQLite file, through typer's runner for most scenarios and through ``python -m locstatus``
 in a real process to prove the console entry and its exit codes."""
 

@@ -1,4 +1,4 @@
-"""The manager on every backend: the operator's scenarios of SPEC §3 and §5.1."""
+"""The manager on every backend: the operator's scenarios of docs/design.md §3 and §5.1."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from locstatus.errors import AlreadyExists, AmbiguousCommit, BackendUnavailable,
 from locstatus.manager import RetryPolicy
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus
 
-from agent_worker import Partition
-from fakeclock import FakeClock
-from kits import Kit
+from support.agent_worker import Partition
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 

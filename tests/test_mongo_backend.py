@@ -41,8 +41,8 @@ from locstatus.errors import (
 from locstatus.manager import Manager
 from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
-from kits_mongo import COLLECTION, fresh_database, kit_url
-from servers import MongoHandle, SecantusMongo, start_mongo
+from support.kits_mongo import COLLECTION, fresh_database, kit_url
+from support.servers import MongoHandle, SecantusMongo, start_mongo
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -37,9 +37,9 @@ from locstatus.errors import (
 )
 from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
-import corrupt_shapes as shapes
-from kits_zk import TcpProxy, ZkServer, raw_client, wait_until, zk_url
-from servers import free_ports
+from support import corrupt_shapes as shapes
+from support.kits_zk import TcpProxy, ZkServer, raw_client, wait_until, zk_url
+from support.servers import free_ports
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

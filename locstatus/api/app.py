@@ -1,5 +1,5 @@
-"""The sidecar's HTTP application (SPEC §5.3): :func:`create_app` builds a FastAPI app over a
-:class:`~locstatus.manager.Manager`.
+"""The sidecar's HTTP application (docs/design.md §5.3): :func:`create_app` builds a FastAPI app
+over a :class:`~locstatus.manager.Manager`.
 
 Why it is shaped so:
 
@@ -1088,7 +1088,7 @@ def create_app(
         title="locstatus sidecar",
         version=__version__,
         description=(
-            "Pause/resume status per location and service (SPEC §5.3). Errors are "
+            "Pause/resume status per location and service (docs/design.md §5.3). Errors are "
             "application/problem+json; the record version is the ETag."
         ),
         openapi_url="/openapi.json",

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the sidecar (``GET /metrics``, SPEC §5.3).
+"""Prometheus metrics of the sidecar (``GET /metrics``, docs/design.md §5.3).
 
 Why it is shaped so: each app gets its own :class:`~prometheus_client.CollectorRegistry` (several
 apps in one test process never collide). Request counts and latencies and transition outcomes are

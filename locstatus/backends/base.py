@@ -1,5 +1,5 @@
-"""The storage contract every backend implements (SPEC §4). Backends know nothing of the state
-machine: they store versioned location records, their history, worker leases and
+"""The storage contract every backend implements (docs/design.md §4). Backends know nothing of the
+state machine: they store versioned location records, their history, worker leases and
 acknowledgements, and emit change hints.
 
 Invariants (checked by ``tests/test_backend_contract.py``, one suite run against every backend):
@@ -203,7 +203,7 @@ class Backend(ABC):
     @abstractmethod
     def delete(self, location: str, expected_version: int) -> None:
         """Delete a record (and its history and acks) if its version matches (tombstone purge,
-        SPEC §3.5). Raises :class:`VersionConflict`, :class:`NotFound`."""
+        docs/design.md §3.5). Raises :class:`VersionConflict`, :class:`NotFound`."""
 
     @abstractmethod
     def history(
@@ -297,7 +297,7 @@ class Backend(ABC):
         ``if_version``: only if the record is still at that version (the one whose state the
         worker applied); otherwise raise :class:`VersionConflict` (also when the record is gone)
         and write nothing. This is how an agent acknowledges "still current after my handler
-        ran" in one write instead of a read and a write (SPEC §3.4). SQLite, memory and
+        ran" in one write instead of a read and a write (docs/design.md §3.4). SQLite, memory and
         ZooKeeper check it in the same transaction / multi-op as the write (ZooKeeper compares
         the znode version of the record's current life); MongoDB reads the record just before
         writing the acknowledgement."""

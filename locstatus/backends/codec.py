@@ -143,8 +143,8 @@ _KEYS_PER_SERVICE = 1 + len(ServiceStatus.model_fields)
 """Keys per service in a stored payload: its name, then every field of its status."""
 _ALIASES = frozenset(SERVICE_ALIASES)
 """Service aliases: a stored record never uses them as keys (the encoder writes canonical
-names), but one edited by hand may, and ``crr`` must read as ``replication`` (SPEC §2); the slow
-path maps them."""
+names), but one edited by hand may, and ``crr`` must read as ``replication`` (docs/design.md §2);
+the slow path maps them."""
 
 
 def decode_record_or_error(

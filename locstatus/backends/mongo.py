@@ -1,15 +1,15 @@
 """``mongodb://host[:port][,host...]/?database=NAME&collection=NAME``: MongoDB via pymongo.
 
-SPEC §4, issue 4. Why it is shaped so:
+docs/design.md §4, issue 4. Why it is shaped so:
 
 - **One document per location**, ``{_id: location, version, born, services, deleted_at,
   recent_history, history_copied}``. Compare-and-set is one ``findAndModify``:
   ``find_one_and_update({_id, version: v}, {$set, $inc: {version: 1}, $push: {recent_history:
   {$each: [write], $slice: -N}}})``. The state and the write's history entries change in that
-  one single-document write, atomic on every MongoDB (SPEC §2). A ``None`` result is told apart
-  (conflict, missing, or our own write already applied by a driver retry) by a re-read. There is
-  never an upsert with a version filter (it would create a second record on a conflict);
-  creation is ``insert_one``, a ``DuplicateKeyError`` is :class:`AlreadyExists`.
+  one single-document write, atomic on every MongoDB (docs/design.md §2). A ``None`` result is told
+  apart (conflict, missing, or our own write already applied by a driver retry) by a re-read. There
+  is never an upsert with a version filter (it would create a second record on a conflict); creation
+  is ``insert_one``, a ``DuplicateKeyError`` is :class:`AlreadyExists`.
 - **Full history in its own collection** (``<collection>_history``), one document per write
   ``{location, version, entries}`` under a unique ``(location, version)`` index, inserted after
   the ``findAndModify``. The embedded ``recent_history`` (the last ``recent_history=N`` writes,
@@ -39,13 +39,14 @@ SPEC §4, issue 4. Why it is shaped so:
 - **Change hints**: a change stream on the database (resume token kept across reconnects,
   ``$project`` keeps events small) when the server is a replica set or mongos; polling of
   ``{_id, version}`` snapshots every ``poll_interval`` seconds otherwise. After any reconnect or
-  lost stream a ``resync`` hint asks for a full re-read (SPEC §3.4).
+  lost stream a ``resync`` hint asks for a full re-read (docs/design.md §3.4).
 - **Durability and timeouts**: ``w=majority&journal=true`` (``wTimeoutMS=10000``) and
   ``readConcernLevel=majority`` unless the URL says otherwise; ``serverSelectionTimeoutMS=5000``,
   ``connectTimeoutMS=5000``, ``socketTimeoutMS=30000``; every read and ``findAndModify``
   carries ``maxTimeMS`` (default 10000), plain writes are bounded by ``wTimeoutMS`` and the
   socket timeout. A server that does not answer is :class:`BackendUnavailable` naming it; a
-  write whose outcome is unknown is :class:`AmbiguousCommit`, resolved by the manager (SPEC §3.2).
+  write whose outcome is unknown is :class:`AmbiguousCommit`, resolved by the manager
+  (docs/design.md §3.2).
 - **Indexes are created at start**, idempotently (same name and options: a no-op); a changed
   ``worker_ttl`` is applied with ``collMod``. Database and collection names are validated.
 
@@ -259,7 +260,7 @@ def _short(exc: BaseException, limit: int = 300) -> str:
 
 
 class MongoBackend(Backend):
-    """MongoDB backend (SPEC §4). Safe for many threads and processes on many hosts.
+    """MongoDB backend (docs/design.md §4). Safe for many threads and processes on many hosts.
 
     Usage::
 

@@ -6,8 +6,8 @@ Why it is shaped so:
   taken up front, so two writers never deadlock upgrading a read lock), a busy timeout.
 - Compare-and-set is ``UPDATE locations SET ... WHERE location = ? AND version = ?`` plus the
   history ``INSERT`` in the same transaction: the state and its history commit together or not
-  at all (SPEC §2). ``synchronous=FULL`` by default (``?synchronous=normal`` trades durability
-  on power loss for speed).
+  at all (docs/design.md §2). ``synchronous=FULL`` by default (``?synchronous=normal`` trades
+  durability on power loss for speed).
 - Versions of a recreated location start above every version it ever had (``incarnations``
   table), so a stale version never matches a new record (contract invariant 1).
 - A failed write is rolled back only while SQLite has not done it itself (it does on

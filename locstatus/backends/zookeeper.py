@@ -1,4 +1,5 @@
-"""``zk://[user:pass@]host:port[,host:port...]/chroot``: ZooKeeper through kazoo (SPEC §4).
+"""``zk://[user:pass@]host:port[,host:port...]/chroot``: ZooKeeper through kazoo (docs/design.md
+§4).
 
 Why it is shaped so (``docs/zookeeper.md`` has the long version):
 
@@ -30,8 +31,8 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
   error decides (:class:`VersionConflict`, :class:`NotFound`, ...).
 - **Ambiguity.** A multi-op sent while connected whose answer is lost (ConnectionLoss,
   SessionExpired, timeout) raises :class:`AmbiguousCommit`; the manager re-reads and looks for the
-  op_id (SPEC §3.2). Writes are only submitted while connected: in SUSPENDED they wait (bounded
-  by ``timeout``) and then fail with :class:`BackendUnavailable`, nothing sent. Reads and
+  op_id (docs/design.md §3.2). Writes are only submitted while connected: in SUSPENDED they wait
+  (bounded by ``timeout``) and then fail with :class:`BackendUnavailable`, nothing sent. Reads and
   idempotent writes (registration, acks) use a bounded :class:`~kazoo.retry.KazooRetry` that
   retries connection errors only.
 - **Sessions.** Workers and acks are ephemeral nodes. When the session is lost, the backend

@@ -190,7 +190,7 @@ class AgentProc:
     worker id, as a supervisor would), ``snapshot()`` reads its last published state.
 
     ``skew``: run it with its wall clock that far off (``+30s``, ``-3h``; libfaketime, see
-    ``tests/skew.py``). :attr:`life` records, in this process's wall time, every start, kill,
+    ``tests/support/skew.py``). :attr:`life` records, in this process's wall time, every start, kill,
     freeze, thaw and stop, so the checker knows when the worker was up."""
 
     def __init__(
@@ -216,7 +216,7 @@ class AgentProc:
 
     def start(self, url: str | None = None) -> AgentProc:
         """Spawn the process (the state file of a previous life is removed first)."""
-        from skew import skew_env
+        from support.skew import skew_env
 
         self.state.unlink(missing_ok=True)
         self.starts += 1

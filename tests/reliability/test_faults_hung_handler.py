@@ -23,7 +23,7 @@ from harness import Scenario
 
 from locstatus import SettleTimeout, State, connect
 
-from servers import ZooKeeperEnsemble
+from support.servers import ZooKeeperEnsemble
 
 STUCK = "stuck-1"
 PROBE = "probe-1"

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from kits import Kit
-from servers import MongoHandle, start_mongo
+from support.kits import Kit
+from support.servers import MongoHandle, start_mongo
 
 COLLECTION = "locations"
 

@@ -34,8 +34,8 @@ from kazoo.exceptions import NodeExistsError
 
 from locstatus.backends.zookeeper import Layout, split_version
 
-from kits import Kit
-from servers import (
+from support.kits import Kit
+from support.servers import (
     DEFAULT_START_TIMEOUT,
     ServerStartError,
     docker_available,
