@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -363,6 +364,18 @@ def bounded_worker(
 
 def decode_worker(raw: str | bytes) -> WorkerInfo:
     return WorkerInfo.model_validate_json(raw)
+
+
+def is_registration(raw: str | bytes, if_expires: datetime | None) -> bool:
+    """Whether a stored registration may be removed by ``remove_worker(if_expires=)``: always
+    when ``if_expires`` is None; else only while its lease deadline is exactly ``if_expires``
+    (never when it does not parse: that is not the registration the caller saw expire)."""
+    if if_expires is None:
+        return True
+    try:
+        return decode_worker(raw).lease_expires_at == if_expires
+    except ValueError:  # pydantic's ValidationError is one
+        return False
 
 
 def _short(exc: BaseException, root: str = "record") -> str:

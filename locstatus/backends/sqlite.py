@@ -355,10 +355,16 @@ class SQLiteBackend(Backend):
                 (info.worker_id, data),
             )
 
-    def remove_worker(self, worker_id: str) -> None:
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
         with self._write() as db:
+            row = db.execute(
+                "SELECT data FROM workers WHERE worker_id = ?", (worker_id,)
+            ).fetchone()
+            if row is None or not codec.is_registration(str(row[0]), if_expires):
+                return False
             db.execute("DELETE FROM workers WHERE worker_id = ?", (worker_id,))
             db.execute("DELETE FROM acks WHERE worker_id = ?", (worker_id,))
+        return True
 
     def workers(self) -> list[WorkerInfo]:
         rows = self._query("SELECT data FROM workers ORDER BY worker_id")

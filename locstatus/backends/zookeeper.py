@@ -11,6 +11,7 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
       acks/<loc>                               created and deleted with the record; its data is
                                                touched by every ack (one watch per location)
       acks/<loc>/<worker_id>                   ephemeral {service: observed generation}
+      workers                                  its data version counts registrations created
       workers/<worker_id>                      ephemeral WorkerInfo JSON (the session bounds the
                                                lease; lease_expires_at is kept as given)
       clock                                    empty; rewritten by every time probe, whose
@@ -946,11 +947,17 @@ class ZooKeeperBackend(Backend):
     def _put_worker_node(self, path: str, data: bytes) -> None:
         client = self._client
         for _ in range(10):
-            try:
-                self._get(client.create_async(path, data, ephemeral=True))
+            # Every creation also bumps the data version of ``workers``: a znode created again
+            # restarts at version 0, so only that counter tells a conditional removal
+            # (remove_worker(if_expires=)) that the registration it judged was replaced.
+            txn = _Txn(client)
+            txn.create("worker", path, data, ephemeral=True)
+            txn.set_data("registrations", self.paths.workers, b"")
+            failure = _failure(self._get(txn.tx.commit_async()), txn.labels)
+            if failure is None:
                 return
-            except NodeExistsError:
-                pass
+            if not isinstance(failure[1], NodeExistsError):
+                raise failure[1]
             stat = self._get(client.exists_async(path))
             if stat is None:
                 continue
@@ -969,27 +976,99 @@ class ZooKeeperBackend(Backend):
                 self._get(client.delete_async(path, stat.version))
         raise BackendUnavailable(f"could not register {path}: it kept changing")
 
-    def remove_worker(self, worker_id: str) -> None:
-        pa = self.paths
-        path = pa.worker(worker_id)
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+        """See :meth:`Backend.remove_worker`. With ``if_expires``: one multi-op deleting the
+        registration at the znode version whose data was judged (a renewal changes it), checked
+        against the count of registrations created (the data version of ``workers``: a
+        registration replaced by another session's starts at version 0 again), and every
+        acknowledgement node of the worker listed just before; an acknowledgement that
+        vanished meanwhile makes it list again."""
+        if if_expires is None:
+            self._forget_mine(worker_id)  # not restored on a new session from now on
+            return self._remove_worker_now(worker_id)
+        try:
+            removed = self._remove_worker_if(worker_id, if_expires)
+        finally:
+            self._forget_workers()
+        if removed:
+            self._forget_mine(worker_id)
+        return removed
+
+    def _forget_mine(self, worker_id: str) -> None:
+        """Stop restoring the worker's registration and acknowledgements on a new session."""
         with self._lock:
             self._my_workers.pop(worker_id, None)
             for key in [k for k in self._my_acks if k[1] == worker_id]:
                 del self._my_acks[key]
 
-        def remove() -> None:
-            with contextlib.suppress(NoNodeError):
+    def _worker_acks(self, worker_id: str) -> list[str]:
+        """Paths of the worker's acknowledgement nodes (one request per location)."""
+        pa = self.paths
+        locations = self._get(self._client.get_children_async(pa.acks_root))
+        found = self._bulk(
+            [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
+            lambda p: self._client.exists_async(p),
+        )
+        return [p for p, stat in found if stat is not None]
+
+    def _remove_worker_now(self, worker_id: str) -> bool:
+        path = self.paths.worker(worker_id)
+
+        def remove() -> bool:
+            try:
                 self._get(self._client.delete_async(path))
+                gone = True
+            except NoNodeError:
+                gone = False
+            pa = self.paths
             locations = self._get(self._client.get_children_async(pa.acks_root))
-            self._bulk(
+            self._bulk(  # one delete per location, those never acknowledged left out
                 [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
                 lambda p: self._client.delete_async(p),
             )
+            return gone
 
         try:
-            self._call(f"unregister worker {worker_id!r}", remove)
+            return self._call(f"unregister worker {worker_id!r}", remove)
         finally:
             self._forget_workers()
+
+    def _remove_worker_if(self, worker_id: str, if_expires: datetime) -> bool:
+        pa = self.paths
+        path = pa.worker(worker_id)
+        what = f"unregister expired worker {worker_id!r}"
+        for _ in range(20):
+
+            def look() -> tuple[int, bytes, ZnodeStat, list[str]] | None:
+                created = self._get(self._client.exists_async(pa.workers)).version
+                try:
+                    raw, stat = self._get(self._client.get_async(path))
+                except NoNodeError:
+                    return None
+                return created, raw, stat, self._worker_acks(worker_id)
+
+            found = self._call(f"read worker {worker_id!r}", look)
+            if found is None or not codec.is_registration(found[1], if_expires):
+                return False
+            created, _raw, stat, acks = found
+            txn = _Txn(self._client)
+            txn.check("registrations", pa.workers, created)  # none created again since
+            txn.delete("worker", path, stat.version)
+            for ack in acks:
+                txn.delete("acks", ack)
+            try:
+                failure = self._commit(what, txn)
+            except AmbiguousCommit:
+                continue  # looked at again: gone (False from here on) or still there
+            if failure is None:
+                return True
+            label, exc = failure
+            if label in ("registrations", "worker", "acks") and isinstance(
+                exc, (NoNodeError, BadVersionError)
+            ):
+                continue  # renewed, replaced, or an acknowledgement went: judge it again
+            raise self._unavailable(f"{what} ({label})", exc)
+        raise BackendUnavailable(f"{what}: its registration kept changing; try again")
 
     def workers(self) -> list[WorkerInfo]:
         """Registered workers, sorted by id.
