@@ -50,7 +50,10 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
 - **``workers()``** is served from a copy invalidated by watches on ``workers`` (children and
   data), by any connection change and by this backend's own registration writes: the manager
   looks at the live workers on every transition, and this keeps a transition at two round
-  trips (read, multi-op), the same as the raw kazoo baseline in ``bench/raw_zk.py``.
+  trips (read, multi-op), the same as the raw kazoo baseline in ``bench/raw_zk.py``. The copy
+  is served only once kazoo's callback thread has run the watches of every event received
+  before the call, so it is never older than a record the caller read (a settle must see every
+  worker registered before the write it settles).
 - **ACLs.** With credentials (URL userinfo or ``LOCSTATUS_ZK_AUTH=user:pass``) every node is
   created with a digest ACL giving that user all rights (plus world read unless
   ``world_read=false``), so other tenants of the ensemble cannot write locstatus nodes.
@@ -97,7 +100,7 @@ from kazoo.exceptions import (
     ZookeeperError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+from kazoo.protocol.states import Callback, EventType, WatchedEvent, ZnodeStat
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import ACL, make_acl, make_digest_acl
 from pydantic import TypeAdapter
@@ -141,6 +144,10 @@ _ACKS_COALESCE = 0.015
 that node, so a fleet acknowledging a change would otherwise wake every subscribed process once
 per worker; instead the first one is hinted at once and the watch is set again this much later,
 followed by one more hint that covers whatever changed meanwhile."""
+_EVENTS_WAIT = 0.5
+"""Seconds :meth:`ZooKeeperBackend.workers` waits for kazoo's callback thread to handle the watch
+events received so far before it reads the list from the server instead (a thread that busy is
+stuck; the read is as fresh, one round trip dearer)."""
 _HISTORY = TypeAdapter(list[HistoryEntry])
 _RETRYABLE = KazooRetry.RETRY_EXCEPTIONS + KazooRetry.EXPIRED_EXCEPTIONS
 
@@ -419,6 +426,7 @@ class ZooKeeperBackend(Backend):
         self._acks_later: dict[str, float] = {}  # acks/<loc> path -> monotonic time to re-arm
         self._workers_cache: list[WorkerInfo] | None = None
         self._workers_epoch = 0
+        self._callback_ident: int | None = None  # kazoo's callback thread, once seen
         self._client.add_listener(self._on_state)
         try:
             self._client.start(timeout=p.timeout)
@@ -1071,16 +1079,27 @@ class ZooKeeperBackend(Backend):
         raise BackendUnavailable(f"{what}: its registration kept changing; try again")
 
     def workers(self) -> list[WorkerInfo]:
-        """Registered workers, sorted by id.
+        """Registered workers, sorted by id, at least as fresh as every answer this backend
+        returned before the call (a record read or written, on this session).
 
         Served from a copy kept while watches on ``workers`` (children and each node's data)
         are armed and the session is connected: any registration, heartbeat, expiry or
         connection change drops it, and so does every registration write of this backend before
         it returns, so a caller always sees its own writes. This saves the manager a round trip
-        on every transition (its auto-settle looks at the live workers)."""
+        on every transition (its settle looks at the live workers).
+
+        The watch that drops the copy runs on kazoo's callback thread, after the answer that
+        followed its event may already have reached the caller: a record read after a worker
+        registered could meet a copy from before (docs/zookeeper.md, "Workers and
+        acknowledgements"). So the copy is
+        served only once every event received so far has been handled
+        (:meth:`_events_handled`); otherwise the list is read from the server."""
+        self._check_open()
+        if self._has_workers_copy() and self._events_handled():
+            with self._lock:
+                if self._workers_cache is not None and self._live.is_set():
+                    return list(self._workers_cache)
         with self._lock:
-            if self._workers_cache is not None and self._live.is_set():
-                return list(self._workers_cache)
             epoch = self._workers_epoch
         pa = self.paths
 
@@ -1102,6 +1121,28 @@ class ZooKeeperBackend(Backend):
             if self._workers_epoch == epoch and self._live.is_set():
                 self._workers_cache = list(out)
         return out
+
+    def _has_workers_copy(self) -> bool:
+        with self._lock:
+            return self._workers_cache is not None and self._live.is_set()
+
+    def _events_handled(self) -> bool:
+        """Wait until kazoo's callback thread has run every watch callback queued before this
+        call (a marker queued behind them has run), at most ``_EVENTS_WAIT`` seconds. ZooKeeper
+        delivers a watch event before any answer that follows it on the session, and kazoo
+        queues the event's callbacks before it hands that answer over, so once the marker ran
+        every registration change visible to an earlier answer has dropped the copy. False
+        (read the server instead) on that thread itself, or when it is stuck."""
+        if threading.get_ident() == self._callback_ident:
+            return False
+        done = threading.Event()
+
+        def marker() -> None:
+            self._callback_ident = threading.get_ident()
+            done.set()
+
+        self._client.handler.dispatch_callback(Callback("locstatus-marker", marker, ()))
+        return done.wait(_EVENTS_WAIT)
 
     def _forget_workers(self) -> None:
         """Drop the copy of the workers list (any thread; never blocks on I/O)."""
