@@ -25,7 +25,7 @@ Run: ``python bench/propagation.py [--backend sqlite] [--rounds 200] [--workers 
 2-core CI machines are shared, so single runs wander.
 
 ZooKeeper: ``--backend zk [--url zk://host:port/chroot]`` (without ``--url`` a throwaway
-ZooKeeper from ``tests/servers.py`` is started); the raw baseline there is one kazoo ``set``
+ZooKeeper from ``tests/support/servers.py`` is started); the raw baseline there is one kazoo ``set``
 observed by 16 ``DataWatch`` watchers, one session each. ``--poll`` only concerns SQLite.
 """
 
@@ -395,7 +395,7 @@ def main() -> int:
         url = args.url
         if url is None and args.backend == "zk":
             sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-            servers = importlib.import_module("servers")  # tests/servers.py
+            servers = importlib.import_module("support.servers")  # tests/support/servers.py
 
             server = servers.start_zookeeper(tmp)
             url = f"zk://{server.hosts}/bench-{uuid.uuid4().hex[:8]}"

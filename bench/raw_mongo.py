@@ -8,7 +8,7 @@ the write into the history collection. locstatus adds the state machine, validat
 workers read of auto-settle and its error handling on top.
 
 Run it on its own (it starts a SecantusDB / uses ``$LOCSTATUS_TEST_MONGO_URI`` through
-``tests/servers.py`` unless ``--url`` is given)::
+``tests/support/servers.py`` unless ``--url`` is given)::
 
     python bench/raw_mongo.py [--url mongodb://...] [--rounds 7] [--ops 300]
 

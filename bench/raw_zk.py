@@ -7,7 +7,7 @@ a bare kazoo client on the same server and chroot: ``get`` + JSON parse + ``tran
 (version), create(history))``, every result inspected.
 
 Importing this module registers ``RAW["zk"]`` in the running ``transition`` module. Run it
-directly to start a throwaway ZooKeeper (``tests/servers.py``, Debian's package) when no
+directly to start a throwaway ZooKeeper (``tests/support/servers.py``, Debian's package) when no
 ``--url`` is given::
 
     python bench/raw_zk.py [--url zk://127.0.0.1:2181/bench] [--rounds 7] [--ops 300] [--json F]

@@ -208,7 +208,7 @@ def run(backend: str, url: str, rounds: int, ops: int, watched: bool = False) ->
 @contextlib.contextmanager
 def test_server(backend: str, url: str | None, tmp: str) -> Iterator[str]:
     """``url`` if given; else a fresh store: a SQLite file, or a local ZooKeeper / MongoDB-wire
-    server started from tests/servers.py (stopped by PID on exit)."""
+    server started from tests/support/servers.py (stopped by PID on exit)."""
     if url is not None:
         yield url
         return
@@ -216,7 +216,7 @@ def test_server(backend: str, url: str | None, tmp: str) -> Iterator[str]:
         yield f"sqlite:///{tmp}/bench.db"
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import servers
+    from support import servers
 
     if backend == "zk":
         zk = servers.start_zookeeper(tmp)

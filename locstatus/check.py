@@ -1,5 +1,5 @@
-"""The consistency check (SPEC §5.4, §3.5): find drift between what is stored and what should
-hold, and repair what is safe to repair through the manager's compare-and-set path.
+"""The consistency check (docs/design.md §5.4, §3.5): find drift between what is stored and what
+should hold, and repair what is safe to repair through the manager's compare-and-set path.
 
 ``locstatus check`` and the sidecar's periodic check (``GET /v1/check``) both call
 :func:`run_check`. It reads everything once (workers, acknowledgements, every record), then
@@ -16,6 +16,9 @@ reports, per finding kind (:data:`KINDS`):
 - ``history_gap``: on a backend with two history copies (MongoDB), versions of the record's
   life missing from its full history: restorable from the recent copy, or lost;
 - ``expired_worker``: a registration whose heartbeat lease has run out;
+- ``corrupt_worker``: a stored registration that does not parse or validate; it counts as a
+  live worker applying everything (contract invariant 6), so it is removed only once the lease
+  it still carries has run out;
 - ``tombstone_ready``: a removed location every live worker acknowledged, or older than the TTL;
 - ``clock_skew``: a worker whose published clock offset to the backend exceeds ``max_skew``, or
   this check's own process when its offset does, or when it cannot tell the backend's time
@@ -96,7 +99,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.manager import Manager, lagging_workers, worker_live
+from locstatus.manager import Manager, lagging_workers, stuck_handlers, worker_live
 from locstatus.models import (
     TOMBSTONE_ACK,
     HistoryEntry,
@@ -132,7 +135,7 @@ _actor_ids = itertools.count(1)
 
 
 class Kind(StrEnum):
-    """Finding kinds (SPEC §5.4), in report order."""
+    """Finding kinds (docs/design.md §5.4), in report order."""
 
     STUCK_TRANSITION = "stuck_transition"
     OVERDUE_RESUME = "overdue_resume"
@@ -142,6 +145,7 @@ class Kind(StrEnum):
     HISTORY_MISMATCH = "history_mismatch"
     HISTORY_GAP = "history_gap"
     EXPIRED_WORKER = "expired_worker"
+    CORRUPT_WORKER = "corrupt_worker"
     TOMBSTONE_READY = "tombstone_ready"
     CLOCK_SKEW = "clock_skew"
 
@@ -224,9 +228,9 @@ class RepairPlan(_Model):
 class Finding(_Model):
     """One inconsistency. ``location``/``service``/``worker_id`` say what it is about (None when
     not applicable: ``service`` is None for a whole location, ``worker_id`` is set only for
-    ``expired_worker``). ``since`` (aware UTC) is when the condition started when known and
-    ``age_seconds`` is ``now - since``. ``evidence`` holds kind-specific facts (documented in
-    ``docs/check.md``)."""
+    ``expired_worker`` and ``corrupt_worker``). ``since`` (aware UTC) is when the condition
+    started when known and ``age_seconds`` is ``now - since``. ``evidence`` holds kind-specific
+    facts (documented in ``docs/check.md``)."""
 
     id: str
     """``kind:location:service-or-worker`` (``-`` for none): stable across runs."""
@@ -379,7 +383,7 @@ def run_check(
 
     Raises :class:`InvalidInput` for bad arguments and :class:`BackendUnavailable` when the
     backend cannot be read (exit 2 either way). Repairs that fail are reported, not raised.
-    SPEC §5.4, §3.5.
+    docs/design.md §5.4, §3.5.
     """
     stuck_after = _seconds("stuck_after", stuck_after)
     tombstone_ttl = _seconds("tombstone_ttl", tombstone_ttl)
@@ -617,7 +621,9 @@ class _Scan:
             for loc in sorted(set(self.wanted) - seen):
                 self._missing(loc, None, self.wanted[loc])
         for w in self.workers:
-            if w.lease_expires_at is not None and w.worker_id not in live_ids:
+            if w.corrupt is not None:
+                self._corrupt_worker(w, w.worker_id in live_ids)
+            elif w.lease_expires_at is not None and w.worker_id not in live_ids:
                 self._expired(w)
             elif w.clock_offset_seconds is not None and abs(w.clock_offset_seconds) > self.max_skew:
                 self._worker_skew(w)
@@ -690,6 +696,7 @@ class _Scan:
         ]
         alive = {w.worker_id: worker_live(w, self.time) for w in lagging}
         live = [w.worker_id for w in lagging if alive[w.worker_id]]
+        stuck = stuck_handlers(lagging, live, self.now)
         evidence = {
             "state": st.state.value,
             "generation": st.generation,
@@ -700,6 +707,7 @@ class _Scan:
                     "lease_alive": alive[w.worker_id],
                     "lease_expires_at": _iso(w.lease_expires_at),
                     "acked_generation": acks.get(w.worker_id, {}).get(svc),
+                    "stuck": stuck.get(w.worker_id),
                 }
                 for w in lagging
             ],
@@ -708,7 +716,8 @@ class _Scan:
         if live:
             message = (
                 f"{st.state.value} generation {st.generation} for {_human_age(self._age(since))}; "
-                f"live workers not acknowledged: {', '.join(live)}"
+                f"live workers not acknowledged: "
+                + ", ".join(w + (f" ({stuck[w]})" if w in stuck else "") for w in live)
             )
             plan = RepairPlan(
                 action=None,
@@ -842,6 +851,42 @@ class _Scan:
                 description=(
                     "none: never rewritten or deleted by the check; inspect it with the "
                     "backend's own client and restore it by hand"
+                ),
+            ),
+        )
+
+    def _corrupt_worker(self, w: WorkerInfo, live: bool) -> None:
+        assert w.corrupt is not None
+        expired = not live  # only a lease it still carries can have run out
+        lease = (
+            f"its lease ran out at {_iso(w.lease_expires_at)}" if expired
+            else "counted as a live worker that applies every service at every location"
+            + ("" if w.lease_expires_at is None else f" until {_iso(w.lease_expires_at)}")
+        )
+        self._add(
+            Kind.CORRUPT_WORKER,
+            None,
+            None,
+            w.worker_id,
+            w.lease_expires_at if expired else None,
+            f"registration does not parse: {w.corrupt}; {lease}",
+            {
+                "detail": w.corrupt,
+                "lease_expires_at": _iso(w.lease_expires_at),
+                "lease_alive": live,
+                "locations_acknowledged": sum(
+                    1 for per in self.acks.values() if w.worker_id in per
+                ),
+            },
+            RepairPlan(
+                action=Action.REMOVE_WORKER,
+                description="unregister it (and drop its acknowledgements) if still expired",
+            ) if expired else RepairPlan(
+                action=None,
+                description=(
+                    "none while it may be a live worker: its worker's next registration "
+                    "replaces it (ZooKeeper: the node goes with its session); if that worker "
+                    "is gone, remove the registration with the backend's own client"
                 ),
             ),
         )
@@ -1295,7 +1340,8 @@ def _tombstone_readiness(
     ttl: timedelta,
 ) -> tuple[str, list[str], list[str]] | None:
     """(``ttl`` | ``acknowledged``, acked ids, not-acked ids) when the tombstone may be
-    purged (SPEC §3.5), else None. A worker applies a tombstone when its location filter admits
+    purged (docs/design.md §3.5), else None. A worker applies a tombstone when its location filter
+    admits
     the location; as for settle, no live worker counts as all acknowledged. Older than the TTL
     means ``deleted_at + ttl`` passed by the backend's time beyond doubt (docs/time.md)."""
     assert rec.deleted_at is not None

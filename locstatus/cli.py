@@ -1,4 +1,4 @@
-"""The ``locstatus`` command line (SPEC §5.2): what an operator types during an incident.
+"""The ``locstatus`` command line (docs/design.md §5.2): what an operator types during an incident.
 
 Shaped so:
 
@@ -10,7 +10,8 @@ Shaped so:
   (0 done, including an idempotent no-op; 1 refused; 2 usage or backend error). One click group
   (:class:`_Group`) turns any of them into ``error: <message>`` on stderr and that exit code,
   never a traceback; typer's own usage errors already exit with 2.
-- **Scripts and humans.** ``--json`` prints the SPEC §2 pydantic models exactly as the library
+- **Scripts and humans.** ``--json`` prints the docs/design.md §2 pydantic models exactly as the
+library
   returns them (so ``LocationStatus.model_validate_json`` reads them back); otherwise rich tables
   show the state coloured, the scheduled resume, generation, version, update time, reason and
   actor. Text that came from the store (reasons, actors) is printed as plain text, never as rich
@@ -67,7 +68,7 @@ from locstatus.errors import (
     SettleTimeout,
 )
 from locstatus.locations import load_locations, load_sample
-from locstatus.manager import Manager, SyncReport, worker_live
+from locstatus.manager import Manager, SyncReport, stuck_handlers, worker_live
 from locstatus.models import (
     HistoryEntry,
     LocationStatus,
@@ -456,7 +457,7 @@ WaitOpt = Annotated[
         "naming the lagging workers).",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (SPEC §2 models).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (docs/design.md §2 models).")]
 
 
 # -- mutations -------------------------------------------------------------------------------
@@ -507,7 +508,7 @@ class _Mutation:
             names = ", ".join(changed)
             if self.kind in ("pause", "resume"):
                 # Say what the store says: a change waits in pausing/resuming until every live
-                # worker applied it (SPEC §3); only then is the service paused/running.
+                # worker applied it (docs/design.md §3); only then is the service paused/running.
                 done = "paused" if self.kind == "pause" else "resumed"
                 waiting = [s for s in changed if rec.services[s].state.transitional]
                 if not waiting:
@@ -833,15 +834,18 @@ def history(
 
 @app.command()
 def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List registered workers: lease, clock offset, services, location filter, lag and handler
-    errors. A lease counts as expired only once it passed by the backend's time beyond doubt;
-    the clock offset is the one each worker published (its host's clock minus the backend's)."""
+    """List registered workers: lease, clock offset, services, location filter, lag, stuck
+    handlers (past the agent's handler deadline) and handler errors. A lease counts as expired
+    only once it passed by the backend's time beyond doubt; the clock offset is the one each
+    worker published (its host's clock minus the backend's). A record that cannot be read is
+    named where its lag is unknown, and a registration that cannot be read is listed as the
+    live worker it counts as; both are errors (exit 2)."""
     mgr = _opts(ctx).manager()
     now = mgr.clock()
     infos = mgr.workers()
-    records = mgr.statuses()
+    records, corrupt = mgr.listing()
     acks = mgr.backend.all_acks()
-    rows: list[tuple[WorkerInfo, bool, list[dict[str, Any]]]] = []
+    rows: list[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]] = []
     for w in infos:
         alive = worker_live(w, mgr.time)
         lag: list[dict[str, Any]] = []
@@ -859,22 +863,37 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
                             "generation": st.generation,
                         }
                     )
-        rows.append((w, alive, lag))
+        unknown = [  # its lag there cannot be told: the record does not read
+            bad.location
+            for bad in corrupt
+            if w.corrupt is not None or w.locations is None or bad.location in w.locations
+        ]
+        rows.append((w, alive, lag, unknown))
     if as_json:
         _print_json(
             json.dumps(
                 [
-                    {**w.model_dump(mode="json"), "alive": alive, "lagging": lag}
-                    for w, alive, lag in rows
+                    {**w.model_dump(mode="json"), "alive": alive, "lagging": lag,
+                     "lag_unknown": unknown}
+                    for w, alive, lag, unknown in rows
                 ],
                 indent=2,
             )
         )
-        return
-    if not rows:
+    elif not rows:
         _console().print("no workers registered")
-        return
-    own = mgr.time.offset_seconds()
+    else:
+        _console().print(_workers_table(rows, now, mgr.time.offset_seconds()))
+    _report_corrupt_workers([w for w in infos if w.corrupt is not None], bool(corrupt))
+    _report_corrupt(corrupt)
+
+
+def _workers_table(
+    rows: Sequence[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]],
+    now: datetime,
+    own: float | None,
+) -> Table:
+    """The ``workers`` table; ``own``: this host's clock minus the backend's (seconds)."""
     table = Table(
         title="workers",
         title_justify="left",
@@ -882,31 +901,59 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         caption_justify="left",
     )
     for col in (
-        "Worker", "Host/pid", "Lease", "Clock", "Services", "Locations", "Lagging", "Errors"
+        "Worker", "Host/pid", "Lease", "Clock", "Services", "Locations", "Lagging", "Stuck",
+        "Errors",
     ):
         table.add_column(col)
-    for w, alive, lag in rows:
+    for w, alive, lag, unknown in rows:
         if w.lease_expires_at is None:
             lease = Text("alive (session)", style="green") if alive else Text("expired")
         elif alive:
             lease = Text(f"alive ({_ago(w.lease_expires_at, now)})", style="green")
         else:
             lease = Text(f"expired ({_ago(w.lease_expires_at, now)})", style="bold red")
-        lagging = ", ".join(
+        lagging = Text(", ".join(
             f"{x['location']}/{x['service']} ({x['acked']}<{x['generation']})" for x in lag
-        )
+        ), style="yellow")
+        for loc in unknown:
+            lagging.append(", " if len(lagging) else "")
+            lagging.append(f"{loc}/? (record corrupt)", style="bold red")
         errors = "; ".join(f"{k}: {v}" for k, v in sorted(w.errors.items()))
+        if w.corrupt is not None:
+            errors = f"registration corrupt: {w.corrupt}"
+        stuck = stuck_handlers([w], [w.worker_id], now).get(w.worker_id, "")
         table.add_row(
             Text(w.worker_id),
-            _plain(f"{w.host}/{w.pid}"),
+            _plain(f"{w.host}/{w.pid}" if w.corrupt is None else "?"),
             lease,
             _offset_cell(w.clock_offset_seconds),
-            Text(", ".join(w.services)),
+            Text(", ".join(w.services) if w.corrupt is None else "all (unreadable)"),
             Text("all" if w.locations is None else ", ".join(w.locations)),
-            Text(lagging or "-", style="yellow" if lag else ""),
+            lagging if len(lagging) else Text("-"),
+            _plain(stuck or "-", style="bold red" if stuck else ""),
             _plain(errors or "-", style="red" if errors else ""),
         )
-    _console().print(table)
+    return table
+
+
+def _report_corrupt_workers(corrupt: Sequence[WorkerInfo], more: bool) -> None:
+    """Name every unreadable registration on stderr; exit 2 unless ``more`` errors (corrupt
+    records, reported next) will."""
+    if not corrupt:
+        return
+    for w in corrupt:
+        what = f"worker {w.worker_id!r}: registration does not parse ({w.corrupt})"
+        typer.echo(
+            f"error: {_escaped(what)}; counted as a live worker applying every service at "
+            "every location",
+            err=True,
+        )
+    typer.echo(
+        f"error: {len(corrupt)} corrupt worker registration(s); run 'locstatus check' for details",
+        err=True,
+    )
+    if not more:
+        raise typer.Exit(2)
 
 
 # -- locations -------------------------------------------------------------------------------
@@ -1145,7 +1192,7 @@ def check(
         ),
     ] = 1.0,
 ) -> None:
-    """Consistency check (SPEC §5.4): exit 0 clean, 1 findings left, 2 could not run."""
+    """Consistency check (docs/design.md §5.4): exit 0 clean, 1 findings left, 2 could not run."""
     stuck = parse_duration(stuck_after, option="--stuck-after")
     ttl = parse_duration(tombstone_ttl, option="--tombstone-ttl")
     if location_config is not None and locations is None:
@@ -1226,7 +1273,7 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Run the HTTP sidecar (SPEC §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
+    """Run the HTTP sidecar (docs/design.md §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
     port_number = _port(port)
     reconcile = _interval("--reconcile-interval", reconcile_interval)

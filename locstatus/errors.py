@@ -1,7 +1,8 @@
 """The one exception hierarchy of locstatus.
 
 Every error a caller can see is a :class:`LocstatusError`. Each class carries, once, the CLI exit
-code (SPEC §5.2: 1 refused, 2 usage or backend error) and the HTTP status (SPEC §5.3) it maps to,
+code (docs/design.md §5.2: 1 refused, 2 usage or backend error) and the HTTP status (docs/design.md
+§5.3) it maps to,
 so the CLI and the sidecar never decide that twice. Messages always name the bad value.
 
 Backends raise :class:`VersionConflict`, :class:`AlreadyExists`, :class:`NotFound`,
@@ -36,8 +37,8 @@ class InvalidInput(LocstatusError, ValueError):
 
 
 class InvalidTransition(LocstatusError):
-    """The event is not allowed from the current state (SPEC §3), e.g. scheduling a resume of a
-    running service. Nothing was written."""
+    """The event is not allowed from the current state (docs/design.md §3), e.g. scheduling a
+    resume of a running service. Nothing was written."""
 
     exit_code = 1
     http_status = 409
@@ -65,7 +66,7 @@ class AlreadyExists(LocstatusError):
 
 class VersionConflict(LocstatusError):
     """Backend level: the record's version is not the expected one (compare-and-set failed).
-    The manager re-reads and re-applies (SPEC §3.1); callers normally never see this."""
+    The manager re-reads and re-applies (docs/design.md §3.1); callers normally never see this."""
 
     exit_code = 1
     http_status = 409
@@ -73,7 +74,7 @@ class VersionConflict(LocstatusError):
 
 
 class ConflictError(LocstatusError):
-    """Compare-and-set kept failing: the retry budget of SPEC §3.1 is exhausted."""
+    """Compare-and-set kept failing: the retry budget of docs/design.md §3.1 is exhausted."""
 
     exit_code = 1
     http_status = 409
@@ -103,7 +104,7 @@ class CorruptRecord(LocstatusError):
 
 class BackendUnavailable(LocstatusError):
     """The backend cannot be reached or timed out. The outcome of an in-flight write is
-    resolved by op_id (SPEC §3.2) before this reaches a caller."""
+    resolved by op_id (docs/design.md §3.2) before this reaches a caller."""
 
     exit_code = 2
     http_status = 503
@@ -122,7 +123,7 @@ class BackendFull(BackendUnavailable):
 
 class AmbiguousCommit(BackendUnavailable):
     """Backend level: the connection failed after a write was sent, so it may or may not have
-    been applied. The manager resolves it by looking for the op_id (SPEC §3.2)."""
+    been applied. The manager resolves it by looking for the op_id (docs/design.md §3.2)."""
 
 
 class Unauthorized(LocstatusError):
@@ -147,6 +148,14 @@ class SettleTimeout(LocstatusError, TimeoutError):
     http_status = 504
     title = "timeout"
 
-    def __init__(self, message: str, lagging: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        lagging: list[str] | None = None,
+        stuck: dict[str, list[str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.lagging = lagging or []
+        self.stuck = stuck or {}
+        """Lagging workers with a handler stuck past its deadline: worker id -> the
+        ``location/service`` keys it is stuck at (docs/agent.md "Handlers")."""

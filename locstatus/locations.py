@@ -1,4 +1,4 @@
-"""Location lists: which locations exist and which services each one has (SPEC §5.2).
+"""Location lists: which locations exist and which services each one has (docs/design.md §5.2).
 
 Operators already describe their sites somewhere; this module reads those files so
 ``locstatus locations sync`` and ``locstatus check --locations`` never need a second list kept by

@@ -1,6 +1,6 @@
 """The manager: the one place that combines the state machine with a backend.
 
-Every mutation is the same short loop (SPEC §3.1, §3.2), in :meth:`Manager._write`:
+Every mutation is the same short loop (docs/design.md §3.1, §3.2), in :meth:`Manager._write`:
 
 1. read the record and its version;
 2. apply the event to each targeted service with the pure state machine;
@@ -89,7 +89,7 @@ Plan = tuple[LocationStatus, list[HistoryEntry]] | None
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded, jittered retry of compare-and-set conflicts (SPEC §3.1).
+    """Bounded, jittered retry of compare-and-set conflicts (docs/design.md §3.1).
 
     ``max_attempts`` attempts or ``max_seconds`` seconds, whichever comes first; waits are
     random exponential between 0 and ``min(cap, base * 2**n)`` seconds.
@@ -184,7 +184,7 @@ class _VersionHints:
 @dataclass
 class _Ambiguity:
     """Writes of one operation whose outcome was unknown: version they would have produced ->
-    the record they sent (SPEC §3.2)."""
+    the record they sent (docs/design.md §3.2)."""
 
     sent: dict[int, LocationStatus] = field(default_factory=dict)
 
@@ -222,6 +222,23 @@ def lagging_workers(
         and acks.get(w.worker_id, {}).get(service, -1) < generation
         and worker_live(w, time_source)
     ]
+
+
+def stuck_handlers(
+    workers: Sequence[WorkerInfo], ids: Iterable[str], now: datetime
+) -> dict[str, str]:
+    """For each of ``ids`` with a handler stuck past its deadline, where: ``"stuck 12s in
+    pause handler mod.fn at us-east-1/replication"`` (several joined with ``; ``)."""
+    wanted = set(ids)
+    out: dict[str, str] = {}
+    for w in workers:
+        if w.worker_id in wanted and w.stuck:
+            out[w.worker_id] = "; ".join(
+                f"stuck {max(0.0, (now - h.since).total_seconds()):.0f}s in {h.event} handler "
+                f"{h.handler} at {key}"
+                for key, h in sorted(w.stuck.items())
+            )
+    return out
 
 
 class Manager:
@@ -352,7 +369,8 @@ class Manager:
         if_version: int | None = None,
         op_id: str | None = None,
     ) -> LocationStatus:
-        """Pause services (SPEC §3 ``pause``): running/resuming -> pausing; a pause of a paused
+        """Pause services (docs/design.md §3 ``pause``): running/resuming -> pausing; a pause of a
+        paused
         service cancels its scheduled resume, else it is a no-op. ``wait`` seconds: block until
         settled (:class:`SettleTimeout` names the lagging workers). ``if_version``: refuse with
         :class:`PreconditionFailed` unless the record is at that version (the pausing write's;
@@ -499,9 +517,9 @@ class Manager:
         remove_missing: bool = True,
     ) -> SyncReport:
         """Make the stored locations match ``locations``: a list of names (every configured
-        service) or a mapping name -> services (SPEC §5.2). Adds missing locations and
-        services, restores tombstoned ones, and tombstones locations not listed (SPEC §3.5)
-        unless ``remove_missing`` is False. All names (and ``actor``) are validated before
+        service) or a mapping name -> services (docs/design.md §5.2). Adds missing locations and
+        services, restores tombstoned ones, and tombstones locations not listed (docs/design.md
+        §3.5) unless ``remove_missing`` is False. All names (and ``actor``) are validated before
         anything is written.
         """
         _check_free_text(None, actor)
@@ -531,7 +549,7 @@ class Manager:
         return self.status(location)
 
     def remove_location(self, location: str, *, actor: str | None = None) -> LocationStatus:
-        """Tombstone a location (SPEC §3.5): ``deleted_at`` is set, workers see it and
+        """Tombstone a location (docs/design.md §3.5): ``deleted_at`` is set, workers see it and
         acknowledge it, and the check job purges it later. No-op if already removed."""
         check_location(location)
         _check_free_text(None, actor)
@@ -827,7 +845,7 @@ class Manager:
     @staticmethod
     def _raise_unresolved(exc: BackendUnavailable, op_id: str, ambiguity: _Ambiguity) -> NoReturn:
         """After an ambiguous commit, an unreachable backend leaves the outcome unknown: say
-        so, with the op_id to look for (SPEC §3.2), rather than a plain 'unavailable'."""
+        so, with the op_id to look for (docs/design.md §3.2), rather than a plain 'unavailable'."""
         if ambiguity.sent and not isinstance(exc, AmbiguousCommit):
             raise AmbiguousCommit(
                 f"{exc}; the write may or may not have been applied: look for op_id {op_id} "
@@ -1051,17 +1069,24 @@ class Manager:
                             )
                         }
                     )
+                    stuck = stuck_handlers(workers, lagging, self.clock())
+                    named = [w + (f" ({stuck[w]})" if w in stuck else "") for w in lagging]
                     problem = self.time.problem()
                     raise SettleTimeout(
                         f"{location}: {', '.join(pending)} still "
                         f"{'/'.join(sorted({rec.services[s].state.value for s in pending}))} "
-                        f"after {timeout:g}s; lagging workers: {', '.join(lagging) or 'none'}"
+                        f"after {timeout:g}s; lagging workers: {', '.join(named) or 'none'}"
                         + (
                             f"; not settling without them while the {problem} (docs/time.md)"
                             if problem
                             else ""
                         ),
                         lagging,
+                        {
+                            w.worker_id: sorted(w.stuck)
+                            for w in workers
+                            if w.worker_id in stuck
+                        },
                     )
                 woken.wait(min(remaining, 0.25))
         finally:

@@ -1,10 +1,10 @@
-"""Typed records of SPEC §2: what is stored, returned by the library and served over HTTP.
+"""Typed records of docs/design.md §2: what is stored, returned by the library and served over HTTP.
 
 Every field is documented once, here. All datetimes are timezone-aware and normalised to UTC;
 a naive datetime is refused rather than guessed. Location and service names are validated by
 :mod:`locstatus.names` so a bad name never reaches a backend. Models are frozen: a state change
 is a new value computed by :mod:`locstatus.fsm`, never an in-place edit of a cached object
-(the "stale cache written back whole" failure mode of SPEC §1).
+(the "stale cache written back whole" failure mode of docs/design.md §1).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def utcnow() -> datetime:
 
 
 def new_op_id() -> str:
-    """A fresh operation id (32 hex characters), recorded with every write (SPEC §3.2)."""
+    """A fresh operation id (32 hex characters), recorded with every write (docs/design.md §3.2)."""
     return uuid.uuid4().hex
 
 
@@ -111,8 +111,8 @@ UTCDateTime = Annotated[
 """An aware datetime, converted to UTC. Naive datetimes are refused."""
 
 LocationName = Annotated[str, StringConstraints(pattern=f"^{LOCATION_RE.pattern}$")]
-"""A location name (SPEC §2): ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`` (which excludes ``.`` and
-``..``). Checked in pydantic's core for speed; entry points also call
+"""A location name (docs/design.md §2): ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`` (which excludes
+``.`` and ``..``). Checked in pydantic's core for speed; entry points also call
 :func:`locstatus.names.check_location`, which refuses the reserved bulk name ``all``."""
 
 ServiceName = Annotated[str, StringConstraints(pattern=f"^{SERVICE_RE.pattern}$")]
@@ -133,7 +133,7 @@ WorkerId = Annotated[str, GetPydanticSchema(_worker_id_schema)]
 
 
 class State(StrEnum):
-    """The four states of a service at a location (SPEC §3)."""
+    """The four states of a service at a location (docs/design.md §3)."""
 
     RUNNING = "running"
     PAUSING = "pausing"
@@ -169,7 +169,7 @@ class ServiceStatus(_Frozen):
     actor: str | None = Field(default=None, max_length=256)
     """Who made the last change."""
     op_id: str | None = Field(default=None, max_length=64)
-    """Id of the operation that last changed this status (SPEC §3.2)."""
+    """Id of the operation that last changed this status (docs/design.md §3.2)."""
     updated_at: UTCDateTime | None = None
     """When this status last changed (UTC)."""
 
@@ -187,12 +187,12 @@ class LocationStatus(_Frozen):
     services: Annotated[
         dict[ServiceName, ServiceStatus], _aliases_on_python_input(_service_aliases)
     ]
-    """Status per service; only the services this location has (SPEC §5.2). Python input may
-    use the ``crr`` alias as a key; stored JSON holds canonical names."""
+    """Status per service; only the services this location has (docs/design.md §5.2). Python input
+    may use the ``crr`` alias as a key; stored JSON holds canonical names."""
     version: int = Field(default=0, ge=0)
     """The backend's version of the record, for compare-and-set; the HTTP ETag. 0 = unsaved."""
     deleted_at: UTCDateTime | None = None
-    """Tombstone (SPEC §3.5): when the location was removed, or None."""
+    """Tombstone (docs/design.md §3.5): when the location was removed, or None."""
 
     @property
     def deleted(self) -> bool:
@@ -201,7 +201,8 @@ class LocationStatus(_Frozen):
 
 
 class HistoryEntry(_Frozen):
-    """One state change, written in the same atomic write as the change itself (SPEC §2)."""
+    """One state change, written in the same atomic write as the change itself (docs/design.md
+    §2)."""
 
     op_id: str
     """Id of the operation that wrote this entry."""
@@ -225,7 +226,7 @@ class HistoryEntry(_Frozen):
 
 
 TOMBSTONE_ACK = "_tombstone"
-"""Pseudo-service name a worker acknowledges a tombstone with (SPEC §3.5)."""
+"""Pseudo-service name a worker acknowledges a tombstone with (docs/design.md §3.5)."""
 
 
 def tombstone_generation(deleted_at: datetime) -> int:
@@ -235,8 +236,20 @@ def tombstone_generation(deleted_at: datetime) -> int:
     return int(deleted_at.timestamp() * 1000)
 
 
+class StuckHandler(_Frozen):
+    """A worker's handler that has been running past the agent's ``handler_deadline``
+    (docs/agent.md "Handlers"): where the worker is stuck."""
+
+    event: str
+    """What the handler applies: ``pause``, ``resume``, ``remove`` or ``fence``."""
+    handler: str = Field(max_length=256)
+    """The handler function (``module.qualname``)."""
+    since: UTCDateTime
+    """When it started (UTC, the manager's time source)."""
+
+
 class WorkerInfo(_Frozen):
-    """A registered worker process (SPEC §2) and its lease."""
+    """A registered worker process (docs/design.md §2) and its lease."""
 
     worker_id: WorkerId
     services: Annotated[tuple[ServiceName, ...], _aliases_on_python_input(_service_tuple)]
@@ -256,19 +269,31 @@ class WorkerInfo(_Frozen):
     clock_offset_seconds: float | None = None
     """The worker process's wall clock minus the backend's time, in seconds, as it last
     measured it (docs/time.md); None when not measured. Reported, never trusted."""
+    stuck: dict[str, StuckHandler] = Field(default_factory=dict)
+    """Handlers running past the worker's handler deadline, per ``location/service``
+    (docs/agent.md "Handlers"); cleared when they return."""
+    corrupt: str | None = None
+    """Set by a backend only, never stored: the stored registration of ``worker_id`` does not
+    parse or validate (what is wrong). Such a worker is listed as a live worker that applies
+    every service at every location (:meth:`applies`) and has acknowledged nothing of its
+    registration's, while the lease read from what is left holds (docs/agent.md "Unreadable
+    registrations and acknowledgements"): a settle never happens without it."""
 
     def alive(self, now: datetime) -> bool:
         """True while the lease holds at ``now`` (an aware datetime)."""
         return self.lease_expires_at is None or self.lease_expires_at > now
 
     def applies(self, location: str, service: str) -> bool:
-        """True if this worker must acknowledge ``service`` at ``location``."""
+        """True if this worker must acknowledge ``service`` at ``location``; always for a
+        :attr:`corrupt` registration (what it applies cannot be read)."""
+        if self.corrupt is not None:
+            return True
         return service in self.services and (self.locations is None or location in self.locations)
 
 
 class Hint(_Frozen):
     """A change hint from a backend. Hints may be coalesced or dropped; a ``resync`` hint
-    (reconnect, lost session, overflow) means: re-read everything (SPEC §3.4)."""
+    (reconnect, lost session, overflow) means: re-read everything (docs/design.md §3.4)."""
 
     kind: str
     """``location`` | ``acks`` | ``workers`` | ``resync``."""

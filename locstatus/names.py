@@ -21,7 +21,7 @@ LOCATION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SERVICE_RE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
 BULK_LOCATION = "all"
-"""Reserved: ``all`` addresses every location in the CLI and HTTP API (SPEC §5.3)."""
+"""Reserved: ``all`` addresses every location in the CLI and HTTP API (docs/design.md §5.3)."""
 
 MAX_REASON = 1024
 """Longest ``reason``, in characters."""
@@ -43,7 +43,7 @@ def _shown(value: object) -> str:
 def check_location(name: object) -> str:
     """Return ``name`` if it is a valid location name, else raise :class:`InvalidInput`.
 
-    Valid: ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`` and not ``.`` or ``..`` (SPEC §2).
+    Valid: ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`` and not ``.`` or ``..`` (docs/design.md §2).
     """
     if not isinstance(name, str):
         raise InvalidInput(f"location must be a string, got {_shown(name)}")

@@ -1,6 +1,6 @@
 """The reconciler: fires due scheduled resumes and settles transitions, in any number of processes.
 
-Why it is shaped so (SPEC §3.3, §3 settle rule):
+Why it is shaped so (docs/design.md §3.3, §3 settle rule):
 
 - A scheduled resume is *data* (``resume_at`` in the record), never an in-process timer. The
   reconciler only looks at records and calls :meth:`Manager.fire_due_resumes` for a location
@@ -74,7 +74,7 @@ class ReconcileReport:
 
 
 class Reconciler:
-    """Fires due scheduled resumes and settles acknowledged transitions (SPEC §3.3).
+    """Fires due scheduled resumes and settles acknowledged transitions (docs/design.md §3.3).
 
     - ``mgr``: the :class:`Manager` to act through (every write is its compare-and-set path).
     - ``interval``: seconds between full scans of every record (> 0).

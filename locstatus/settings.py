@@ -22,7 +22,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOCSTATUS_", extra="ignore")
 
     backend: str = "sqlite:///./locstatus.db"
-    """Backend URL (SPEC §4)."""
+    """Backend URL (docs/design.md §4)."""
     services: str = ",".join(DEFAULT_SERVICES)
     """Comma-separated set of service names."""
     api_token: SecretStr | None = None

@@ -15,25 +15,25 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fulldisk import small_disk  # noqa: F401  (a fixture: a tmpfs to fill up)
 
-from kits import Kit, memory_kit, sqlite_kit
+from support.fulldisk import small_disk  # noqa: F401  (a fixture: a tmpfs to fill up)
+from support.kits import Kit, memory_kit, sqlite_kit
 
 KIT_FACTORIES: dict[str, Callable[[pytest.FixtureRequest, Path], Kit]] = {
     "memory": lambda request, tmp: memory_kit(tmp),
     "sqlite": lambda request, tmp: sqlite_kit(tmp),
 }
 
-try:  # the ZooKeeper backend's kit (tests/kits_zk.py)
-    from kits_zk import zk_kit, zk_server  # noqa: F401  (zk_server is a fixture)
+try:  # the ZooKeeper backend's kit (tests/support/kits_zk.py)
+    from support.kits_zk import zk_kit, zk_server  # noqa: F401  (zk_server is a fixture)
 
     KIT_FACTORIES["zk"] = lambda request, tmp: zk_kit(request.getfixturevalue("zk_server"))
 except ImportError as exc:  # pragma: no cover - only while the backend is being written
     if "kits_zk" not in str(exc):
         raise
 
-try:  # the MongoDB backend's kit (tests/kits_mongo.py)
-    from kits_mongo import mongo_kit, mongo_server  # noqa: F401  (mongo_server is a fixture)
+try:  # the MongoDB backend's kit (tests/support/kits_mongo.py)
+    from support.kits_mongo import mongo_kit, mongo_server  # noqa: F401  (mongo_server is a fixture)
 
     KIT_FACTORIES["mongo"] = lambda request, tmp: mongo_kit(request.getfixturevalue("mongo_server"))
 except ImportError as exc:  # pragma: no cover

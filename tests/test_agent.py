@@ -1,11 +1,11 @@
-"""The worker agent (SPEC §3.4, §3.5, §5.1): a pause is ``pausing`` until every live worker has
+"""The worker agent (docs/design.md §3.4, §3.5, §5.1): a pause is ``pausing`` until every live worker has
 applied it, and every worker converges to the latest state whatever it missed.
 
 Two layers:
 
 - in-process agents on every backend kit (``kit``: memory and SQLite), for the agent's own
   rules: handlers, acknowledgements, retries, tombstones, local reads;
-- real worker processes (``tests/agent_worker.py``) on every backend reachable from other
+- real worker processes (``tests/support/agent_worker.py``) on every backend reachable from other
   processes (``backend_url``, from ``durable_kit``: SQLite now, the server backends when their
   kits join), frozen with SIGSTOP, killed with SIGKILL, and cut from the backend.
 """
@@ -39,15 +39,15 @@ from locstatus.agent.settle import rendezvous
 from locstatus.backends import Backend, open_backend
 from locstatus.models import TOMBSTONE_ACK, tombstone_generation
 
-from agent_worker import Partition
-from kits import Kit
-from kits_mongo import fresh_database, kit_url
-from kits_zk import start_zk, zk_url
-from servers import start_mongo
+from support.agent_worker import Partition
+from support.kits import Kit
+from support.kits_mongo import fresh_database, kit_url
+from support.kits_zk import start_zk, zk_url
+from support.servers import start_mongo
 
 LOC = "us-east-1"
 SVC = "replication"
-WORKER = Path(__file__).with_name("agent_worker.py")
+WORKER = Path(__file__).parent / "support" / "agent_worker.py"
 FAST = {"lease_seconds": 2.0, "handler_retry": HandlerRetry(base=0.05, cap=0.2)}
 
 
@@ -684,6 +684,24 @@ def test_worker_frozen_past_its_lease_stops_counting_and_catches_up(
     )
 
 
+def test_worker_frozen_while_a_location_is_removed_and_purged_runs_on_remove_after(
+    pmgr: Manager, spawn: Callable[..., Worker]
+) -> None:
+    """Frozen past its lease across the removal and the purge, the worker never sees the
+    tombstone; when it thaws and finds the location gone, it still runs on_remove for it
+    (before: it forgot the location silently, its consumers left running)."""
+    pmgr.sync_locations({LOC: [SVC], "eu-west-1": [SVC]})
+    w = spawn("napper", "--lease", "1.5", "--resync", "3600")
+    w.wait_ready()
+    w.signal(signal.SIGSTOP)
+    pmgr.sync_locations({LOC: [SVC]})  # eu-west-1 becomes a tombstone ...
+    pmgr.purge_location("eu-west-1", pmgr.backend.read("eu-west-1").version)  # ... then goes
+    w.signal(signal.SIGCONT)
+    eventually(lambda: ("remove", None) in w.applied(), timeout=30)
+    removed = [e for e in w.events() if e.get("event") == "remove" and e.get("phase") == "end"]
+    assert [e["location"] for e in removed] == ["eu-west-1"]
+
+
 def test_handler_error_is_visible_in_workers_until_it_succeeds(
     pmgr: Manager, spawn: Callable[..., Worker]
 ) -> None:
@@ -775,7 +793,7 @@ class SlowUnregister(Partition):
 def test_a_restart_waits_for_the_unregistration_stop_left_pending(kit: Kit) -> None:
     """stop() may return before the backend confirmed the unregistration. If that
     unregistration landed after the restarted agent registered again, it would remove a live
-    worker, and a pause would settle to paused before the worker applied it (SPEC §3).
+    worker, and a pause would settle to paused before the worker applied it (docs/design.md §3).
     start() lets it land first."""
     slow = SlowUnregister(kit.open())
     mgr = Client(slow)

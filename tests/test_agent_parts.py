@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from locstatus import Manager, connect
-from locstatus.agent.lease import Lease
+from locstatus.agent.guard import Guard
+from locstatus.agent.lease import Lease, lease_window
 from locstatus.agent.queue import DueQueue
 from locstatus.agent.replica import LocalCopy
 from locstatus.agent.settle import (
@@ -32,9 +33,19 @@ from locstatus.agent.settle import (
     is_settler,
     rendezvous,
 )
+from locstatus.agent.state import AgentState, Running
 from locstatus.backends import open_backend
-from locstatus.errors import BackendUnavailable
-from locstatus.models import TOMBSTONE_ACK, LocationStatus, ServiceStatus, State, WorkerInfo
+from locstatus.clock import CallerClock
+from locstatus.errors import BackendUnavailable, InvalidInput
+from locstatus.models import (
+    TOMBSTONE_ACK,
+    LocationStatus,
+    ServiceStatus,
+    State,
+    StuckHandler,
+    WorkerInfo,
+    utcnow,
+)
 
 A = ("us-east-1", "replication")
 B = ("eu-west-1", "replication")
@@ -97,6 +108,27 @@ def test_queue_forgets_a_location_entirely() -> None:
     assert q.keys() == {B}
     assert q.pop(now=10.5) is None and q.pop(now=11.0) == B
     assert q.failed(A, 1) == 1  # the failure count went with it
+
+
+def test_queue_parks_the_keys_of_a_busy_location_until_it_is_released() -> None:
+    q = DueQueue()
+    same = (A[0], "lifecycle")
+    q.schedule(A, 1, now=10.0)
+    q.schedule(same, 1, now=10.0)
+    q.schedule(B, 1, now=10.0)
+    assert q.pop(now=10.0) == A
+    # A's location is busy: its other key waits, another location's goes first
+    assert q.pop(now=10.0, busy={A[0]}) == B
+    assert q.pop(now=10.0, busy={A[0]}) is None and q.next_at() is None and same in q
+    q.release(A[0])
+    assert q.next_at() == 10.0 and q.pop(now=10.0) == same
+
+
+def test_a_forced_schedule_does_not_wait_for_a_backoff() -> None:
+    q = DueQueue()
+    q.schedule(A, 1, now=10.0, delay=30.0)
+    assert not q.schedule(A, 1, now=10.0) and q.pop(now=10.0) is None
+    assert q.schedule(A, 1, now=10.0, force=True) and q.pop(now=10.0) == A
 
 
 # -- the settle schedule ----------------------------------------------------------------------
@@ -246,6 +278,18 @@ def test_a_tombstone_plans_its_removal_and_a_restore_plans_the_services_again() 
     assert ("x", TOMBSTONE_ACK) not in copy.applied
 
 
+def test_forgetting_an_applied_location_makes_its_on_remove_due_once() -> None:
+    copy = LocalCopy(("replication",))
+    copy.store(record("x", 1, replication=0))
+    copy.store(record("y", 1, replication=0))
+    copy.touched.add("x")  # handlers ran for x; y was never applied
+    assert copy.forget("x") and copy.purged == {"x"}
+    assert not copy.forget("y") and copy.purged == {"x"}
+    copy.touched.add("z")
+    copy.removed("z")  # z's removal already ran on_remove
+    assert not copy.forget("z")
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
@@ -284,6 +328,46 @@ def test_the_copy_keeps_the_newest_record_and_plans_exactly_what_differs(
     applied = dict(copy.applied)
     copy.acknowledge_again()
     assert copy.applied == {} and all(copy.handled[k] == g for k, g in applied.items())
+
+
+def test_the_guard_reports_a_handler_past_its_deadline_once() -> None:
+    mono = Monotonic()
+    state = AgentState(("replication",), 1.0, monotonic=mono)
+    guard = Guard(state, "w1", deadline=5.0)
+    since = datetime(2030, 1, 1, tzinfo=UTC)
+    state.running[A] = Running(mono.now, since, "pause", "mod.stop")
+    assert guard.next_deadline() == mono.now + 5.0
+    mono.now += 4.9
+    guard.check()
+    assert state.stuck_locked() == {} and not state.beat_now.is_set()
+    mono.now += 0.2
+    guard.check()
+    assert state.stuck_locked() == {
+        "us-east-1/replication": StuckHandler(event="pause", handler="mod.stop", since=since)
+    }
+    assert state.beat_now.is_set() and state.metrics["stuck_handlers"] == 1
+    guard.check()
+    assert state.metrics["stuck_handlers"] == 1 and guard.next_deadline() is None
+
+
+def test_the_guard_fences_when_the_lease_runs_out_by_the_monotonic_clock() -> None:
+    mono = Monotonic()
+    state = AgentState(("replication",), 1.0, monotonic=mono)
+    lapsed: list[float] = []
+    until = mono.now + 3.0
+    guard = Guard(
+        state,
+        "w1",
+        deadline=60.0,
+        lease_until=lambda: until,
+        on_lapse=lambda: lapsed.append(mono.now),
+    )
+    assert guard.next_deadline() == until
+    guard.check()
+    assert lapsed == []
+    mono.now = until
+    guard.check()
+    assert lapsed == [until]
 
 
 # -- the lease --------------------------------------------------------------------------------
@@ -335,6 +419,58 @@ def test_lease_refuses_to_register_on_a_backend_that_is_down() -> None:
         lease.register({})
 
 
+class Uncertain(CallerClock):
+    def uncertainty_seconds(self) -> float:
+        return 0.4
+
+
+def test_the_lease_holds_from_when_the_renewal_was_sent_less_margin_and_uncertainty() -> None:
+    backend = FlakyWorkers()
+    mono = Monotonic()
+    lease = Lease(
+        Manager(backend, clock=Uncertain(utcnow)),  # type: ignore[arg-type]
+        "w1",
+        ("replication",),
+        None,
+        lease_seconds=10.0,
+        margin=2.5,
+        monotonic=mono,
+    )
+    assert lease.good_until is None
+    lease.register({})
+    assert lease.good_until == pytest.approx(1000.0 + 10 - 2.5 - 0.4)
+    mono.now += 3
+    assert lease.renew({}).ok and lease.good_until == pytest.approx(1003.0 + 7.1)
+    backend.down = True
+    mono.now += 3
+    assert not lease.renew({}).ok and lease.good_until == pytest.approx(1010.1)  # unchanged
+
+
+def test_the_lease_window_is_the_session_timeout_where_sessions_are_leases() -> None:
+    class Sessions:
+        session_leases = True
+        session_timeout = 4.0
+
+    class Heartbeats:
+        session_leases = False
+        session_timeout = None
+
+    assert lease_window(Sessions(), 30.0) == 4.0
+    assert lease_window(Heartbeats(), 30.0) == 30.0
+
+
+def test_a_fence_margin_that_leaves_no_room_for_renewals_is_refused() -> None:
+    mgr = connect("memory://")
+    agent = mgr.agent("w1", lease_seconds=9.0)  # renewals every 3 s: margin min(2.25, 3)
+    assert agent.fence_margin == 2.25 and agent.renew_interval == 3.0
+    assert mgr.agent("w1", lease_seconds=1.0, heartbeat_interval=0.9).fence_margin == pytest.approx(
+        0.05
+    )
+    for bad in (0.0, -1.0, 6.0, 7.5):
+        with pytest.raises(InvalidInput, match="fence_margin"):
+            mgr.agent("w1", lease_seconds=9.0, fence_margin=bad)
+
+
 # -- layering ---------------------------------------------------------------------------------
 
 
@@ -365,3 +501,23 @@ def test_connect_returns_a_manager_that_makes_agents() -> None:
     assert isinstance(mgr, Manager)
     agent = mgr.agent("w1", services=["crr"], lease_seconds=5)
     assert agent.services == ("replication",) and agent.lease_seconds == 5
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"handler_concurrency": 0},
+        {"handler_concurrency": 257},
+        {"handler_concurrency": True},
+        {"handler_concurrency": "4"},
+        {"handler_deadline": 0},
+        {"handler_deadline": float("nan")},
+        {"handler_deadline": "60"},
+        {"fence_margin": "1"},
+        {"fence_margin": float("nan")},
+    ],
+)
+def test_bad_agent_settings_are_refused_by_name(setting: dict[str, object]) -> None:
+    (name,) = setting
+    with pytest.raises(InvalidInput, match=name):
+        connect("memory://").agent("w1", **setting)  # type: ignore[arg-type]

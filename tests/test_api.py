@@ -1,5 +1,5 @@
 """The sidecar's native ``/v1`` routes over real HTTP (uvicorn on 127.0.0.1, httpx) against a real
-backend (SPEC §5.3), plus the ``serve`` rules: auth, bind refusal, no secret in logs or errors.
+backend (docs/design.md §5.3), plus the ``serve`` rules: auth, bind refusal, no secret in logs or errors.
 
 Scenarios read like an operator's: pause one / all, pause what is already paused (no write),
 resume, schedule with ``at`` / ``in_seconds``, overwrite a schedule, a manual pause or resume
@@ -31,7 +31,8 @@ from locstatus.fsm.diagram import mermaid
 from locstatus.models import WorkerInfo
 from locstatus.reconciler import Reconciler
 
-from fakeclock import FakeClock
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 TOKEN = "tok-9f1c2e-never-print-me"
 LOCATIONS = ["eu-west-1", "us-east-1", "us-east-2"]
@@ -718,6 +719,35 @@ def test_metrics(http: httpx.Client, mgr: Manager, clock: FakeClock) -> None:
     clock.advance(61)
     text = http.get("/metrics").text
     assert _metric(text, "locstatus_scheduled_resumes_overdue", service="replication") == 1
+
+
+def test_metrics_and_workers_count_what_does_not_read(
+    http: httpx.Client, mgr: Manager, durable_kit: Kit
+) -> None:
+    """The scrape-time gauges read only the readable records, so a corrupt one silently left
+    every count; an unreadable registration counts as the live worker it may be. Both are
+    counted, and ``/v1/workers`` lists the registration with what is wrong."""
+    text = http.get("/metrics").text
+    assert _metric(text, "locstatus_corrupt_records") == 0
+    assert _metric(text, "locstatus_corrupt_workers") == 0
+    durable_kit.write_raw("us-east-2", "{not json")
+    durable_kit.write_raw_worker("w-bad", '{"worker_id": "w-bad"}')
+    deadline = time.monotonic() + 10  # ZooKeeper: its watches drop the cached worker list
+    while [w.worker_id for w in mgr.workers()] != ["w-bad"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert http.post("/v1/locations/eu-west-1/replication/pause").json()[
+        "services"]["replication"]["state"] == "pausing"  # w-bad may apply it
+    text = http.get("/metrics").text
+    assert _metric(text, "locstatus_corrupt_records") == 1
+    assert _metric(text, "locstatus_corrupt_workers") == 1
+    assert _metric(text, "locstatus_locations", removed="false") == 2
+    assert _metric(text, "locstatus_workers", alive="true") == 1
+    assert _metric(text, "locstatus_lagging_workers", service="replication") == 1
+    (listed,) = http.get("/v1/workers").json()
+    assert listed["worker_id"] == "w-bad" and listed["is_alive"] is True
+    assert "services" in listed["corrupt"]
+    assert "all: registration corrupt (" in http.get("/").text  # the status page names it
 
 
 def test_workers_and_metrics_show_clock_offsets_to_the_backend(backend_url: str) -> None:

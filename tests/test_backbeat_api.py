@@ -1,5 +1,5 @@
 """Backbeat-compatible routes ``/_/backbeat/api/{crr|ingestion|lifecycle}/...`` over real HTTP
-against a real backend (SPEC §5.3), with a controllable clock.
+against a real backend (docs/design.md §5.3), with a controllable clock.
 
 The scenarios are the ones Backbeat's own documentation describes (pause all / one, resume,
 schedule in N hours with 6 as the default, read and cancel the schedule, status per location),
@@ -22,7 +22,7 @@ from locstatus.api.backbeat import iso_date
 from locstatus.api.server import BackgroundServer
 from locstatus.reconciler import Reconciler
 
-from fakeclock import FakeClock
+from support.fakeclock import FakeClock
 
 TOKEN = "bb-token-0c7e51"
 API = "/_/backbeat/api"
@@ -370,7 +370,7 @@ def test_a_backbeat_route_is_not_served_to_a_rebound_host(loopback: str, mgr: Ma
 
 
 def test_removed_locations_are_absent_and_404(http: httpx.Client, mgr: Manager) -> None:
-    mgr.remove_location("wontwork-location")  # tombstone (SPEC §3.5)
+    mgr.remove_location("wontwork-location")  # tombstone (docs/design.md §3.5)
     assert http.get("/crr/status").json() == {"aws-location": "enabled", "zenko": "enabled"}
     assert http.post("/crr/pause").json() == {"aws-location": "disabled", "zenko": "disabled"}
     assert_problem(http.get("/crr/status/wontwork-location"), 404)

@@ -30,8 +30,8 @@ from locstatus.models import (
     WorkerInfo,
 )
 
-import corrupt_shapes as shapes
-from kits import Kit
+from support import corrupt_shapes as shapes
+from support.kits import Kit
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -329,7 +329,7 @@ def test_a_payload_never_sets_the_records_version(kit: Kit) -> None:
 
 
 def test_a_stored_crr_key_reads_as_replication(kit: Kit) -> None:
-    """SPEC §2: ``crr`` is accepted everywhere as ``replication``, also in a record edited by
+    """docs/design.md §2: ``crr`` is accepted everywhere as ``replication``, also in a record edited by
     hand, whatever else its text contains."""
     b = kit.open()
     for loc, reason in (("crr-a", "maintenance"), ("crr-b", "location")):
@@ -604,6 +604,114 @@ def test_purging_a_location_drops_its_acks(b: Backend) -> None:
     b.ack("w-1", "loc-a", "replication", 2)
     b.delete("loc-a", v)
     assert b.acks("loc-a") == {}
+
+
+# -- unreadable registrations and acknowledgements (docs/agent.md "Unreadable ...") -----------
+
+
+def listed_workers(b: Backend, until: object, timeout: float = 10.0) -> list[WorkerInfo]:
+    """``b.workers()`` once ``until(listing)`` holds (ZooKeeper serves the list from a copy
+    that its watches drop after another client's write: a moment later, not at once)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = b.workers()
+        if until(got) or time.monotonic() > deadline:  # type: ignore[operator]
+            return got
+        time.sleep(0.02)
+
+
+UNREADABLE_REGISTRATIONS = {
+    "not-json": "{not json",
+    "a-list": "[1, 2]",
+    "no-services": '{"worker_id": "w-bad", "host": "h", "pid": 1}',
+    "services-wrong-type": '{"worker_id": "w-bad", "services": 7}',
+    "unknown-field": '{"worker_id": "w-bad", "services": ["replication"], "shiny": true}',
+    "another-worker": '{"worker_id": "w-other", "services": ["replication"]}',
+    "deep": '{"worker_id": "w-bad", "services": ' + "[" * 100_000 + "]" * 100_000 + "}",
+}
+
+
+@pytest.mark.parametrize("text", list(UNREADABLE_REGISTRATIONS.values()),
+                         ids=list(UNREADABLE_REGISTRATIONS))
+def test_an_unreadable_registration_is_listed_as_a_live_worker_applying_everything(
+    kit: Kit, text: str
+) -> None:
+    """A registration that does not parse may be a live worker's: listed (never left out, never
+    an error hiding the others), alive while listed, applying every service at every
+    location, so no transition settles without it (ZooKeeper once skipped it)."""
+    b = kit.open()
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    b.put_worker(worker("w-ok", lease))
+    kit.write_raw_worker("w-bad", text)
+    listed = listed_workers(b, lambda ws: len(ws) == 2)
+    assert [w.worker_id for w in listed] == ["w-bad", "w-ok"]
+    bad, ok = listed
+    assert bad.corrupt, bad
+    assert bad.lease_expires_at is None and bad.alive(datetime.now(UTC))
+    assert bad.applies("any-loc", "replication") and bad.applies("other-loc", "lifecycle")
+    assert bad.errors == {}
+    assert ok == worker("w-ok", lease) and ok.corrupt is None
+
+
+def test_a_live_workers_registration_damaged_in_place_still_counts(kit: Kit) -> None:
+    """The hand edit hits the registration of a worker that is running: it stays listed under
+    its id, and the lease that is still readable in it keeps counting (lapsing as any
+    other: a dead worker's damaged registration stops blocking when its lease runs out)."""
+    b = kit.open()
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    b.put_worker(worker("w-1", lease))
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    b.put_worker(worker("w-2", past))
+    for wid, when in (("w-1", lease), ("w-2", past)):
+        kit.write_raw_worker(
+            wid, f'{{"worker_id": "{wid}", "services": 5, "lease_expires_at": "{when.isoformat()}"}}'
+        )
+    listed = listed_workers(b, lambda ws: all(w.corrupt for w in ws))
+    assert [(w.worker_id, w.lease_expires_at) for w in listed] == [("w-1", lease), ("w-2", past)]
+    assert all(w.corrupt and "services" in w.corrupt for w in listed), listed
+    now = datetime.now(UTC)
+    assert listed[0].alive(now) and not listed[1].alive(now)
+
+
+def test_a_listed_stand_in_is_never_stored_back_and_a_new_registration_replaces_it(
+    kit: Kit,
+) -> None:
+    """Storing the stand-in would turn a worker that applies everything into one that applies
+    nothing: refused, nothing written. The worker's own next registration replaces it."""
+    b = kit.open()
+    kit.write_raw_worker("w-bad", "{not json")
+    (bad,) = listed_workers(b, lambda ws: len(ws) == 1)
+    with pytest.raises(InvalidInput, match=r"'w-bad': a registration read as corrupt"):
+        b.put_worker(bad)
+    assert [w.corrupt is not None for w in b.workers()] == [True]
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    b.put_worker(worker("w-bad", lease))
+    assert b.workers() == [worker("w-bad", lease)]
+    b.remove_worker("w-bad")
+    assert b.workers() == []
+
+
+def test_an_unreadable_acknowledgement_acknowledges_nothing_and_hides_no_other(kit: Kit) -> None:
+    """A hand-edited acknowledgement (a generation that is no integer, a field left out) is
+    not an acknowledgement: left out of acks() and all_acks(), the others read as stored
+    (MongoDB raised a KeyError, SQLite a ValueError, memory returned the bad value)."""
+    b = kit.open()
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    b.create(record("loc-a"), [])
+    b.create(record("loc-b"), [])
+    b.put_worker(worker("w-1", lease))
+    b.put_worker(worker("w-2", lease))
+    b.ack("w-1", "loc-a", "replication", 3)
+    b.ack("w-2", "loc-a", "replication", 3)
+    b.ack("w-1", "loc-b", "replication", 4)
+    kit.damage_ack("loc-a", "w-1", "replication")
+    assert b.acks("loc-a") == {"w-2": {"replication": 3}}
+    assert b.acks("loc-b") == {"w-1": {"replication": 4}}
+    every = b.all_acks()
+    assert every["loc-a"] == {"w-2": {"replication": 3}}
+    assert every["loc-b"] == {"w-1": {"replication": 4}}
+    b.ack("w-1", "loc-a", "replication", 5)  # the worker's next acknowledgement is read again
+    assert b.acks("loc-a") == {"w-1": {"replication": 5}, "w-2": {"replication": 3}}
 
 
 # -- registrations are bounded the same way on every backend (docs/agent.md "Registrations") ---

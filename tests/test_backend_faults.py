@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
-from fulldisk import SmallDisk
 
 from locstatus import (
     BackendFull,
@@ -26,13 +26,16 @@ from locstatus import (
     State,
     connect,
 )
+from locstatus.api import create_app
+from locstatus.api.server import BackgroundServer
 from locstatus.backends.mongo import MongoBackend
 from locstatus.client import Client
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
 
-from kits import Kit
-from kits_mongo import fresh_database, kit_url
-from servers import MongoHandle
+from support.fulldisk import SmallDisk
+from support.kits import Kit
+from support.kits_mongo import fresh_database, kit_url
+from support.servers import MongoHandle
 
 SVC = "replication"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -119,6 +122,41 @@ def test_a_worker_renews_its_lease_again_once_a_full_disk_has_space(
     finally:
         disk.free()
         agent.stop()
+
+
+def test_the_sidecar_stays_ready_on_a_full_disk_and_says_its_writes_fail(
+    full_store: tuple[Client, SmallDisk],
+) -> None:
+    """Reads work on a full disk, so ``/readyz`` kept saying ``ok`` while every write failed.
+    It stays ready (200: a load balancer taking every sidecar of the store away would fail
+    the reads too) but says ``degraded`` and why, and ``/metrics`` says it, until a write
+    goes through again (docs/http.md "Operations")."""
+    mgr, disk = full_store
+    with BackgroundServer(create_app(mgr)) as srv, httpx.Client(
+        base_url=srv.url, headers={"Content-Type": "application/json"}, timeout=30
+    ) as http:
+        assert http.get("/readyz").json() == {"status": "ok"}
+        disk.fill(sqlite_db=disk.path / "locstatus.db")
+        r = http.post(f"/v1/locations/loc-a/{SVC}/pause")
+        assert r.status_code == 503 and r.json()["title"] == "backend full"
+        ready = http.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json()["status"] == "degraded"
+        assert ready.json()["writes"].startswith("failing: cannot write sqlite:///")
+        assert "full" in ready.json()["writes"]
+        assert _gauge(http, "locstatus_backend_full") == 1
+        assert http.get("/v1/locations/loc-a").status_code == 200  # reads still served
+        disk.free()
+        assert http.post(f"/v1/locations/loc-a/{SVC}/pause").status_code == 200
+        assert http.get("/readyz").json() == {"status": "ok"}
+        assert _gauge(http, "locstatus_backend_full") == 0
+
+
+def _gauge(http: httpx.Client, name: str) -> float:
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
 
 
 # -- MongoDB: documents the driver refuses to send -------------------------------------------

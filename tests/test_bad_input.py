@@ -1,7 +1,7 @@
-"""Malformed input, through the CLI and through the library (SPEC §2, §5.2).
+"""Malformed input, through the CLI and through the library (docs/design.md §2, §5.2).
 
 Every case must be refused with a clear error that names the bad value, with the exit code of
-SPEC §5.2 (2 usage, 1 refused) or the matching :class:`LocstatusError`, and must leave the store
+docs/design.md §5.2 (2 usage, 1 refused) or the matching :class:`LocstatusError`, and must leave the store
 byte-for-byte as it was: the test compares a full ``sqlite3`` dump (records, history, acks,
 change log) taken before and after each case, on one store shared by every case.
 """

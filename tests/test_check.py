@@ -1,4 +1,4 @@
-"""The consistency check (SPEC §5.4, §3.5, issue 7) on every backend kit.
+"""The consistency check (docs/design.md §5.4, §3.5, issue 7) on every backend kit.
 
 Each finding kind gets one scenario that creates the drift for real (a worker that vanished
 mid-transition, a scheduled resume that passed while nothing ran, a location list that changed,
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -50,10 +51,10 @@ from locstatus.check import (
 from locstatus.locations import load_locations
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
-import corrupt_shapes as shapes
-from agent_worker import Partition
-from fakeclock import FakeClock
-from kits import Kit
+from support import corrupt_shapes as shapes
+from support.agent_worker import Partition
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 START = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 DOC = Path(__file__).resolve().parent.parent / "docs" / "check.md"
@@ -378,7 +379,7 @@ def test_mongo_history_gap_is_restored_from_the_recent_copy_and_a_lost_one_repor
     stopped between the two writes leaves a gap the record still covers (restored by
     ``--repair``); a write gone from both (a hand edit) is lost, and said so. Issue 15: the
     check stayed clean while such a write slid out of the record."""
-    from kits_mongo import COLLECTION, kit_url, mongo_kit
+    from support.kits_mongo import COLLECTION, kit_url, mongo_kit
 
     kit = mongo_kit(mongo_server)
     client = mongo_server.client()
@@ -552,6 +553,55 @@ def test_a_worker_renewing_between_the_repairs_read_and_its_removal_is_kept(
     assert rec.services["replication"].state is State.PAUSING  # waits for the live worker
     assert mgr.lagging("us-east-1", "replication") == ["back"]
     back.close()
+
+
+# -- corrupt_worker ---------------------------------------------------------------------------
+
+
+def _wait_listed(mgr: Manager, ids: list[str]) -> None:
+    """ZooKeeper lists workers from a copy its watches drop a moment after another client's
+    write: wait until the raw writes show."""
+    deadline = time.monotonic() + 10
+    while sorted(w.worker_id for w in mgr.workers()) != ids:
+        assert time.monotonic() < deadline, [w.worker_id for w in mgr.workers()]
+        time.sleep(0.02)
+
+
+def test_a_corrupt_worker_registration_is_reported_and_blocks_what_it_may_apply(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    """A registration that does not parse may be a running worker's: reported as
+    ``corrupt_worker``, counted live (a stuck transition it lags stays blocked), and removed
+    by ``--repair`` only once the lease it still carries has run out."""
+    kit.write_raw_worker("w-bad", '{"worker_id": "w-bad", "services": 7}')
+    late = (clock() + timedelta(seconds=30)).isoformat()
+    kit.write_raw_worker("w-dead", f'{{"services": 7, "lease_expires_at": "{late}"}}')
+    _wait_listed(mgr, ["w-bad", "w-dead"])
+    mgr.pause("us-east-1", "replication")
+    mgr.backend.ack("w-dead", "eu-west-1", "replication", 0)
+    clock.advance(minutes=10)
+
+    report = run_check(mgr, repair=True)
+    bad = next(f for f in report.findings if f.worker_id == "w-bad")
+    dead = next(f for f in report.findings if f.worker_id == "w-dead")
+    assert (bad.kind, bad.location, bad.state.value) == ("corrupt_worker", None, "open")
+    assert bad.repair.action is None and "services" in bad.evidence["detail"]
+    assert bad.evidence["lease_alive"] is True and bad.evidence["lease_expires_at"] is None
+    assert (dead.kind, dead.state.value) == ("corrupt_worker", "repaired")
+    assert dead.repair.action == "remove_worker" and dead.age_seconds == pytest.approx(570)
+    assert dead.evidence["locations_acknowledged"] == 1
+    stuck = only(report, "stuck_transition")
+    assert stuck.state.value == "blocked" and "w-bad" in stuck.message
+    assert [w["worker_id"] for w in stuck.evidence["lagging_workers"]] == ["w-bad", "w-dead"]
+    assert [w.worker_id for w in mgr.workers()] == ["w-bad"]
+    assert "w-dead" not in mgr.backend.acks("eu-west-1")
+    assert report.exit_code == 1
+
+    lease = clock() + timedelta(hours=1)
+    mgr.backend.put_worker(WorkerInfo(worker_id="w-bad", services=("lifecycle",),
+                                      lease_expires_at=lease))  # its worker registers again
+    assert run_check(mgr, repair=True).exit_code == 0  # then settles the pause it no longer lags
+    assert_clean(mgr)
 
 
 # -- tombstone_ready --------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from locstatus.backends import Backend
 from locstatus.check import run_check
 from locstatus.manager import worker_live
 
-from kits import Kit
+from support.kits import Kit
 
 LOC = "us-east-1"
 SVC = "replication"

@@ -30,7 +30,7 @@ from locstatus import LocstatusError, Manager, ServiceStatus, WorkerInfo
 from locstatus.backends.sqlite import SQLiteBackend
 from locstatus.check import run_check
 
-from fakeclock import FakeClock
+from support.fakeclock import FakeClock
 
 START = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 SERVICES = ("replication", "lifecycle", "ingestion")

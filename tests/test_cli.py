@@ -1,4 +1,4 @@
-"""The ``locstatus`` command line (SPEC §5.2), driven the way an operator drives it: against a
+"""The ``locstatus`` command line (docs/design.md §5.2), driven the way an operator drives it: against a
 real SQLite file, through typer's runner for most scenarios and through ``python -m locstatus``
 in a real process to prove the console entry and its exit codes."""
 
@@ -430,7 +430,7 @@ def test_workers_shows_lease_state_lag_and_handler_errors(synced: Cli) -> None:
     assert rows["worker-b"]["lagging"] == []  # filtered to eu-west-par, which did not change
     assert rows["worker-b"]["locations"] == ["eu-west-par"]
     WorkerInfo.model_validate(
-        {k: v for k, v in rows["worker-a"].items() if k not in ("alive", "lagging")}
+        {k: v for k, v in rows["worker-a"].items() if k not in ("alive", "lagging", "lag_unknown")}
     )
     human = synced.ok("workers").stdout
     for text in ("worker-a", "alive", "expired", "dr-site-a/replication (0<1)", "disk full"):
@@ -542,6 +542,38 @@ def test_corrupt_records_are_named_and_do_not_hide_the_others(synced: Cli) -> No
     # syncing a list that names a corrupt location is refused before anything is written
     sync = synced("locations", "sync", str(sample_path("locations.txt")))
     assert sync.exit_code == 2 and "dr-site-a" in sync.stderr
+
+
+def test_workers_names_corrupt_records_and_registrations_as_errors(synced: Cli) -> None:
+    """``workers`` read only the readable records, so a corrupt one vanished from every
+    worker's lag; and an unreadable registration (listed as the live worker it counts as) was
+    shown like any other. Both are named, the readable rest still shown, exit 2."""
+    register(synced.url, "worker-a")
+    register(synced.url, "worker-eu", locations=("eu-west-par",))
+    synced("pause", "dr-site-a", "--wait", "0")  # worker-a lags there
+    corrupt(synced.path, "us-east-1", "{not json")
+    with sqlite3.connect(synced.path) as db:
+        db.execute("INSERT INTO workers (worker_id, data) VALUES ('worker-bad', '{\"x\": 1}')")
+
+    as_json = synced("workers", "--json")
+    assert as_json.exit_code == 2
+    rows = {w["worker_id"]: w for w in json.loads(as_json.stdout)}
+    assert rows["worker-a"]["lag_unknown"] == ["us-east-1"]
+    assert [x["location"] for x in rows["worker-a"]["lagging"]] == ["dr-site-a"]
+    assert rows["worker-eu"]["lag_unknown"] == []  # its filter leaves us-east-1 out
+    bad = rows["worker-bad"]
+    assert bad["corrupt"] and bad["alive"] is True and bad["lag_unknown"] == ["us-east-1"]
+    assert "dr-site-a" in [x["location"] for x in bad["lagging"]]  # it may apply everything
+    assert "'worker-bad': registration does not parse" in as_json.stderr
+    assert "corrupt record for location 'us-east-1'" in as_json.stderr
+
+    human = synced("workers")
+    assert human.exit_code == 2
+    for text in ("worker-a", "dr-site-a/replication (0<1)", "us-east-1/? (record",
+                 "worker-bad", "registration corrupt"):  # (cells wrap: a phrase may split)
+        assert text in human.stdout, text
+    assert "1 corrupt record(s)" in human.stderr
+    assert "1 corrupt worker registration(s)" in human.stderr
 
 
 def test_a_service_entry_without_its_state_is_corrupt_not_running(synced: Cli) -> None:

@@ -25,9 +25,9 @@ from locstatus.api.server import BackgroundServer
 from locstatus.check import run_check
 from locstatus.reconciler import Reconciler
 
-import corrupt_shapes as shapes
-from fakeclock import FakeClock
-from kits import Kit
+from support import corrupt_shapes as shapes
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 START = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
 PROBLEM = "application/problem+json"

@@ -21,8 +21,8 @@ from locstatus.check import Kind, run_check
 from locstatus.clock import TimeSource
 from locstatus.reconciler import Reconciler
 
-from fakeclock import FakeClock
-from kits import Kit
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 START = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
 

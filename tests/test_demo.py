@@ -30,7 +30,7 @@ from locstatus.demo_worker import read_status
 from locstatus.locations import load_sample
 from locstatus.models import State
 
-from kits_zk import zk_url
+from support.kits_zk import zk_url
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -1,4 +1,4 @@
-"""The pure state machine (SPEC §3): the table, properties over random event sequences, and the
+"""The pure state machine (docs/design.md §3): the table, properties over random event sequences, and the
 generated docs that must not drift from it."""
 
 from __future__ import annotations

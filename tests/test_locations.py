@@ -1,4 +1,4 @@
-"""Location lists (SPEC §5.2): plain lists, the project's own samples, the real Backbeat sample
+"""Location lists (docs/design.md §5.2): plain lists, the project's own samples, the real Backbeat sample
 configuration, and files an operator could get wrong. Every malformed file must be refused with
 an :class:`InvalidInput` naming the file and the bad value, before anything is written."""
 

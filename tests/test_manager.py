@@ -1,8 +1,9 @@
-"""The manager on every backend: the operator's scenarios of SPEC §3 and §5.1."""
+"""The manager on every backend: the operator's scenarios of docs/design.md §3 and §5.1."""
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -29,9 +30,9 @@ from locstatus.errors import AlreadyExists, AmbiguousCommit, BackendUnavailable,
 from locstatus.manager import RetryPolicy
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus
 
-from agent_worker import Partition
-from fakeclock import FakeClock
-from kits import Kit
+from support.agent_worker import Partition
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -450,6 +451,47 @@ def test_a_worker_for_other_locations_does_not_block(mgr: Manager, clock: FakeCl
     assert state(mgr, "us-east-1", "replication") is State.RUNNING
     assert mgr.pause("us-east-1", "replication").services["replication"].state is State.PAUSED
     assert mgr.pause("eu-west-1", "replication").services["replication"].state is State.PAUSING
+
+
+def _until(probe: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for another client's write to show (ZooKeeper lists workers from a copy that its
+    watches drop a moment after the write)."""
+    deadline = time.monotonic() + timeout
+    while not probe():
+        assert time.monotonic() < deadline, "the store never showed the write"
+        time.sleep(0.02)
+
+
+def test_a_worker_whose_registration_cannot_be_read_keeps_a_pause_pausing(
+    mgr: Manager, kit: Kit
+) -> None:
+    """A hand edit leaves a registration that does not parse: it may be a running worker, so
+    no pause settles without its acknowledgement (docs/agent.md "Unreadable registrations and
+    acknowledgements"); the wait names it; once it acknowledges, the pause settles."""
+    kit.write_raw_worker("w-bad", '{"worker_id": "w-bad", "services": 7}')
+    _until(lambda: [w.worker_id for w in mgr.workers()] == ["w-bad"])
+    rec = mgr.pause("us-east-1", "replication")
+    assert rec.services["replication"].state is State.PAUSING
+    assert mgr.lagging("us-east-1", "replication") == ["w-bad"]
+    with pytest.raises(SettleTimeout, match="w-bad"):
+        mgr.pause("us-east-1", "replication", wait=0.2)
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSING
+    mgr.backend.ack("w-bad", "us-east-1", "replication", rec.services["replication"].generation)
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
+
+
+def test_an_acknowledgement_that_cannot_be_read_settles_nothing(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    mgr.backend.put_worker(
+        WorkerInfo(worker_id="w-1", services=("replication",),
+                   lease_expires_at=clock.now + timedelta(seconds=30))
+    )
+    rec = mgr.pause("us-east-1", "replication")
+    mgr.backend.ack("w-1", "us-east-1", "replication", rec.services["replication"].generation)
+    kit.damage_ack("us-east-1", "w-1", "replication")
+    assert mgr.lagging("us-east-1", "replication") == ["w-1"]
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSING
 
 
 # -- retries and ambiguous commits, with a backend that misbehaves on purpose ---------------------

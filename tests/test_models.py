@@ -1,4 +1,4 @@
-"""The records of SPEC §2 as a user of the library builds and reads them: times are aware and
+"""The records of docs/design.md §2 as a user of the library builds and reads them: times are aware and
 UTC whatever offset they were given in, naive times are refused with a message that says so,
 and ``crr`` is read as ``replication`` wherever a service is named in Python input.
 
@@ -19,7 +19,7 @@ from locstatus.backends.codec import decode_record, encode_record
 from locstatus.errors import CorruptRecord
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
-import corrupt_shapes as shapes
+from support import corrupt_shapes as shapes
 
 PLUS_TWO = timezone(timedelta(hours=2))
 

@@ -41,8 +41,8 @@ from locstatus.errors import (
 from locstatus.manager import Manager
 from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
-from kits_mongo import COLLECTION, fresh_database, kit_url
-from servers import MongoHandle, SecantusMongo, start_mongo
+from support.kits_mongo import COLLECTION, fresh_database, kit_url
+from support.servers import MongoHandle, SecantusMongo, start_mongo
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -87,6 +87,48 @@ class Commands(monitoring.CommandListener):
 
 _COMMANDS = Commands()
 monitoring.register(_COMMANDS)  # no unregister API: it stays registered, inactive outside tests
+
+
+class BeforeCommand(monitoring.CommandListener):
+    """Runs an action once, in the thread about to send a given command (pymongo publishes a
+    command's start synchronously, before it sends it): "the other client acts exactly here",
+    a race reproduced in one thread, every time. Armed by :meth:`arm`; inert otherwise."""
+
+    def __init__(self) -> None:
+        self._trap: tuple[int, str, str, Callable[[], None]] | None = None
+        self.fired = False
+
+    def arm(self, command: str, collection: str, action: Callable[[], None]) -> None:
+        self.fired = False
+        self._trap = (threading.get_ident(), command, collection, action)
+
+    def disarm(self) -> None:
+        self._trap = None
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        trap = self._trap
+        if trap is None or trap[0] != threading.get_ident():
+            return
+        if event.command_name == trap[1] and event.command.get(trap[1]) == trap[2]:
+            self._trap = None
+            self.fired = True
+            trap[3]()
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+_BEFORE = BeforeCommand()
+monitoring.register(_BEFORE)
+
+
+@pytest.fixture
+def before_command() -> Iterator[BeforeCommand]:
+    yield _BEFORE
+    _BEFORE.disarm()
 
 
 @pytest.fixture
@@ -280,6 +322,37 @@ def test_history_pages_merge_the_embedded_window_and_the_collection(
     hist.delete_one({"location": "loc", "version": versions[3]})
     assert b.history_gaps("loc") == HistoryGaps(lost=(versions[3],))
     assert b.restore_history("loc") == []
+
+
+@pytest.mark.parametrize(("writer_window", "reader_window"), [(4, 100), (100, 2), (3, 7)])
+def test_history_pages_are_whole_whatever_each_clients_recent_history(
+    mongo_server: MongoHandle, db_name: str, opened: Callable[[str], MongoBackend],
+    writer_window: int, reader_window: int,
+) -> None:
+    """Clients of one database configured with different ``recent_history`` values: a reader
+    whose window was larger than the writer's took the record's few embedded writes for the
+    whole history and never read the older pages from the collection."""
+    writer = opened(kit_url(mongo_server, db_name, recent_history=str(writer_window)))
+    reader = opened(kit_url(mongo_server, db_name, recent_history=str(reader_window)))
+    v = writer.create(record("loc"), [entry("loc", "op-c", "create")]).version
+    versions = [v]
+    for i in range(12):
+        v = writer.compare_and_set(
+            record("loc", State.PAUSING, i), v, [entry("loc", f"op-{i}")]
+        ).version
+        versions.append(v)
+    newest_first = list(reversed(versions))
+    assert [e.version for e in reader.history("loc", limit=1000)] == newest_first
+    paged: list[int] = []
+    before = None
+    while True:  # pages of 3, each from where the last one stopped
+        page = reader.history("loc", limit=3, before_version=before)
+        if not page:
+            break
+        paged.extend(e.version for e in page)
+        before = page[-1].version
+    assert paged == newest_first
+    assert [e.version for e in writer.history("loc", limit=1000)] == newest_first
 
 
 def test_a_write_whose_copy_failed_survives_any_number_of_later_writes(
@@ -805,6 +878,62 @@ def test_many_racing_creators_make_one_record_each_and_the_rest_already_exists(
         assert len(clients[0].history(name)) == 1
         # a loser's clean-up of "earlier lives" never deletes the winner's history copy
         assert not clients[0].history_gaps(name), (name, clients[0].history_gaps(name))
+
+
+def test_a_losing_creator_never_deletes_the_acknowledgements_of_the_winners_record(
+    mongo_server: MongoHandle, db_name: str, opened: Callable[[str], MongoBackend],
+    before_command: BeforeCommand,
+) -> None:
+    """Two creators of a location that had an earlier life. The loser found no record; right
+    then (before its creation counter is bumped) the winner creates the record and a worker
+    acknowledges it. The loser's clean-up of the earlier life's acknowledgements then deleted
+    the winner's, and the worker's pause would wait for an acknowledgement it had made. The
+    interleaving is forced, not hoped for: the winner runs inside the loser's command."""
+    url = kit_url(mongo_server, db_name)
+    loser, winner = opened(url), opened(url)
+    first = winner.create(record("loc"), [entry("loc", "op-1", "create")]).version
+    winner.delete("loc", first)  # an earlier life: the next create cleans up after it
+    won: list[int] = []
+
+    def winner_creates_and_a_worker_acknowledges() -> None:
+        rec = winner.create(record("loc"), [entry("loc", "op-win", "create")])
+        winner.put_worker(WorkerInfo(worker_id="w-1", services=("replication",)))
+        winner.ack("w-1", "loc", "replication", 0, if_version=rec.version)
+        won.append(rec.version)
+
+    before_command.arm("findAndModify", f"{COLLECTION}_incarnations",
+                       winner_creates_and_a_worker_acknowledges)
+    with pytest.raises(AlreadyExists):
+        loser.create(record("loc"), [entry("loc", "op-lose", "create")])
+    assert before_command.fired and won, "the race was not reproduced"
+    assert loser.read("loc").version == won[0]
+    assert loser.acks("loc") == {"w-1": {"replication": 0}}
+    assert loser.all_acks()["loc"] == {"w-1": {"replication": 0}}
+
+
+def test_acknowledgements_of_an_earlier_life_never_count_for_the_next(
+    mongo_server: MongoHandle, db_name: str, raw: MongoClient[dict[str, Any]],
+    opened: Callable[[str], MongoBackend],
+) -> None:
+    """An earlier life's acknowledgements are left behind by a purge interrupted after the
+    record's delete, or by a record deleted by hand; one acknowledges generation 5 where the
+    new life is at generation 1. They never count for the new life, even before its creator
+    cleans them up, and however the creator raced (what ``create`` once ensured by deleting
+    them before its insert, racing other creators)."""
+    b = opened(kit_url(mongo_server, db_name))
+    v = b.create(record("loc", State.PAUSING, 5), []).version
+    b.put_worker(WorkerInfo(worker_id="w-1", services=("replication",)))
+    b.ack("w-1", "loc", "replication", 5, if_version=v)
+    raw[db_name][COLLECTION].delete_one({"_id": "loc"})  # by hand: no purge, no floor raised
+    acks = raw[db_name][f"{COLLECTION}_acks"]
+    acks.insert_one({"_id": "loc/w-old/replication", "location": "loc", "worker_id": "w-old",
+                     "service": "replication", "generation": 9})  # written before lives
+    stale = acks.find_one({"_id": "loc/w-1/replication"})
+    b.create(record("loc", State.PAUSING, 1), [])
+    assert b.acks("loc") == {} and "loc" not in b.all_acks()
+    acks.replace_one({"_id": "loc/w-1/replication"}, stale or {}, upsert=True)  # put back
+    assert b.acks("loc") == {}, "an earlier life's acknowledgement counted"
+    assert "loc" not in b.all_acks()
 
 
 # -- change hints: change streams or polling ---------------------------------------------------------

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from locstatus import connect
 
-from history_check import check_history, load_records, run_load
-from kits import Kit
+from support.history_check import check_history, load_records, run_load
+from support.kits import Kit
 
 LOCATIONS = ["hot-1", "hot-2", "hot-3"]
 PROCESSES = 8

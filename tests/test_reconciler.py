@@ -1,4 +1,4 @@
-"""The reconciler (SPEC §3.3): scheduled resumes are data, fired exactly once by whichever
+"""The reconciler (docs/design.md §3.3): scheduled resumes are data, fired exactly once by whichever
 process gets there first, never after a reschedule or a re-pause; transitions settle once every
 live worker has acknowledged (or its lease ran out).
 
@@ -27,8 +27,8 @@ from locstatus import Manager, State, open_backend
 from locstatus.models import LocationStatus, WorkerInfo
 from locstatus.reconciler import Reconciler
 
-from fakeclock import FakeClock
-from kits import Kit
+from support.fakeclock import FakeClock
+from support.kits import Kit
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 

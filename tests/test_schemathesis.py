@@ -26,7 +26,7 @@ from locstatus import Manager, open_backend
 from locstatus.api import create_app
 from locstatus.api.server import BackgroundServer
 
-from kits import Kit
+from support.kits import Kit
 
 TOKEN = "schema-token-5b2d"
 

@@ -1,4 +1,4 @@
-"""Self-test of tests/servers.py: the real servers start, answer, survive
+"""Self-test of tests/support/servers.py: the real servers start, answer, survive
 restarts and (for the ensemble) elect a new leader after ``kill -9``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from servers import (
+from support.servers import (
     ServerControlUnsupported,
     ZooKeeperEnsemble,
     ZooKeeperServer,

@@ -31,8 +31,8 @@ import pytest
 from locstatus import Manager, State, WorkerInfo, connect
 from locstatus.models import HistoryEntry
 
-from servers import free_ports
-from skew import Skewed, mono_to_wall, require_libfaketime
+from support.servers import free_ports
+from support.skew import Skewed, mono_to_wall, require_libfaketime
 
 SETTLE_SLACK = timedelta(seconds=0.3)
 """A stamp is its writer's estimate of the backend's time: within that writer's bound (0.25 s

@@ -39,10 +39,10 @@ from locstatus.errors import (
 )
 from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
-import corrupt_shapes as shapes
-from fakeclock import FakeClock
-from kits_zk import TcpProxy, ZkServer, raw_client, wait_until, zk_url
-from servers import free_ports
+from support import corrupt_shapes as shapes
+from support.fakeclock import FakeClock
+from support.kits_zk import TcpProxy, ZkServer, raw_client, wait_until, zk_url
+from support.servers import free_ports
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -30,9 +30,9 @@ from locstatus.errors import BackendUnavailable
 from locstatus.manager import RetryPolicy
 from locstatus.models import State, WorkerInfo, new_op_id
 
-from history_check import full_history
-from kits_zk import raw_client, wait_until
-from servers import ZooKeeperEnsemble, start_ensemble
+from support.history_check import full_history
+from support.kits_zk import raw_client, wait_until
+from support.servers import ZooKeeperEnsemble, start_ensemble
 
 LOCATIONS = ["hot-1", "hot-2", "hot-3"]
 SERVICES = ["replication", "lifecycle", "ingestion"]

@@ -17,20 +17,27 @@ Why it is shaped so:
 - **Acknowledge only what was applied.** After a handler returns, the acknowledgement is written
   on the condition that the record is still at the version whose state was applied; if the
   generation moved while the handler ran, the handler runs again for the newer state.
-- **Three small threads, one job each.** The *heartbeat* thread renews the lease (it must never
-  wait behind a slow handler). The *watch* thread turns hints into reads of the backend and
-  keeps the local copy fresh (so ``is_paused`` flips as soon as a pause is read, even while a
-  slow handler runs). The *apply* thread runs handlers in the order their work became due.
+- **Small threads, one job each, none of which dies.** The *heartbeat* thread renews the lease
+  (it must never wait behind a slow handler). The *watch* thread turns hints into reads of the
+  backend and keeps the local copy fresh (so ``is_paused`` flips as soon as a pause is read,
+  even while a slow handler runs). The *apply* threads run handlers, several locations at once
+  and each location's one at a time, in the order their work became due. The *guard* thread
+  does no I/O: it reports handlers stuck past their deadline and notices the lease's own end.
   Hint callbacks only record what to look at and return; they never block the backend's thread.
+- **Self-fencing.** A worker judges its lease on its own monotonic clock; when it may have
+  lapsed it stops what it runs (``on_fence`` or ``on_pause``), acknowledges nothing, and
+  re-applies the real state once the lease is back (:mod:`.lease`, :mod:`.heartbeat`).
 - **Settling is everybody's job, but one worker goes first** (:mod:`.settle`).
 
 Where things live (each part a small object with its own tests, tests/test_agent_parts.py):
 
 - :mod:`.worker`: :class:`Agent`, the public worker: settings, handler registration, local
-  reads, start/stop, the heartbeat thread;
+  reads, start/stop, the supervised threads;
 - :mod:`.watch`: hints, reads, the local copy kept fresh, settle attempts, due resumes;
-- :mod:`.apply`: running handlers and acknowledging what they applied;
-- :mod:`.lease`: the registration and its renewal;
+- :mod:`.apply`: running handlers, acknowledging what they applied, fencing;
+- :mod:`.lease`: the registration, its renewal, how long it holds by the monotonic clock;
+- :mod:`.heartbeat`: the heartbeat thread, imposing and lifting the self-fence;
+- :mod:`.guard`: the guard thread (stuck handlers, the lease's own end);
 - :mod:`.settle`: the settle schedule (debounce, settler choice, retries, sweeps), pure;
 - :mod:`.queue`: the due-work queue, pure;
 - :mod:`.replica`: the local copy and the work it plans, pure;
@@ -63,6 +70,14 @@ Usage::
 
 from locstatus.agent.handlers import Applying, Handler, HandlerRetry
 from locstatus.agent.lease import UNREGISTER_GRACE
-from locstatus.agent.worker import Agent
+from locstatus.agent.worker import HANDLER_CONCURRENCY, HANDLER_DEADLINE, Agent
 
-__all__ = ["UNREGISTER_GRACE", "Agent", "Applying", "Handler", "HandlerRetry"]
+__all__ = [
+    "HANDLER_CONCURRENCY",
+    "HANDLER_DEADLINE",
+    "UNREGISTER_GRACE",
+    "Agent",
+    "Applying",
+    "Handler",
+    "HandlerRetry",
+]

@@ -1,7 +1,8 @@
 """The apply side of the agent: run the handlers for due work, acknowledge what was applied.
 
-The apply thread takes (location, service) keys from the due-work queue in the order they
-became due and, for each (docs/agent.md, "Acknowledge only what was applied"):
+Each apply thread takes (location, service) keys from the due-work queue in the order they
+became due, one location at a time (no two threads work on the same location: its keys wait
+in the queue meanwhile), and, for each (docs/agent.md, "Acknowledge only what was applied"):
 
 1. runs the handlers for the state read (``on_pause`` / ``on_resume``, or ``on_remove`` for
    a tombstone), unless they already succeeded for that generation;
@@ -12,26 +13,33 @@ became due and, for each (docs/agent.md, "Acknowledge only what was applied"):
 4. for a transitional state, opens a settle window (the watch thread settles, so the next
    handler never waits for it).
 
-A failing handler is retried with :class:`HandlerRetry` backoff and its error published; a
-backend error retries the key shortly without running the handler again.
+A failing handler (whatever it raises, ``BaseException`` included) is retried with
+:class:`HandlerRetry` backoff and its error published; a backend error retries the key shortly
+without running the handler again. While the worker is self-fenced (docs/agent.md
+"Self-fencing") a key it runs is first stopped (``on_fence``, else ``on_pause``), nothing else
+starts and nothing is acknowledged.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers
+from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers, handler_name
 from locstatus.agent.queue import Key
+from locstatus.agent.replica import PURGED
 from locstatus.agent.settle import is_settler
-from locstatus.agent.state import AgentState
-from locstatus.errors import LocstatusError, NotFound, VersionConflict
+from locstatus.agent.state import FENCE, AgentState, Running
+from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
+from locstatus.manager import worker_live
 from locstatus.models import (
     TOMBSTONE_ACK,
     LocationStatus,
     ServiceStatus,
     tombstone_generation,
+    utcnow,
 )
 
 if TYPE_CHECKING:
@@ -43,7 +51,11 @@ log = logging.getLogger("locstatus.agent")
 
 
 class Applier:
-    """Runs one worker's handlers for the work queued in ``state`` and acknowledges it."""
+    """Runs one worker's handlers for the work queued in ``state`` and acknowledges it.
+
+    ``deadline``: seconds after which a running handler is reported as stuck (the guard
+    thread marks it, :mod:`.guard`).
+    """
 
     def __init__(
         self,
@@ -52,18 +64,23 @@ class Applier:
         worker_id: str,
         handlers: Handlers,
         retry: HandlerRetry,
+        *,
+        deadline: float,
+        on_interrupt: Callable[[], None],
     ) -> None:
         self.state = state
+        self.on_interrupt = on_interrupt
+        """Called when a handler raised KeyboardInterrupt: the agent stops (docs/agent.md)."""
         self.manager = manager
         self.backend = manager.backend
         self.worker_id = worker_id
         self.handlers = handlers
         self.retry = retry
-        self.applying: Applying | None = None
-        """Inside a handler: what it applies (:attr:`Agent.applying`)."""
+        self.deadline = deadline
 
     def run(self) -> None:
-        """The apply loop, until the agent stops."""
+        """One apply thread's loop, until the agent stops. Several run at once; each takes
+        the earliest due key of a location no other thread is working on."""
         s = self.state
         try:
             while True:
@@ -78,18 +95,22 @@ class Applier:
                     with s.cond:
                         s.schedule_locked(key, -1, delay=self.retry.delay(3))
                 finally:
-                    with s.lock:
+                    with s.cond:
                         s.first_pass_discard_locked((key,))
+                        s.busy.discard(key[0])
+                        s.queue.release(key[0])
+                        s.cond.notify()
         finally:
             self.handlers.close()
 
     def _next_due(self) -> Key | None:
-        """Wait for the earliest due key and pop it; None when stopping. Caller holds the
-        lock (through the condition)."""
+        """Wait for the earliest due key of a location not busy, pop it and mark its location
+        busy; None when stopping. Caller holds the lock (through the condition)."""
         s = self.state
         while not s.stopping.is_set():
-            key = s.queue.pop(now=s.monotonic())
+            key = s.queue.pop(now=s.monotonic(), busy=s.busy)
             if key is not None:
+                s.busy.add(key[0])
                 return key
             at = s.queue.next_at()
             s.cond.wait(None if at is None else max(0.0, at - s.monotonic()))
@@ -100,9 +121,18 @@ class Applier:
         s = self.state
         location, service = key
         with s.lock:
-            rec = s.copy.records.get(location)
-        if rec is None:
+            stop = key in s.fencing
+        if stop and not self._fence(key):
             return
+        with s.lock:
+            rec = s.copy.records.get(location)
+            purged = service == TOMBSTONE_ACK and location in s.copy.purged
+            fenced = s.fenced is not None
+        if purged:
+            self._apply_purge(key)  # stops consumers: safe while fenced too
+            return
+        if rec is None or fenced:
+            return  # fenced: nothing starts; once the lease is back everything is read again
         if service == TOMBSTONE_ACK:
             self._apply_removal(key, rec)
             return
@@ -151,8 +181,11 @@ class Applier:
             workers = self.backend.workers()
         except LocstatusError:
             return True
-        now = self.manager.clock()
-        live = (w.worker_id for w in workers if w.alive(now) and w.applies(location, service))
+        live = (
+            w.worker_id
+            for w in workers
+            if w.applies(location, service) and worker_live(w, self.manager.time)
+        )
         return is_settler(location, self.worker_id, live)
 
     def _apply_removal(self, key: Key, rec: LocationStatus) -> None:
@@ -175,19 +208,65 @@ class Applier:
             return  # purged, unreachable (retried), restored or removed again (due again)
         self._acknowledge(key, removal)
 
-    def _run_handlers(
-        self, key: Key, handlers: Iterable[Handler], status: ServiceStatus | None, generation: int
-    ) -> bool:
-        """Run ``handlers`` for ``key``; on failure record the error, schedule a retry with
-        backoff and return False."""
+    def _fence(self, key: Key) -> bool:
+        """Stop ``key`` for a self-fence: its ``on_fence`` handlers, else its ``on_pause``
+        ones, with the status last read (:attr:`Agent.fencing` is True). On success nothing
+        of it counts as applied any more (True); a failure is retried like any handler's."""
         s = self.state
         location, service = key
-        self.applying = Applying(location, service, status)
+        with s.lock:
+            rec = s.copy.records.get(location)
+        status = None if rec is None else rec.services.get(service)
+        handlers = self.handlers.for_fence(service)
+        if not self._run_handlers(key, handlers, status, FENCE, fenced=True):
+            return False
+        with s.lock:
+            s.fencing.discard(key)
+            s.copy.stopped(key)
+        return True
+
+    def _apply_purge(self, key: Key) -> None:
+        """``on_remove`` for a location that disappeared before this worker saw its removal
+        (nothing to acknowledge: the record is gone). If it was created again meanwhile, its
+        pause/resume handlers run again after this."""
+        s = self.state
+        location = key[0]
+        if not self._run_handlers(key, self.handlers.for_removal(), None, PURGED):
+            return
+        with s.cond:
+            s.copy.purged.discard(location)
+            s.copy.handled.pop(key, None)
+            s.copy.removed(location)
+            again = s.copy.records.get(location)
+            if again is not None:
+                s.store_locked(again)
+
+    def _run_handlers(
+        self,
+        key: Key,
+        handlers: Iterable[Handler],
+        status: ServiceStatus | None,
+        generation: int,
+        *,
+        fenced: bool = False,
+    ) -> bool:
+        """Run ``handlers`` for ``key``; on failure record the error, schedule a retry with
+        backoff and return False. Any exception a handler raises is a handler error, including
+        a ``BaseException`` (``asyncio.CancelledError``, ``SystemExit``): the apply thread
+        never dies of one. ``KeyboardInterrupt`` is recorded, then stops the agent."""
+        s = self.state
+        location, service = key
+        what = Applying(location, service, status)
+        if fenced:
+            event = "fence"
+        else:
+            event = "remove" if status is None else "pause" if status.paused else "resume"
         try:
             for fn in handlers:
-                self.handlers.call(fn, location)
-        except Exception as exc:
-            self.applying = None
+                self._started(key, event, fn)
+                self.handlers.call(fn, location, what, fence=fenced)
+        except BaseException as exc:
+            self._ended(key)
             with s.cond:
                 s.metrics["handler_errors"] += 1
                 count = s.queue.failed(key, generation)
@@ -204,12 +283,57 @@ class Applier:
                 exc_info=exc,
             )
             s.beat_now.set()  # publish the error now, not at the next heartbeat
+            if isinstance(exc, KeyboardInterrupt):
+                log.warning(
+                    "agent %s: a handler raised KeyboardInterrupt: stopping", self.worker_id
+                )
+                self.on_interrupt()
             return False
-        self.applying = None
+        self._ended(key)
         with s.lock:
             s.metrics["handler_runs"] += 1
-            s.copy.handled[key] = generation
+            if status is not None:
+                s.copy.touched.add(location)
+            if not fenced:
+                s.copy.handled[key] = generation
+                if status is not None and status.paused:
+                    s.copy.running.discard(key)
+                elif status is not None:
+                    s.copy.running.add(key)
         return True
+
+    def _started(self, key: Key, event: str, fn: Handler) -> None:
+        """A handler starts for ``key``: the guard watches its deadline."""
+        s = self.state
+        run = Running(s.monotonic(), self._now(), event, handler_name(fn))
+        with s.lock:
+            was_stuck = s.running.get(key, run).stuck
+            s.running[key] = run
+        s.guard_wake.set()
+        if was_stuck:
+            s.beat_now.set()  # the previous handler of this key was reported: it returned
+
+    def _now(self) -> datetime:
+        """The manager's time, for a report only (when a handler started); the local clock
+        while the backend's time cannot be read at all (nothing is decided on it)."""
+        try:
+            return self.manager.clock()
+        except LocstatusError:
+            return utcnow()
+
+    def _ended(self, key: Key) -> None:
+        s = self.state
+        with s.lock:
+            run = s.running.pop(key, None)
+        if run is not None and run.stuck:
+            log.warning(
+                "agent %s: handler %s for %s/%s returned after %.1fs (was stuck)",
+                self.worker_id,
+                run.handler,
+                *key,
+                s.monotonic() - run.started,
+            )
+            s.beat_now.set()  # no longer stuck: publish now
 
     def _reread(self, key: Key, generation: int) -> LocationStatus | None:
         """Read the record again after a handler ran. None: gone, or unreachable (then the key
@@ -221,6 +345,11 @@ class Applier:
         except NotFound:
             with s.cond:
                 s.forget_locked(location)
+            return None
+        except CorruptRecord as exc:  # keep what was applied; nothing is acknowledged
+            with s.lock:
+                s.corrupt_locked(exc)
+            log.warning("agent %s: %s", self.worker_id, exc)
             return None
         except LocstatusError as exc:
             self._backend_retry(key, generation, exc)
@@ -238,10 +367,16 @@ class Applier:
         location, service = key
         if s.stopping.is_set():
             return False  # stop() unregisters this worker; never ack after that
+        if s.fenced is not None:
+            return False  # its lease may have lapsed: acknowledged again once it is back
         try:
             self.backend.ack(self.worker_id, location, service, generation, if_version=if_version)
         except VersionConflict:
             return None
+        except CorruptRecord as exc:
+            with s.lock:
+                s.corrupt_locked(exc)
+            return False
         except LocstatusError as exc:
             self._backend_retry(key, generation, exc)
             return False

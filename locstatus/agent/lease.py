@@ -1,11 +1,19 @@
-"""The worker's registration and its lease: register, renew, unregister.
+"""The worker's registration and its lease: register, renew, unregister; how long it holds.
 
 A worker counts for settle while its registration is alive (docs/agent.md, "Leases"): on
 heartbeat backends (SQLite, MongoDB, memory) while ``lease_expires_at`` is ahead, so each
 renewal rewrites it; on ZooKeeper while its session holds the ephemeral node, so a renewal only
-pings unless the published errors changed. :class:`Lease` does that I/O and remembers, on the
+pings unless what it publishes changed. :class:`Lease` does that I/O and remembers, on the
 local monotonic clock, when the last renewal succeeded: a renewal that succeeds after a failure
 or after the lease lapsed tells the agent to re-read everything and acknowledge again.
+
+It also tells how long the lease surely holds (:attr:`Lease.good_until`), by the monotonic
+clock alone (docs/agent.md "Self-fencing"): a successful renewal *sent* at ``t`` wrote a
+deadline of at least ``t + window`` (heartbeat backends: ``lease_seconds`` on the manager's
+time source; ZooKeeper: the server keeps a session it heard from at ``t`` for its session
+timeout), so the lease holds until ``t + window - margin - uncertainty``: ``margin`` seconds
+before anybody may judge it lapsed, more than the time source's uncertainty earlier. Past that
+without a new renewal, the agent self-fences.
 
 Unregistration may outlive :meth:`Agent.stop` when the backend does not answer; it then goes
 on in the background, and a new registration of the same worker id on the same backend waits
@@ -25,12 +33,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from locstatus.errors import LocstatusError
-from locstatus.models import WorkerInfo
+from locstatus.models import StuckHandler, WorkerInfo
 
 if TYPE_CHECKING:
     from locstatus.manager import Manager
 
-__all__ = ["UNREGISTER_GRACE", "Lease", "Renewal"]
+__all__ = ["UNREGISTER_GRACE", "Lease", "Renewal", "lease_window"]
 
 log = logging.getLogger("locstatus.agent")
 
@@ -49,6 +57,25 @@ def _wait_for_unregistration(backend: object, worker_id: str) -> None:
         pending = _unregistering.get((id(backend), worker_id))
     if pending is not None and pending is not threading.current_thread():
         pending.join()
+
+
+OFFSET_DECIMALS = 1
+"""The published clock offset is rounded to 0.1 s, so that on ZooKeeper (where a
+renewal rewrites the registration only when it changed) a measured offset that wanders by a
+few milliseconds does not rewrite it, and wake every watcher of the worker list, each time."""
+
+
+def _rounded(offset: float | None) -> float | None:
+    return None if offset is None else round(offset, OFFSET_DECIMALS)
+
+
+def lease_window(backend: object, lease_seconds: float) -> float:
+    """Seconds a successful renewal keeps a registration alive: the session timeout on a
+    backend whose sessions are the leases (when it says), else ``lease_seconds``."""
+    timeout = getattr(backend, "session_timeout", None)
+    if getattr(backend, "session_leases", False) and isinstance(timeout, int | float):
+        return float(timeout)
+    return lease_seconds
 
 
 class Renewal(NamedTuple):
@@ -86,6 +113,7 @@ class Lease:
         locations: tuple[str, ...] | None,
         *,
         lease_seconds: float,
+        margin: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.manager = manager
@@ -94,15 +122,23 @@ class Lease:
         self.services = services
         self.locations = locations
         self.lease_seconds = lease_seconds
+        self.window = lease_window(self.backend, lease_seconds)
+        """Seconds a successful renewal keeps the registration alive (see the module)."""
+        self.margin = margin
         self._monotonic = monotonic
         self.started_at: datetime | None = None
         self.connected = True
         self.last_ok = 0.0
         """Monotonic time of the last successful registration or renewal."""
+        self.good_until: float | None = None
+        """Monotonic time until which the lease surely holds; None before registering."""
         self._registered: WorkerInfo | None = None  # what the backend holds, as last written
 
-    def info(self, errors: Mapping[str, str]) -> WorkerInfo:
-        """The registration as it would be written now, publishing ``errors``."""
+    def info(
+        self, errors: Mapping[str, str], stuck: Mapping[str, StuckHandler] | None = None
+    ) -> WorkerInfo:
+        """The registration as it would be written now, publishing ``errors`` and ``stuck``
+        handlers."""
         return WorkerInfo(
             worker_id=self.worker_id,
             services=self.services,
@@ -114,37 +150,59 @@ class Lease:
             if self.backend.session_leases
             else self.manager.clock() + timedelta(seconds=self.lease_seconds),
             errors=dict(errors),
+            clock_offset_seconds=_rounded(self.manager.time.offset_seconds()),
+            stuck=dict(stuck or {}),
         )
 
     def register(self, errors: Mapping[str, str]) -> None:
         """Write the registration (after any pending unregistration of the same worker)."""
         _wait_for_unregistration(self.backend, self.worker_id)
         self.started_at = self.manager.clock()
+        sent = self._monotonic()
         info = self.info(errors)
+        slack = self._slack()  # the error of the deadline info() just dated
         self.backend.put_worker(info)
         self._registered = info
         self.last_ok = self._monotonic()
+        self.good_until = sent + self.window - slack
         self.connected = True
 
-    def renew(self, errors: Mapping[str, str]) -> Renewal:
-        """Renew the lease (ZooKeeper: ping, rewriting the node only when ``errors`` changed).
-        A backend error is logged and reported as ``ok=False``; it is never raised."""
-        info = self.info(errors)
+    def _slack(self) -> float:
+        """The margin, plus how far the time source may be off (it dated the deadline)."""
         try:
+            return self.margin + max(0.0, self.manager.time.uncertainty_seconds())
+        except Exception:  # a source that cannot say: keep the margin alone
+            return self.margin
+
+    def renew(
+        self, errors: Mapping[str, str], stuck: Mapping[str, StuckHandler] | None = None
+    ) -> Renewal:
+        """Renew the lease (ZooKeeper: ping, rewriting the node only when what it publishes
+        changed).
+        Any error (a backend's, or one no backend mapped) is logged and reported as
+        ``ok=False``; it is never raised, so the heartbeat thread never dies of it."""
+        sent = self._monotonic()
+        try:
+            info = self.info(errors, stuck)
+            slack = self._slack()  # the error of the deadline info() just dated
             if self.backend.session_leases and info == self._registered:
                 self.backend.ping()  # the session holds the lease: nothing to rewrite
             else:
                 self.backend.put_worker(info)
                 self._registered = info
-        except LocstatusError as exc:
+        except Exception as exc:
             self.connected = False
-            log.warning("agent %s: heartbeat failed: %s", self.worker_id, exc)
+            if isinstance(exc, LocstatusError):
+                log.warning("agent %s: heartbeat failed: %s", self.worker_id, exc)
+            else:
+                log.exception("agent %s: heartbeat failed (unexpected error)", self.worker_id)
             return Renewal(ok=False, reconnected=False, lapsed=False)
         now = self._monotonic()
         lapsed = now - self.last_ok > self.lease_seconds
         reconnected = not self.connected or lapsed
         self.connected = True
         self.last_ok = now
+        self.good_until = sent + self.window - slack
         return Renewal(ok=True, reconnected=reconnected, lapsed=lapsed)
 
     def unregister(self, wait: float | None = None) -> None:

@@ -1,16 +1,20 @@
 """The agent's due-work queue: which (location, service) to apply next, and when.
 
 The watch side plans work ("this key's stored generation differs from the one applied") and
-the apply side takes it in the order it became due. A failing key is put back with a backoff;
-a new plan for the same key supersedes the old entry (a newer generation is tried at once,
-without waiting for the backoff of the old one). The queue is pure: every call takes the
-current monotonic time, so the order and the backoff rules are tested with a fake clock
-(tests/test_agent_parts.py). It is not thread-safe: the agent calls it under its lock.
+the apply threads take it in the order it became due, one location at a time each: a key
+whose location is being applied by another thread waits (parked) until that work is done, so
+the handlers of one location run one after the other while different locations run at once.
+A failing key is put back with a backoff; a new plan for the same key supersedes the old entry
+(a newer generation is tried at once, without waiting for the backoff of the old one). The
+queue is pure: every call takes the current monotonic time, so the order and the backoff rules
+are tested with a fake clock (tests/test_agent_parts.py). It is not thread-safe: the agent
+calls it under its lock.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Container
 
 __all__ = ["DueQueue", "Key"]
 
@@ -24,7 +28,8 @@ class DueQueue:
     - :meth:`schedule` makes a key due now or after a delay. A key already due keeps its place
       when scheduled again without a delay, unless it is backing off after a failure of another
       generation (then the newer generation is due now).
-    - :meth:`pop` takes the earliest key that is due; :meth:`next_at` says when one will be.
+    - :meth:`pop` takes the earliest due key whose location is not busy (the others are
+      parked until :meth:`release`); :meth:`next_at` says when one will be.
     - :meth:`failed` / :meth:`succeeded` count consecutive failures of one generation.
 
     Usage::
@@ -39,6 +44,7 @@ class DueQueue:
         self._heap: list[tuple[float, int, Key]] = []
         self._seq = 0
         self._failures: dict[Key, tuple[int, int]] = {}  # key -> (generation, count)
+        self._parked: dict[str, list[tuple[float, int, Key]]] = {}  # busy location -> entries
 
     def __len__(self) -> int:
         """Keys waiting (due now or later)."""
@@ -51,11 +57,20 @@ class DueQueue:
         """The keys waiting."""
         return set(self._due)
 
-    def schedule(self, key: Key, generation: int, *, now: float, delay: float = 0.0) -> bool:
+    def schedule(
+        self, key: Key, generation: int, *, now: float, delay: float = 0.0, force: bool = False
+    ) -> bool:
         """Make ``key`` (planned for ``generation``) due at ``now + delay``. Returns False when
-        nothing changed (the key is already due and keeps its place or its backoff)."""
+        nothing changed (the key is already due and keeps its place or its backoff). With
+        ``force`` the new time replaces any earlier plan (a fence does not wait for a
+        backoff)."""
         failed = self._failures.get(key)
-        if delay == 0.0 and key in self._due and (failed is None or failed[0] == generation):
+        if (
+            not force
+            and delay == 0.0
+            and key in self._due
+            and (failed is None or failed[0] == generation)
+        ):
             return False
         when = now + delay
         self._due[key] = when
@@ -63,17 +78,30 @@ class DueQueue:
         heapq.heappush(self._heap, (when, self._seq, key))
         return True
 
-    def pop(self, *, now: float) -> Key | None:
-        """Remove and return the earliest key due at ``now``; None when none is due yet."""
-        self._drop_superseded()
-        if self._heap and self._heap[0][0] <= now:
-            _, _, key = heapq.heappop(self._heap)
+    def pop(self, *, now: float, busy: Container[str] = ()) -> Key | None:
+        """Remove and return the earliest key due at ``now`` whose location is not in
+        ``busy``; None when none is. Due keys of busy locations are parked (they keep their
+        place among their location's keys) until :meth:`release`."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)
+            when, _, key = entry
+            if self._due.get(key) != when:
+                continue  # superseded
+            if key[0] in busy:
+                self._parked.setdefault(key[0], []).append(entry)
+                continue
             del self._due[key]
             return key
         return None
 
+    def release(self, location: str) -> None:
+        """The work on ``location`` is done: its parked keys are due again, in their order."""
+        for entry in self._parked.pop(location, ()):
+            heapq.heappush(self._heap, entry)
+
     def next_at(self) -> float | None:
-        """The monotonic time at which the earliest key is due; None when the queue is empty."""
+        """The monotonic time at which the earliest key not parked is due; None when none."""
         self._drop_superseded()
         return self._heap[0][0] if self._heap else None
 
@@ -94,11 +122,13 @@ class DueQueue:
         for table in (self._due, self._failures):
             for key in [k for k in table if k[0] == location]:
                 del table[key]
+        self._parked.pop(location, None)
 
     def clear(self) -> None:
         self._due.clear()
         self._heap.clear()
         self._failures.clear()
+        self._parked.clear()
 
     def _drop_superseded(self) -> None:
         heap = self._heap

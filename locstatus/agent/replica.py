@@ -13,7 +13,11 @@ from __future__ import annotations
 from locstatus.agent.queue import Key
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
-__all__ = ["LocalCopy"]
+__all__ = ["PURGED", "LocalCopy"]
+
+PURGED = -2
+"""The generation a removal key ``(location, TOMBSTONE_ACK)`` is queued with when the record
+disappeared (purged) before this worker ran ``on_remove`` for it: nothing to acknowledge."""
 
 
 class LocalCopy:
@@ -23,6 +27,13 @@ class LocalCopy:
     - ``handled``: the generation whose handlers succeeded, acknowledgement still due.
 
     A removal is the key ``(location, TOMBSTONE_ACK)`` with the tombstone's generation.
+    ``touched``: locations whose pause/resume (or fence) handlers ran since their last
+    ``on_remove``: the worker has consumers there to tear down.
+    ``running``: keys whose last handlers that succeeded were ``on_resume`` (what the worker is
+    running, hence what a self-fence stops).
+    ``purged``: locations that disappeared (purged) while this worker had applied some of their
+    services and not run ``on_remove`` yet (a freeze, a partition, a lost session): it runs
+    ``on_remove`` for them all the same (docs/agent.md "Tombstones").
 
     Usage::
 
@@ -35,6 +46,9 @@ class LocalCopy:
         self.records: dict[str, LocationStatus] = {}
         self.applied: dict[Key, int] = {}
         self.handled: dict[Key, int] = {}
+        self.purged: set[str] = set()
+        self.running: set[Key] = set()
+        self.touched: set[str] = set()
 
     def store(self, rec: LocationStatus) -> list[tuple[Key, int]]:
         """Keep ``rec`` unless a newer version is already known; return the work it implies:
@@ -59,19 +73,36 @@ class LocalCopy:
                 work.append(((loc, svc), st.generation))
         return work
 
-    def forget(self, location: str) -> None:
-        """The record is gone (purged): drop it and what was applied of it."""
+    def forget(self, location: str) -> bool:
+        """The record is gone (purged): drop it and what was applied of it. Returns True when
+        ``on_remove`` is due for it (handlers ran for it since its last removal, and the
+        removal itself was not applied): the location joins :attr:`purged`."""
         self.records.pop(location, None)
+        self.running = {k for k in self.running if k[0] != location}
         for table in (self.applied, self.handled):
             for key in [k for k in table if k[0] == location]:
                 del table[key]
+        due = location in self.touched
+        self.touched.discard(location)
+        if due:
+            self.purged.add(location)
+        return due
 
     def removed(self, location: str) -> None:
         """The ``on_remove`` handlers ran: the consumers of ``location`` were torn down, so if
         the location comes back its pause/resume handlers run again."""
+        self.touched.discard(location)
         for svc in self.services:
             self.applied.pop((location, svc), None)
             self.handled.pop((location, svc), None)
+            self.running.discard((location, svc))
+
+    def stopped(self, key: Key) -> None:
+        """A self-fence stopped ``key``: nothing of it counts as applied any more, so once the
+        lease is back its handlers run again for the state then read."""
+        self.running.discard(key)
+        self.applied.pop(key, None)
+        self.handled.pop(key, None)
 
     def acknowledge_again(self) -> None:
         """Everything applied so far is to be acknowledged again, after the next read, without
@@ -92,3 +123,6 @@ class LocalCopy:
         self.records.clear()
         self.applied.clear()
         self.handled.clear()
+        self.purged.clear()
+        self.running.clear()
+        self.touched.clear()

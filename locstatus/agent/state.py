@@ -14,13 +14,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 
 from locstatus.agent.queue import DueQueue, Key
-from locstatus.agent.replica import LocalCopy
+from locstatus.agent.replica import PURGED, LocalCopy
 from locstatus.agent.settle import SettleSchedule
-from locstatus.models import LocationStatus
+from locstatus.errors import CorruptRecord
+from locstatus.models import TOMBSTONE_ACK, LocationStatus, StuckHandler
 
-__all__ = ["COUNTERS", "AgentState"]
+__all__ = ["COUNTERS", "FENCE", "AgentState", "Running", "corrupt_key"]
+
+FENCE = -3
+"""The generation a key is queued with to be stopped by a self-fence."""
 
 COUNTERS = (
     "handler_runs",
@@ -37,8 +43,32 @@ COUNTERS = (
     "lease_lapses",
     "sessions_lost",
     "corrupt_records",
+    "thread_errors",
+    "stuck_handlers",
+    "fences",
 )
 """The agent's counters (:meth:`Agent.metrics`, docs/agent.md "Reading the state locally")."""
+
+
+@dataclass
+class Running:
+    """A handler running now, for the stuck-handler report (docs/agent.md "Handlers")."""
+
+    started: float
+    """Monotonic time it started (seconds)."""
+    since: datetime
+    """When it started, on the manager's time source (published)."""
+    event: str
+    """``pause``, ``resume``, ``remove`` or ``fence``."""
+    handler: str
+    """``module.qualname`` of the function."""
+    stuck: bool = False
+    """Past the deadline: reported in the registration."""
+
+
+def corrupt_key(location: str) -> str:
+    """The key a corrupt record of ``location`` is reported under in the errors."""
+    return f"{location}/*"
 
 
 class AgentState:
@@ -76,6 +106,17 @@ class AgentState:
         """Wakes the watch thread."""
         self.beat_now = threading.Event()
         """Wakes the heartbeat thread (publish a changed error now)."""
+        self.guard_wake = threading.Event()
+        """Wakes the guard thread (a handler started: a new deadline)."""
+        self.busy: set[str] = set()
+        """Locations an apply thread is working on (one thread per location at a time)."""
+        self.running: dict[Key, Running] = {}
+        """Handlers running now, by key."""
+        self.fenced: str | None = None
+        """Why the worker is self-fenced (its lease may have lapsed), or None while it holds
+        its lease (docs/agent.md "Self-fencing")."""
+        self.fencing: set[Key] = set()
+        """Keys the fence must still stop (their pause or ``on_fence`` handlers to run)."""
 
     def reset(self) -> None:
         """Start from scratch (a restarted agent: stop() dropped its acknowledgements)."""
@@ -88,6 +129,18 @@ class AgentState:
             self.dirty.clear()
             self.settle.clear()
             self.want_resync = False
+            self.busy.clear()
+            self.running.clear()
+            self.fenced = None
+            self.fencing.clear()
+
+    def stuck_locked(self) -> dict[str, StuckHandler]:
+        """The handlers running past their deadline, as the registration publishes them."""
+        return {
+            f"{loc}/{svc}": StuckHandler(event=r.event, handler=r.handler, since=r.since)
+            for (loc, svc), r in self.running.items()
+            if r.stuck
+        }
 
     def count(self, name: str, n: int = 1) -> None:
         with self.lock:
@@ -95,22 +148,64 @@ class AgentState:
 
     def store_locked(self, rec: LocationStatus) -> None:
         """Keep ``rec`` in the local copy and queue the work it implies."""
+        if self.errors.pop(corrupt_key(rec.location), None) is not None:
+            self.beat_now.set()  # readable again: no longer reported
         for key, generation in self.copy.store(rec):
             self.schedule_locked(key, generation)
 
-    def schedule_locked(self, key: Key, generation: int, delay: float = 0.0) -> None:
-        """Make ``key`` due now (or after ``delay`` seconds) and wake the apply thread."""
-        if self.queue.schedule(key, generation, now=self.monotonic(), delay=delay):
+    def corrupt_locked(self, exc: CorruptRecord) -> None:
+        """The stored record of ``exc.location`` is corrupt: keep the last state read and
+        applied (nothing runs, nothing is acknowledged for it) and report it with the
+        handler errors (``agent.errors()``, ``WorkerInfo.errors``), keyed ``location/*``."""
+        self.metrics["corrupt_records"] += 1
+        text = f"CorruptRecord: {exc.detail} (keeping the last state applied)"[:1000]
+        if self.errors.get(corrupt_key(exc.location)) != text:
+            self.errors[corrupt_key(exc.location)] = text
+            self.beat_now.set()
+
+    def schedule_locked(
+        self, key: Key, generation: int, delay: float = 0.0, *, force: bool = False
+    ) -> None:
+        """Make ``key`` due now (or after ``delay`` seconds) and wake an apply thread."""
+        if self.queue.schedule(key, generation, now=self.monotonic(), delay=delay, force=force):
             self.cond.notify()
 
     def forget_locked(self, location: str) -> None:
-        """The record is gone (purged): forget it everywhere."""
-        self.copy.forget(location)
+        """The record is gone (purged): forget it everywhere; queue its ``on_remove`` when the
+        worker applied it and never ran that (it missed the removal)."""
+        on_remove_due = self.copy.forget(location)
         self.settle.settled(location)
         self.queue.discard_location(location)
         for name in [k for k in self.errors if k.startswith(location + "/")]:
             del self.errors[name]
         self.first_pass_discard_locked({k for k in self.first_pass if k[0] == location})
+        if on_remove_due:
+            self.schedule_locked((location, TOMBSTONE_ACK), PURGED)
+
+    def fence_locked(self, reason: str) -> bool:
+        """Self-fence: from now on nothing is acknowledged and nothing is started, and every
+        key the worker runs (applied running, or whose ``on_resume`` is under way) is queued
+        to be stopped, at once (a backoff is not waited for). Returns False when fenced
+        already."""
+        if self.fenced is not None:
+            return False
+        self.fenced = reason
+        self.metrics["fences"] += 1
+        starting = {k for k, r in self.running.items() if r.event == "resume"}
+        for key in self.copy.running | starting:
+            self.fencing.add(key)
+            self.schedule_locked(key, FENCE, force=True)
+        return True
+
+    def unfence_locked(self) -> None:
+        """The lease is back: read everything again and apply the real state (what the fence
+        stopped runs again if it should; what was applied is acknowledged again: while fenced
+        the worker may have been dropped as expired, and its acknowledgements with it)."""
+        self.fenced = None
+        self.want_resync = True
+        self.copy.acknowledge_again()
+        self.wake.set()
+        self.cond.notify_all()
 
     def first_pass_discard_locked(self, keys: Iterable[Key]) -> None:
         self.first_pass.difference_update(keys)

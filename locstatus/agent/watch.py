@@ -13,6 +13,7 @@ resync, the settle schedule, the next scheduled resume), or for a hint.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from locstatus.agent.state import AgentState
@@ -26,13 +27,17 @@ __all__ = ["Watcher"]
 
 log = logging.getLogger("locstatus.agent")
 
+RESUME_RETRY = 1.0
+"""Seconds before looking again for due resumes while the backend's time cannot be read."""
+
 
 class Watcher:
     """Keeps the local copy of ``state`` fresh for one worker and settles what it applied.
 
-    ``locations``: the worker's location filter (None: every location). ``resync_interval``:
-    seconds between full re-reads. ``fire_scheduled_resumes``: fire due resumes of watched
-    locations (docs/agent.md, "Scheduled resumes").
+    ``services``: the services the worker applies; ``locations``: its location filter (None:
+    every location). ``resync_interval``: seconds between full re-reads.
+    ``fire_scheduled_resumes``: fire the due resumes of the worker's services at watched
+    locations, and of no other service (docs/agent.md, "Scheduled resumes").
     """
 
     def __init__(
@@ -41,6 +46,7 @@ class Watcher:
         manager: Manager,
         worker_id: str,
         *,
+        services: tuple[str, ...],
         locations: frozenset[str] | None,
         resync_interval: float,
         fire_scheduled_resumes: bool,
@@ -49,6 +55,7 @@ class Watcher:
         self.manager = manager
         self.backend = manager.backend
         self.worker_id = worker_id
+        self.services = services
         self.locations = locations
         self.resync_interval = resync_interval
         self.fire_scheduled_resumes = fire_scheduled_resumes
@@ -56,7 +63,19 @@ class Watcher:
     # -- hints (a backend thread) --------------------------------------------------------------
 
     def on_hint(self, hint: Hint) -> None:
-        """Record what to look at, wake the watch thread, return."""
+        """Record what to look at, wake the watch thread, return. Never raises into the
+        backend's thread: whatever goes wrong turns into a full re-read."""
+        try:
+            if not self._on_hint(hint):
+                return
+        except Exception:
+            log.exception("agent %s: hint %s could not be recorded", self.worker_id, hint.kind)
+            with self.state.lock:
+                self.state.want_resync = True
+        self.state.wake.set()
+
+    def _on_hint(self, hint: Hint) -> bool:
+        """Record ``hint``; False when the watch thread has nothing to do for it."""
         s = self.state
         with s.lock:
             s.metrics["hints"] += 1
@@ -64,7 +83,7 @@ class Watcher:
                 if self.locations is None or hint.location in self.locations:
                     if hint.record is not None and hint.record.location == hint.location:
                         s.store_locked(hint.record)  # read by the backend: no read of our own
-                        return
+                        return False
                     s.dirty.add(hint.location)
             elif hint.kind == "acks" and hint.location is not None:
                 # Others are still acknowledging: put off this worker's settle until they are
@@ -75,10 +94,16 @@ class Watcher:
             else:  # resync, or anything this agent does not know: re-read everything
                 s.want_resync = True
                 if hint.session_lost:
-                    # Acknowledgements held by the old session are gone.
+                    # The session was the lease, and it expired: others may have settled
+                    # without this worker already, so it stops what it runs now (self-fence)
+                    # and re-applies once it holds the new session. The acknowledgements the
+                    # old session held are gone: acknowledge again what is still applied.
                     s.metrics["sessions_lost"] += 1
                     s.copy.acknowledge_again()
-        s.wake.set()
+                    if s.fence_locked("the ZooKeeper session was lost"):
+                        log.warning("agent %s: session lost: self-fenced", self.worker_id)
+                    s.beat_now.set()  # the next renewal ends the fence
+        return True
 
     # -- the watch thread ------------------------------------------------------------------------
 
@@ -130,14 +155,19 @@ class Watcher:
                     next_fire = now + s.settle.settle_interval  # at most one attempt per period
                     self._fire_due_resumes()
                 failures = 0
-            except LocstatusError as exc:
+            except Exception as exc:  # a backend's error, or one nobody mapped: never fatal
                 failures += 1
                 with s.lock:
                     s.metrics["backend_errors"] += 1
                     s.want_resync = True  # whatever was missed, re-read it all
                     s.dirty |= dirty
                     s.settle.retry(settle_now, now=now)
-                log.warning("agent %s: backend read failed: %s", self.worker_id, exc)
+                if isinstance(exc, LocstatusError):
+                    log.warning("agent %s: backend read failed: %s", self.worker_id, exc)
+                else:
+                    log.exception(
+                        "agent %s: backend read failed (unexpected error)", self.worker_id
+                    )
                 if s.stopping.wait(min(2.0, 0.05 * 2**failures)):
                     return
                 s.wake.set()
@@ -148,14 +178,14 @@ class Watcher:
         records = self.backend.read_all()
         seen: set[str] = set()
         good: list[LocationStatus] = []
+        corrupt: list[CorruptRecord] = []
         for rec in records:
             loc = rec.location
             if self.locations is not None and loc not in self.locations:
                 continue
             seen.add(loc)
             if isinstance(rec, CorruptRecord):
-                s.count("corrupt_records")
-                log.warning("agent %s: %s", self.worker_id, rec)
+                corrupt.append(rec)
             else:
                 good.append(rec)
         with s.cond:
@@ -164,6 +194,10 @@ class Watcher:
                 s.forget_locked(loc)
             for rec in good:
                 s.store_locked(rec)
+            for exc in corrupt:
+                s.corrupt_locked(exc)  # the last state read is kept: seen, so not forgotten
+        for exc in corrupt:
+            log.warning("agent %s: %s", self.worker_id, exc)
 
     def refresh(self, location: str) -> None:
         """Read one record a hint named."""
@@ -175,11 +209,15 @@ class Watcher:
                 s.forget_locked(location)
             return
         except CorruptRecord as exc:
-            s.count("corrupt_records")
-            log.warning("agent %s: %s", self.worker_id, exc)
+            self._corrupt(exc)
             return
         with s.cond:
             s.store_locked(rec)
+
+    def _corrupt(self, exc: CorruptRecord) -> None:
+        with self.state.lock:
+            self.state.corrupt_locked(exc)
+        log.warning("agent %s: %s", self.worker_id, exc)
 
     # -- settling --------------------------------------------------------------------------------
 
@@ -195,6 +233,9 @@ class Watcher:
                 return
         try:
             rec = self.manager.settle(location)
+        except CorruptRecord as exc:
+            self._corrupt(exc)
+            return
         except LocstatusError as exc:
             s.count("backend_errors")
             log.warning("agent %s: settle %s failed: %s", self.worker_id, location, exc)
@@ -214,42 +255,57 @@ class Watcher:
         with s.lock:
             targets = s.copy.transitional()
         for loc in targets:
-            rec = self.manager.settle(loc)
+            try:
+                rec = self.manager.settle(loc)
+            except CorruptRecord as exc:  # that location only; the others are still settled
+                self._corrupt(exc)
+                continue
             s.count("settles")
             with s.cond:
                 s.store_locked(rec)
 
     # -- scheduled resumes -----------------------------------------------------------------------
 
+    def _resume_dues(self) -> dict[str, datetime]:
+        """Earliest scheduled resume per watched location, among the services this worker
+        applies (a resume of another service is its own workers' or the sidecar's to fire)."""
+        dues: dict[str, datetime] = {}
+        with self.state.lock:
+            for loc, rec in self.state.copy.records.items():
+                if rec.deleted:
+                    continue
+                mine = [rec.services.get(svc) for svc in self.services]
+                ats = [
+                    x.resume_at
+                    for x in mine
+                    if x is not None and x.resume_at is not None and x.state.desired_paused
+                ]
+                if ats:
+                    dues[loc] = min(ats)
+        return dues
+
     def _next_resume_due(self) -> float:
-        """Seconds until the earliest scheduled resume of a watched record (inf if none)."""
+        """Seconds until the earliest scheduled resume this worker fires (inf if none)."""
         if not self.fire_scheduled_resumes:
             return float("inf")
-        with self.state.lock:
-            dues = [
-                x.resume_at
-                for rec in self.state.copy.records.values()
-                if not rec.deleted
-                for x in rec.services.values()
-                if x.resume_at is not None and x.state.desired_paused
-            ]
+        dues = self._resume_dues()
         if not dues:
             return float("inf")
-        return max(0.0, (min(dues) - self.manager.clock()).total_seconds())
+        try:
+            now = self.manager.clock()
+        except LocstatusError:  # the backend's time is unknown: look again in a while
+            return RESUME_RETRY
+        return max(0.0, (min(dues.values()) - now).total_seconds())
 
     def _fire_due_resumes(self) -> None:
-        now = self.manager.clock()
-        with self.state.lock:
-            due = [
-                loc
-                for loc, rec in self.state.copy.records.items()
-                if not rec.deleted
-                and any(
-                    x.resume_at is not None and x.resume_at <= now and x.state.desired_paused
-                    for x in rec.services.values()
-                )
-            ]
+        due = [loc for loc, at in self._resume_dues().items() if self.manager.time.is_past(at)]
         for loc in sorted(due):
-            rec = self.manager.fire_due_resumes(loc, actor=f"agent:{self.worker_id}")
+            try:
+                rec = self.manager.fire_due_resumes(
+                    loc, services=self.services, actor=f"agent:{self.worker_id}"
+                )
+            except CorruptRecord as exc:
+                self._corrupt(exc)
+                continue
             with self.state.cond:
                 self.state.store_locked(rec)

@@ -3,7 +3,8 @@
 An :class:`Agent` is assembled from the parts of this package (see its ``__init__``): the
 lease (:mod:`.lease`), the watch side (:mod:`.watch`), the apply side (:mod:`.apply`) and the
 state they share (:mod:`.state`). This module validates the settings, registers handlers,
-answers local reads (no I/O) and starts and stops the three threads: heartbeat, watch, apply.
+answers local reads (no I/O) and starts and stops the threads: heartbeat (:mod:`.heartbeat`),
+watch, guard (:mod:`.guard`) and the apply threads.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypedDict, overload
 
 from locstatus.agent.apply import Applier
-from locstatus.agent.handlers import Applying, H, HandlerRetry, Handlers
-from locstatus.agent.lease import UNREGISTER_GRACE, Lease
+from locstatus.agent.guard import Guard
+from locstatus.agent.handlers import Applying, H, HandlerRetry, Handlers, applying, fencing
+from locstatus.agent.heartbeat import Heartbeat
+from locstatus.agent.lease import UNREGISTER_GRACE, Lease, lease_window
 from locstatus.agent.state import AgentState
 from locstatus.agent.watch import Watcher
 from locstatus.errors import InvalidInput, NotFound
@@ -28,9 +31,24 @@ from locstatus.settings import Settings
 if TYPE_CHECKING:
     from locstatus.manager import Manager
 
-__all__ = ["Agent", "AgentSettings"]
+__all__ = ["HANDLER_CONCURRENCY", "HANDLER_DEADLINE", "Agent", "AgentSettings"]
 
 log = logging.getLogger("locstatus.agent")
+
+HANDLER_CONCURRENCY = 8
+"""Default number of locations whose handlers may run at once (apply threads)."""
+MAX_HANDLER_CONCURRENCY = 256
+"""At most this many apply threads (each may publish one stuck handler in the registration,
+which every backend bounds in size)."""
+HANDLER_DEADLINE = 60.0
+"""Default seconds after which a running handler is reported as stuck."""
+
+
+def _seconds(name: str, value: object) -> float:
+    """``value`` as seconds, or :class:`InvalidInput` naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{name} must be a number of seconds, got {value!r}")
+    return float(value)
 
 
 class AgentSettings(TypedDict, total=False):
@@ -41,6 +59,9 @@ class AgentSettings(TypedDict, total=False):
     resync_interval: float
     settle_interval: float | None
     handler_retry: HandlerRetry | None
+    handler_concurrency: int
+    handler_deadline: float
+    fence_margin: float | None
     fire_scheduled_resumes: bool
     loop: asyncio.AbstractEventLoop | None
 
@@ -55,22 +76,37 @@ class Agent:
 
     - ``lease_seconds``: lease length (default ``LOCSTATUS_LEASE_SECONDS``, 10). A worker whose
       lease lapsed stops counting for settle until its next heartbeat.
-    - ``heartbeat_interval``: lease renewal period (default a third of the lease).
+    - ``heartbeat_interval``: lease renewal period (default a third of the lease; on
+      ZooKeeper at most a third of the session timeout).
+    - ``fence_margin``: the worker self-fences this long before its lease may be judged
+      lapsed by others (default a quarter of the lease window, less when the renewals leave
+      less room; see docs/agent.md "Self-fencing").
     - ``resync_interval``: full re-read of every record as a safety net (default 30).
     - ``settle_interval``: at most one settle attempt per this period on worker changes
       (default ``min(1, heartbeat_interval)``).
     - ``handler_retry``: :class:`HandlerRetry` backoff of failing handlers.
+    - ``handler_concurrency``: locations whose handlers may run at once (default
+      :data:`HANDLER_CONCURRENCY`); the handlers of one location always run one at a time.
+    - ``handler_deadline``: a handler running longer is reported as stuck (in the
+      registration, ``locstatus workers``, ``locstatus check`` and the ``wait=`` error); default
+      :data:`HANDLER_DEADLINE`.
     - ``fire_scheduled_resumes``: fire due scheduled resumes of watched locations (any number
       of processes may do this, exactly one transition happens). Default True.
     - ``loop``: an event loop (running in another thread) to run coroutine handlers on; by
       default they run to completion on a private loop in the agent's apply thread.
 
-    Handlers run one at a time in the agent's apply thread and must be idempotent: a handler may
-    run again for the same desired state (after a restart, a reconnection, or when the state
-    flipped and flipped back while it ran). On :meth:`start` every handler runs once for the
-    current state of every watched (location, service), so the worker starts from the truth.
+    Handlers of different locations run concurrently, in up to ``handler_concurrency`` apply
+    threads; the handlers of one location run one at a time, in the order their work became
+    due. They must be idempotent: a handler may run again for the same desired state (after a
+    restart, a reconnection, or when the state flipped and flipped back while it ran). On
+    :meth:`start` every handler runs once for the current state of every watched (location,
+    service), so the worker starts from the truth.
 
-    Raises :class:`InvalidInput` for a bad worker id, service or location name.
+    A worker that cannot renew its lease self-fences before the lease may lapse: it stops what
+    it runs (``on_fence``, else ``on_pause``), acknowledges nothing, and re-applies the real
+    state once the lease is back (docs/agent.md "Self-fencing").
+
+    Raises :class:`InvalidInput` for a bad worker id, service, location name or setting.
 
     Usage::
 
@@ -96,6 +132,9 @@ class Agent:
         resync_interval: float = 30.0,
         settle_interval: float | None = None,
         handler_retry: HandlerRetry | None = None,
+        handler_concurrency: int = HANDLER_CONCURRENCY,
+        handler_deadline: float = HANDLER_DEADLINE,
+        fence_margin: float | None = None,
         fire_scheduled_resumes: bool = True,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
@@ -139,22 +178,78 @@ class Agent:
             min(1.0, self.heartbeat_interval) if settle_interval is None else settle_interval
         )
         self.handler_retry = handler_retry or HandlerRetry()
+        if isinstance(handler_concurrency, bool) or not isinstance(handler_concurrency, int):
+            raise InvalidInput(
+                f"handler_concurrency must be an integer, got {handler_concurrency!r}"
+            )
+        if not 1 <= handler_concurrency <= MAX_HANDLER_CONCURRENCY:
+            raise InvalidInput(
+                f"handler_concurrency must be in [1, {MAX_HANDLER_CONCURRENCY}], "
+                f"got {handler_concurrency}"
+            )
+        self.handler_concurrency = handler_concurrency
+        self.handler_deadline = _seconds("handler_deadline", handler_deadline)
+        if not self.handler_deadline > 0:
+            raise InvalidInput(f"handler_deadline must be > 0 seconds, got {handler_deadline}")
         self.fire_scheduled_resumes = fire_scheduled_resumes
+
+        window = lease_window(manager.backend, lease)
+        self.renew_interval = (
+            min(self.heartbeat_interval, window / 3)
+            if manager.backend.session_leases
+            else self.heartbeat_interval
+        )
+        """Seconds between renewals (pings on ZooKeeper)."""
+        room = window - self.renew_interval
+        self.fence_margin = (
+            min(window / 4, room / 2)
+            if fence_margin is None
+            else _seconds("fence_margin", fence_margin)
+        )
+        if not 0 < self.fence_margin < room:
+            raise InvalidInput(
+                f"fence_margin must be in (0, {room:g}) seconds (the lease window {window:g} "
+                f"less the renewal interval {self.renew_interval:g}), got {fence_margin}"
+            )
 
         self._handlers = Handlers(loop)
         self._state = AgentState(self.services, self.settle_interval)
         self._lease = Lease(
-            manager, worker_id, self.services, self.locations, lease_seconds=lease
+            manager,
+            worker_id,
+            self.services,
+            self.locations,
+            lease_seconds=lease,
+            margin=self.fence_margin,
         )
         self._watcher = Watcher(
             self._state,
             manager,
             worker_id,
+            services=self.services,
             locations=self._location_set,
             resync_interval=self.resync_interval,
             fire_scheduled_resumes=fire_scheduled_resumes,
         )
-        self._applier = Applier(self._state, manager, worker_id, self._handlers, self.handler_retry)
+        self._applier = Applier(
+            self._state,
+            manager,
+            worker_id,
+            self._handlers,
+            self.handler_retry,
+            deadline=self.handler_deadline,
+            on_interrupt=self._stop_in_background,
+        )
+        self._heartbeat = Heartbeat(
+            self._state, self._lease, worker_id, interval=self.renew_interval
+        )
+        self._guard = Guard(
+            self._state,
+            worker_id,
+            deadline=self.handler_deadline,
+            lease_until=self._heartbeat.lease_until,
+            on_lapse=lambda: self._heartbeat.fence("no renewal landed before the lease's end"),
+        )
         self._threads: list[threading.Thread] = []
         self._unsubscribe: Callable[[], None] | None = None
         self._started = False
@@ -208,6 +303,21 @@ class Agent:
             return f
 
         return register if fn is None else register(fn)
+
+    def on_fence(self, service: str) -> Callable[[H], H]:
+        """Decorator: ``fn(location)`` runs, instead of the ``on_pause`` handlers, for every
+        location where ``service`` runs when the worker self-fences (its lease may have lapsed:
+        docs/agent.md "Self-fencing"). It must stop what runs, as a pause does; once the lease
+        is back the real state is applied again (``on_resume`` where it runs). Without one,
+        the ``on_pause`` handlers run. Raises :class:`InvalidInput` for a service this agent
+        does not apply."""
+        svc = self._own_service(service)
+
+        def register(fn: H) -> H:
+            self._handlers.add_fence(svc, fn)
+            return fn
+
+        return register
 
     def _own_service(self, service: str) -> str:
         svc = canonical_service(service, self.manager.services)
@@ -268,8 +378,15 @@ class Agent:
 
     @property
     def applying(self) -> Applying | None:
-        """Inside a handler: the (location, service, status) it applies; else None."""
-        return self._applier.applying
+        """Inside a handler: the (location, service, status) it applies; else None. Each
+        handler sees its own (handlers of different locations run at once)."""
+        return applying()
+
+    @property
+    def fencing(self) -> bool:
+        """Inside a handler: True when it runs because the worker self-fenced (docs/agent.md
+        "Self-fencing"): it must stop what runs, whatever the status says."""
+        return fencing()
 
     def errors(self) -> dict[str, str]:
         """Last error of each failing handler, keyed ``location/service``."""
@@ -278,7 +395,8 @@ class Agent:
 
     def metrics(self) -> dict[str, int]:
         """Counters (handler runs, errors, acks, settles, resyncs, hints, heartbeats, ...) and
-        gauges (``pending`` work items, ``failing`` handlers, ``locations``, ``connected``)."""
+        gauges (``pending`` work items, ``failing`` handlers, ``locations``, ``connected``,
+        ``running`` and ``stuck`` handlers, ``fenced``)."""
         s = self._state
         with s.lock:
             out = dict(s.metrics)
@@ -286,6 +404,9 @@ class Agent:
             out["failing"] = len(s.errors)
             out["locations"] = len(s.copy.records)
             out["connected"] = int(self._lease.connected)
+            out["running"] = len(s.running)
+            out["stuck"] = sum(r.stuck for r in s.running.values())
+            out["fenced"] = int(s.fenced is not None)
         return out
 
     def _unknown(self, location: str) -> str:
@@ -335,6 +456,12 @@ class Agent:
             s.first_pass = s.queue.keys()
             if not s.first_pass:
                 s.first_pass_done.set()
+        loops: list[tuple[str, Callable[[], None]]] = [
+            ("heartbeat", self._heartbeat.run),
+            ("watch", self._watcher.run),
+            ("guard", self._guard.run),
+        ]
+        loops += [(f"apply{i}", self._applier.run) for i in range(self.handler_concurrency)]
         self._threads = [
             threading.Thread(
                 target=self._run_thread,
@@ -342,11 +469,7 @@ class Agent:
                 name=f"locstatus-{name}-{self.worker_id}",
                 daemon=True,
             )
-            for name, fn in (
-                ("heartbeat", self._heartbeat_loop),
-                ("watch", self._watcher.run),
-                ("apply", self._applier.run),
-            )
+            for name, fn in loops
         ]
         for t in self._threads:
             t.start()
@@ -373,6 +496,7 @@ class Agent:
         s.stopping.set()
         s.wake.set()
         s.beat_now.set()
+        s.guard_wake.set()
         s.first_pass_done.set()
         with s.cond:
             s.cond.notify_all()
@@ -397,40 +521,38 @@ class Agent:
         self.stop()
 
     def _run_thread(self, target: Callable[[], None]) -> None:
-        try:
-            target()
-        except Exception:  # pragma: no cover - a bug; keep it visible
-            log.exception("agent %s: thread %s died", self.worker_id, target.__name__)
-            raise
-
-    # -- heartbeat thread ----------------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
+        """Run one of the agent's loops until the agent stops. A loop catches what it expects
+        itself; anything that still escapes (a bug, a ``BaseException`` out of a library) is
+        logged, counted (``thread_errors``) and the loop starts again after a backoff: no
+        agent thread ever dies. ``KeyboardInterrupt`` stops the agent instead."""
         s = self._state
+        failures = 0
         while not s.stopping.is_set():
-            s.beat_now.wait(self.heartbeat_interval)
-            s.beat_now.clear()
-            if s.stopping.is_set():
+            try:
+                target()
+                return  # the loops return only when the agent stops
+            except KeyboardInterrupt:
+                log.warning(
+                    "agent %s: KeyboardInterrupt in %s: stopping",
+                    self.worker_id,
+                    threading.current_thread().name,
+                )
+                self._stop_in_background()
                 return
-            self._beat()
+            except BaseException:
+                failures += 1
+                s.count("thread_errors")
+                log.exception(
+                    "agent %s: %s failed (restarting it, attempt %d)",
+                    self.worker_id,
+                    threading.current_thread().name,
+                    failures,
+                )
+                if s.stopping.wait(min(5.0, 0.1 * 2**failures)):
+                    return
 
-    def _beat(self) -> None:
-        s = self._state
-        renewal = self._lease.renew(self.errors())
-        with s.lock:
-            if not renewal.ok:
-                s.metrics["heartbeat_errors"] += 1
-                return
-            s.metrics["heartbeats"] += 1
-            if renewal.reconnected:
-                # Back after a failure or a lapsed lease: notifications may have been missed.
-                s.metrics["reconnects"] += 1
-                s.want_resync = True
-            if renewal.lapsed:
-                # While the lease was lapsed this worker may have been dropped as expired (the
-                # check job; a lost ZooKeeper session), and its acknowledgements with it:
-                # acknowledge again what it applied, without running the handlers again.
-                s.metrics["lease_lapses"] += 1
-                s.copy.acknowledge_again()
-        if renewal.reconnected:
-            s.wake.set()
+    def _stop_in_background(self) -> None:
+        """Stop the agent from one of its own threads (which stop() would wait for)."""
+        threading.Thread(
+            target=self.stop, name=f"locstatus-stop-{self.worker_id}", daemon=True
+        ).start()

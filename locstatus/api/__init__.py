@@ -1,4 +1,4 @@
-"""The sidecar (SPEC §5.3): HTTP API, Backbeat-compatible routes, metrics and status page.
+"""The sidecar (docs/design.md §5.3): HTTP API, Backbeat-compatible routes, metrics and status page.
 
 ``create_app(mgr)`` builds the FastAPI app; ``serve(...)`` (:mod:`locstatus.api.server`) runs it
 with uvicorn next to the reconciler. FastAPI, uvicorn and prometheus-client are the

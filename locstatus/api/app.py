@@ -1,5 +1,5 @@
-"""The sidecar's HTTP application (SPEC §5.3): :func:`create_app` builds a FastAPI app over a
-:class:`~locstatus.manager.Manager`.
+"""The sidecar's HTTP application (docs/design.md §5.3): :func:`create_app` builds a FastAPI app
+over a :class:`~locstatus.manager.Manager`.
 
 Why it is shaped so:
 
@@ -223,10 +223,12 @@ class WorkerView(WorkerInfo):
 
 
 class Health(BaseModel):
-    """``/healthz`` and ``/readyz`` answer."""
+    """``/healthz`` and ``/readyz`` answer: ``status`` ``ok``, or ``degraded`` (still ready)
+    when this process's latest write found the store full, said in ``writes``."""
 
     status: str
     reconciler: str | None = None
+    writes: str | None = None
 
 
 class CheckView(BaseModel):
@@ -782,8 +784,10 @@ def history(
 )
 def workers(ctx: Ctx) -> Response:
     time_source = ctx.mgr.time
+    # Built as read, not validated again: a registration listed as corrupt (contract
+    # invariant 6) may be stored under a key that is no valid worker id.
     views = [
-        WorkerView(**w.model_dump(), is_alive=worker_live(w, time_source))
+        WorkerView.model_construct(**w.model_dump(), is_alive=worker_live(w, time_source))
         for w in ctx.mgr.workers()
     ]
     return Response(_WORKERS.dump_json(views), media_type="application/json")
@@ -844,13 +848,22 @@ async def healthz() -> Health:
     responses=responses(503),
 )
 def readyz(ctx: Ctx) -> Health:
-    ctx.mgr.backend.ping()
+    """503 when the backend does not answer or the reconciler is not running. A store that
+    answers reads but refused this process's latest write as full stays ready (200, ``status:
+    degraded``, ``writes`` naming the error): every sidecar of that store would fail the same
+    way, and taking them all out of a load balancer would make the reads fail too, while each
+    write already fails on its own with a 503 ``backend full`` (docs/http.md "Operations")."""
+    backend = ctx.mgr.backend
+    backend.ping()
     rec = ctx.reconciler
-    if rec is None:
-        return Health(status="ok")
-    if not rec.alive:
+    if rec is not None and not rec.alive:
         raise ProblemError(503, "not ready", "the reconciler thread is not running")
-    return Health(status="ok", reconciler="running")
+    full = backend.store_full
+    return Health(
+        status="ok" if full is None else "degraded",
+        reconciler=None if rec is None else "running",
+        writes=None if full is None else f"failing: {full.message}",
+    )
 
 
 @router.get(
@@ -1075,7 +1088,7 @@ def create_app(
         title="locstatus sidecar",
         version=__version__,
         description=(
-            "Pause/resume status per location and service (SPEC §5.3). Errors are "
+            "Pause/resume status per location and service (docs/design.md §5.3). Errors are "
             "application/problem+json; the record version is the ETag."
         ),
         openapi_url="/openapi.json",

@@ -1,4 +1,5 @@
-"""Backbeat-compatible routes under ``/_/backbeat/api/{crr|ingestion|lifecycle}/`` (SPEC §5.3).
+"""Backbeat-compatible routes under ``/_/backbeat/api/{crr|ingestion|lifecycle}/`` (docs/design.md
+§5.3).
 
 Why it is shaped so: existing tooling (Backbeat's API clients, operator scripts) drives pause and
 resume through these paths, so they are kept as Backbeat documents them (``docs/pause-resume.md``

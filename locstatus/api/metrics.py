@@ -1,4 +1,4 @@
-"""Prometheus metrics of the sidecar (``GET /metrics``, SPEC §5.3).
+"""Prometheus metrics of the sidecar (``GET /metrics``, docs/design.md §5.3).
 
 Why it is shaped so: each app gets its own :class:`~prometheus_client.CollectorRegistry` (several
 apps in one test process never collide). Request counts and latencies and transition outcomes are
@@ -19,7 +19,12 @@ HTTP and each new label value would be a new series kept forever):
   ``locstatus_cas_ambiguous_total``, ``locstatus_conflicts_exhausted_total``: this process
 - ``locstatus_services{service,state}``, ``locstatus_scheduled_resumes_pending{service}``,
   ``locstatus_scheduled_resumes_overdue{service}``, ``locstatus_lagging_workers{service}``,
-  ``locstatus_workers{alive}``, ``locstatus_locations{removed}``, ``locstatus_backend_up``
+  ``locstatus_workers{alive}``, ``locstatus_locations{removed}``, ``locstatus_backend_up``,
+  ``locstatus_backend_full`` (this process's latest write found the store full)
+- ``locstatus_corrupt_records`` (location records that do not read: never left out of a count
+  silently, docs/http.md "Corrupt records in listings"), ``locstatus_corrupt_workers``
+  (registrations that do not read, each counted as a live worker applying everything:
+  docs/agent.md "Unreadable registrations and acknowledgements")
 - ``locstatus_reconciler_{runs,fired,settled,errors}_total``, ``..._last_run_timestamp_seconds``
 - ``locstatus_clock_offset_seconds`` (this host's wall clock minus the backend's time),
   ``locstatus_clock_uncertainty_seconds`` (how far this process's estimate of the backend's
@@ -71,9 +76,15 @@ class _StateCollector(Collector):
             c.add_metric([], float(stats.get(key, 0)))
             yield c
         yield from self._reconciler()
+        full = GaugeMetricFamily(
+            "locstatus_backend_full",
+            "1 while this process's latest write found the store full (reads still work)",
+        )
+        full.add_metric([], 0.0 if self.mgr.backend.store_full is None else 1.0)
+        yield full
         up = GaugeMetricFamily("locstatus_backend_up", "1 if the last scrape read the backend")
         try:
-            records = self.mgr.statuses(include_removed=True)
+            records, corrupt = self.mgr.listing(include_removed=True)
             workers = self.mgr.workers()
             acks = self.mgr.backend.all_acks()
             now = self.mgr.clock()
@@ -86,6 +97,19 @@ class _StateCollector(Collector):
         yield up
         yield from self._clock()
         yield from self._state(records, workers, acks, now)
+        g = GaugeMetricFamily(
+            "locstatus_corrupt_records",
+            "Location records that do not parse or validate (see 'locstatus check')",
+        )
+        g.add_metric([], float(len(corrupt)))
+        yield g
+        g = GaugeMetricFamily(
+            "locstatus_corrupt_workers",
+            "Worker registrations that do not parse, each counted as a live worker applying "
+            "every service at every location",
+        )
+        g.add_metric([], float(sum(1 for w in workers if w.corrupt is not None)))
+        yield g
 
     def _clock(self) -> Iterator[Metric]:
         """This process's view of the backend's time (docs/time.md)."""

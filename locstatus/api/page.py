@@ -5,7 +5,7 @@ one page, every location x service with its state, its scheduled resume and the 
 up a transition, plus the state machine they are in. The page is plain HTML rendered from the
 same manager reads as the JSON API, refreshed by ``<meta http-equiv="refresh">``; it loads
 nothing from elsewhere (sidecars often have no internet access). The state-machine diagram is an
-inline SVG drawn from :mod:`locstatus.fsm.table` (the one definition, SPEC §3.6), with the
+inline SVG drawn from :mod:`locstatus.fsm.table` (the one definition, docs/design.md §3.6), with the
 generated Mermaid source beside it. A few lines of inline script only add relative times
 ("in 2h 0m") computed against the server's clock; the table is complete without them.
 
@@ -228,7 +228,10 @@ def _workers_table(workers: list[WorkerInfo], time_source: TimeSource) -> str:
         rows.append(
             f'<tr data-worker="{_e(w.worker_id)}">'
             + _cell(w.worker_id, "worker")
-            + _cell(", ".join(w.services), "services")
+            + _cell(
+                ", ".join(w.services) if w.corrupt is None
+                else f"all: registration corrupt ({w.corrupt})", "services",
+            )
             + _cell("all" if w.locations is None else ", ".join(w.locations), "locations")
             + _cell(w.host, "host")
             + _cell(w.pid or None, "pid")

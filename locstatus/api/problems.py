@@ -1,8 +1,8 @@
 """Errors as ``application/problem+json`` (RFC 9457), mapped once from :mod:`locstatus.errors`.
 
-Why it is shaped so (SPEC §5.3): every error the sidecar returns is a problem document with the
-status code the error class declares (``http_status``), never a 200 carrying an error and never a
-500 for bad input. The exception handlers installed by :func:`install` cover the library's
+Why it is shaped so (docs/design.md §5.3): every error the sidecar returns is a problem document
+with the status code the error class declares (``http_status``), never a 200 carrying an error and
+never a 500 for bad input. The exception handlers installed by :func:`install` cover the library's
 errors, request validation (422), unknown routes (404/405) and anything unexpected (500, with no
 detail, since an unexpected exception could carry anything). Every detail goes through
 :func:`redact`, which removes the API token and credentials embedded in backend URLs

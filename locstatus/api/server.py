@@ -1,4 +1,5 @@
-"""``locstatus serve``: the sidecar process (SPEC §5.3) - uvicorn, the reconciler, the check job.
+"""``locstatus serve``: the sidecar process (docs/design.md §5.3) - uvicorn, the reconciler, the
+check job.
 
 Why it is shaped so:
 

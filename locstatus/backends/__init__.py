@@ -1,4 +1,4 @@
-"""Backends: versioned storage behind one contract (:class:`Backend`, SPEC §4).
+"""Backends: versioned storage behind one contract (:class:`Backend`, docs/design.md §4).
 
 :func:`open_backend` picks the implementation from the URL scheme, the way httpx picks a
 transport. ZooKeeper and MongoDB backends are imported only when used, so their client

@@ -1,5 +1,5 @@
-"""The storage contract every backend implements (SPEC §4). Backends know nothing of the state
-machine: they store versioned location records, their history, worker leases and
+"""The storage contract every backend implements (docs/design.md §4). Backends know nothing of the
+state machine: they store versioned location records, their history, worker leases and
 acknowledgements, and emit change hints.
 
 Invariants (checked by ``tests/test_backend_contract.py``, one suite run against every backend):
@@ -28,6 +28,16 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    registration whose lease the caller saw run out, checked in the same atomic step as the
    removal: a worker that renewed or registered again after the caller's read is kept, with
    its acknowledgements.
+   **An unreadable registration never lets a transition settle without its worker**: a stored
+   registration that does not parse or validate (a hand edit, a field a newer version wrote,
+   another worker's id) may belong to a running worker, so :meth:`workers` lists it, in its
+   place, as :func:`codec.corrupt_worker`'s stand-in: its id, ``corrupt`` naming what is wrong,
+   applying every service at every location, alive while listed unless the lease it carries
+   still reads (then that lease counts, and lapses as any other). Never left out, never an
+   error hiding the other workers; :meth:`put_worker` refuses to store it back. An
+   unreadable acknowledgement acknowledges nothing: :meth:`acks` and :meth:`all_acks` leave
+   it out and return the others (docs/agent.md "Unreadable registrations and
+   acknowledgements"; the check reports the registration as ``corrupt_worker``).
 7. **Hints may coalesce.** :meth:`subscribe` delivers :class:`Hint` values on a backend thread;
    hints can be merged or dropped, never relied on for every intermediate version. A
    ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
@@ -68,7 +78,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from locstatus.errors import CorruptRecord, VersionConflict
+from locstatus.errors import BackendFull, CorruptRecord, VersionConflict
 from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 HintCallback = Callable[[Hint], None]
@@ -133,6 +143,20 @@ class Backend(ABC):
     rewrite their registration to renew it (a rewrite would wake every watcher of the worker
     list). False: the lease is ``lease_expires_at``, renewed by heartbeats."""
 
+    session_timeout: float | None = None
+    """With ``session_leases``: the session timeout in seconds, the longest the server keeps a
+    session it has not heard from. An agent's lease then holds, by its own monotonic clock,
+    that long after its last successful round trip (minus a margin, docs/agent.md
+    "Self-fencing"). None: not known, or no sessions."""
+
+    store_full: BackendFull | None = None
+    """The error of this client's latest write when the store refused it as full
+    (:class:`~locstatus.errors.BackendFull`, nothing written); None before any such failure
+    and again once a write succeeds. A full store still answers reads, so :meth:`ping` cannot
+    tell: ``/readyz`` reports it as ``degraded`` (still 200) and ``/metrics`` as
+    ``locstatus_backend_full`` (docs/http.md "Operations"). Only this client's own writes set
+    it. Backends that can tell a full store (SQLite) keep it."""
+
     two_history_copies: bool = False
     """True when history is kept in two copies that may disagree after a crash (MongoDB: recent
     writes embedded in the record, authoritative, and the full history collection); the check
@@ -182,7 +206,7 @@ class Backend(ABC):
     @abstractmethod
     def delete(self, location: str, expected_version: int) -> None:
         """Delete a record (and its history and acks) if its version matches (tombstone purge,
-        SPEC §3.5). Raises :class:`VersionConflict`, :class:`NotFound`."""
+        docs/design.md §3.5). Raises :class:`VersionConflict`, :class:`NotFound`."""
 
     @abstractmethod
     def history(
@@ -265,12 +289,15 @@ class Backend(ABC):
         ``remove_race``). SQLite and memory check it in the removal's transaction, ZooKeeper
         with a versioned delete in one multi-op with the acknowledgements, MongoDB with a
         delete conditional on the whole registration document it read (its acknowledgements
-        are dropped right after, in a second request). An unreadable registration is never
-        "exactly" the one seen: kept. None: unconditional (a worker unregistering itself)."""
+        are dropped right after, in a second request). An unreadable registration is judged by
+        the lease its stand-in carries, as :meth:`workers` lists it (:func:`codec.corrupt_worker`).
+        None: unconditional (a worker unregistering itself)."""
 
     @abstractmethod
     def workers(self) -> list[WorkerInfo]:
-        """Registered workers, sorted by id (expired ones may still be listed)."""
+        """Registered workers, sorted by id (expired ones may still be listed); one whose
+        stored registration does not read as its stand-in (``corrupt`` set, invariant 6).
+        Raises :class:`BackendUnavailable`, never for one registration's content."""
 
     @abstractmethod
     def ack(
@@ -287,18 +314,20 @@ class Backend(ABC):
         ``if_version``: only if the record is still at that version (the one whose state the
         worker applied); otherwise raise :class:`VersionConflict` (also when the record is gone)
         and write nothing. This is how an agent acknowledges "still current after my handler
-        ran" in one write instead of a read and a write (SPEC §3.4). SQLite, memory and
+        ran" in one write instead of a read and a write (docs/design.md §3.4). SQLite, memory and
         ZooKeeper check it in the same transaction / multi-op as the write (ZooKeeper compares
         the znode version of the record's current life); MongoDB reads the record just before
         writing the acknowledgement."""
 
     @abstractmethod
     def acks(self, location: str) -> AckMap:
-        """Acknowledgements for one location: worker_id -> service -> generation."""
+        """Acknowledgements for one location: worker_id -> service -> generation (integers);
+        an unreadable one is left out (invariant 6)."""
 
     @abstractmethod
     def all_acks(self) -> dict[str, AckMap]:
-        """Acknowledgements for every location: location -> worker_id -> service -> gen."""
+        """Acknowledgements for every location: location -> worker_id -> service -> gen;
+        unreadable ones left out (invariant 6)."""
 
     # -- hints and lifecycle -----------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from locstatus.models import (
     HistoryEntry,
     LocationStatus,
     ServiceStatus,
+    UTCDateTime,
     WorkerInfo,
 )
 from locstatus.names import SERVICE_ALIASES
@@ -143,8 +144,8 @@ _KEYS_PER_SERVICE = 1 + len(ServiceStatus.model_fields)
 """Keys per service in a stored payload: its name, then every field of its status."""
 _ALIASES = frozenset(SERVICE_ALIASES)
 """Service aliases: a stored record never uses them as keys (the encoder writes canonical
-names), but one edited by hand may, and ``crr`` must read as ``replication`` (SPEC §2); the slow
-path maps them."""
+names), but one edited by hand may, and ``crr`` must read as ``replication`` (docs/design.md §2);
+the slow path maps them."""
 
 
 def decode_record_or_error(
@@ -329,11 +330,17 @@ def bounded_worker(
     of those left are dropped, again and again; :data:`ERRORS_CUT_KEY` then says how many are
     not shown. The rest of the registration is never cut: when it does not fit without any
     error (a location filter too large), raises :class:`InvalidInput` naming the sizes, and
-    nothing must be written."""
+    nothing must be written. A registration listed as :attr:`~WorkerInfo.corrupt` is refused
+    the same way: stored, it would read as a worker applying nothing."""
+    if info.corrupt is not None:
+        raise InvalidInput(
+            f"worker {info.worker_id!r}: a registration read as corrupt ({info.corrupt}) "
+            "cannot be stored back; nothing was written"
+        )
     errors = info.errors
     kept = {k: errors[k][:MAX_ERROR_CHARS] for k in sorted(errors)[:MAX_WORKER_ERRORS]}
     if kept == errors:
-        text = info.model_dump_json()
+        text = info.model_dump_json(exclude=WORKER_NOT_STORED)
         if len(text.encode()) <= max_bytes:
             return info, text
     while True:
@@ -344,7 +351,7 @@ def bounded_worker(
                 f"{cut} more errors not shown (of {len(errors)}; see the worker's own log)"
             )
         bounded = info.model_copy(update={"errors": shown})
-        text = bounded.model_dump_json()
+        text = bounded.model_dump_json(exclude=WORKER_NOT_STORED)
         size = len(text.encode())
         if size <= max_bytes:
             return bounded, text
@@ -362,20 +369,70 @@ def bounded_worker(
     )
 
 
-def decode_worker(raw: str | bytes) -> WorkerInfo:
-    return WorkerInfo.model_validate_json(raw)
+WORKER_NOT_STORED: set[str] = {"corrupt"}
+"""Fields of :class:`WorkerInfo` a backend sets when it reads, never part of what it stores."""
+
+_LEASE: TypeAdapter[UTCDateTime | None] = TypeAdapter(UTCDateTime | None)
 
 
-def is_registration(raw: str | bytes, if_expires: datetime | None) -> bool:
-    """Whether a stored registration may be removed by ``remove_worker(if_expires=)``: always
-    when ``if_expires`` is None; else only while its lease deadline is exactly ``if_expires``
-    (never when it does not parse: that is not the registration the caller saw expire)."""
-    if if_expires is None:
-        return True
+def decode_worker(worker_id: str, raw: str | bytes | dict[str, Any] | object) -> WorkerInfo:
+    """The registration stored under ``worker_id``: JSON text (``str`` or UTF-8 ``bytes``) or
+    a decoded document. Never raises: one that does not parse or validate, or that names
+    another worker than its key, is listed as the stand-in of :func:`corrupt_worker`."""
     try:
-        return decode_worker(raw).lease_expires_at == if_expires
-    except ValueError:  # pydantic's ValidationError is one
-        return False
+        if isinstance(raw, str | bytes):
+            info = WorkerInfo.model_validate_json(raw)
+        else:
+            info = WorkerInfo.model_validate(raw)
+    except (ValueError, RecursionError) as exc:  # ValidationError is a ValueError
+        return corrupt_worker(worker_id, raw, _short(exc, "registration"))
+    if info.worker_id != worker_id:
+        return corrupt_worker(
+            worker_id, raw, f"worker_id: the registration names {info.worker_id!r}"
+        )
+    if info.corrupt is not None:
+        return corrupt_worker(worker_id, raw, "corrupt: not a field of a stored registration")
+    return info
+
+
+def corrupt_worker(worker_id: str, raw: object, detail: str) -> WorkerInfo:
+    """The stand-in listed for a registration that cannot be read (contract invariant 6,
+    docs/agent.md "Unreadable registrations and acknowledgements"): ``worker_id`` (the key it
+    is stored under), :attr:`~WorkerInfo.corrupt` = ``detail``, applying every service at
+    every location, no handler errors, and the ``lease_expires_at`` of ``raw`` when that field
+    alone still reads (else None: alive while it is listed). Conservative: a settle waits for
+    it exactly as for a live worker that acknowledged nothing, and a lease it still carries
+    lapses as any other, so a registration left by a dead worker stops blocking then."""
+    data: object = raw
+    if isinstance(raw, str | bytes):
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            data = None
+    lease = None
+    if isinstance(data, dict):
+        try:
+            lease = _LEASE.validate_python(data.get("lease_expires_at"))
+        except (ValueError, RecursionError):
+            lease = None
+    return WorkerInfo.model_construct(
+        worker_id=worker_id, services=(), locations=None, lease_expires_at=lease, corrupt=detail
+    )
+
+
+def ack_generation(raw: object) -> int | None:
+    """A stored acknowledged generation, or None when it is not an integer (a hand edit):
+    an unreadable acknowledgement acknowledges nothing (contract invariant 6). Integer
+    subclasses (BSON's ``Int64``) read as plain ints; ``True`` is no generation."""
+    return int(raw) if isinstance(raw, int) and not isinstance(raw, bool) else None
+
+
+def is_registration(worker_id: str, raw: object, if_expires: datetime | None) -> bool:
+    """Whether the registration stored under ``worker_id`` may be removed by
+    ``remove_worker(if_expires=)``: always when ``if_expires`` is None; else only while its
+    lease deadline, as :func:`decode_worker` lists it (an unreadable one's stand-in carries the
+    lease that still reads in it, or none), is exactly ``if_expires``."""
+    return if_expires is None or decode_worker(worker_id, raw).lease_expires_at == if_expires
 
 
 def _short(exc: BaseException, root: str = "record") -> str:

@@ -1,15 +1,15 @@
 """``mongodb://host[:port][,host...]/?database=NAME&collection=NAME``: MongoDB via pymongo.
 
-SPEC §4, issue 4. Why it is shaped so:
+docs/design.md §4, issue 4. Why it is shaped so:
 
 - **One document per location**, ``{_id: location, version, born, services, deleted_at,
   recent_history, history_copied}``. Compare-and-set is one ``findAndModify``:
   ``find_one_and_update({_id, version: v}, {$set, $inc: {version: 1}, $push: {recent_history:
   {$each: [write], $slice: -N}}})``. The state and the write's history entries change in that
-  one single-document write, atomic on every MongoDB (SPEC §2). A ``None`` result is told apart
-  (conflict, missing, or our own write already applied by a driver retry) by a re-read. There is
-  never an upsert with a version filter (it would create a second record on a conflict);
-  creation is ``insert_one``, a ``DuplicateKeyError`` is :class:`AlreadyExists`.
+  one single-document write, atomic on every MongoDB (docs/design.md §2). A ``None`` result is told
+  apart (conflict, missing, or our own write already applied by a driver retry) by a re-read. There
+  is never an upsert with a version filter (it would create a second record on a conflict); creation
+  is ``insert_one``, a ``DuplicateKeyError`` is :class:`AlreadyExists`.
 - **Full history in its own collection** (``<collection>_history``), one document per write
   ``{location, version, entries}`` under a unique ``(location, version)`` index, inserted after
   the ``findAndModify``. The embedded ``recent_history`` (the last ``recent_history=N`` writes,
@@ -32,17 +32,21 @@ SPEC §4, issue 4. Why it is shaped so:
   TTL deletion is lazy (MongoDB sweeps once a minute), so nothing trusts a document's presence:
   readers test ``lease_expires_at`` explicitly (:meth:`WorkerInfo.alive`), and an expired worker
   stays listed with its past lease until the sweep, which lets the check job report it.
-  Acknowledgements live in ``<collection>_acks``, ``_id = "location/worker/service"``.
+  Acknowledgements live in ``<collection>_acks``, ``_id = "location/worker/service"``, each
+  stamped with the life of the record it acknowledges (its ``born``): reads count only those of
+  the record's current life, so an earlier life's never counts and ``create`` deletes them only
+  once its own record is stored (a losing creator once deleted the winner's).
 - **Change hints**: a change stream on the database (resume token kept across reconnects,
   ``$project`` keeps events small) when the server is a replica set or mongos; polling of
   ``{_id, version}`` snapshots every ``poll_interval`` seconds otherwise. After any reconnect or
-  lost stream a ``resync`` hint asks for a full re-read (SPEC §3.4).
+  lost stream a ``resync`` hint asks for a full re-read (docs/design.md §3.4).
 - **Durability and timeouts**: ``w=majority&journal=true`` (``wTimeoutMS=10000``) and
   ``readConcernLevel=majority`` unless the URL says otherwise; ``serverSelectionTimeoutMS=5000``,
   ``connectTimeoutMS=5000``, ``socketTimeoutMS=30000``; every read and ``findAndModify``
   carries ``maxTimeMS`` (default 10000), plain writes are bounded by ``wTimeoutMS`` and the
   socket timeout. A server that does not answer is :class:`BackendUnavailable` naming it; a
-  write whose outcome is unknown is :class:`AmbiguousCommit`, resolved by the manager (SPEC §3.2).
+  write whose outcome is unknown is :class:`AmbiguousCommit`, resolved by the manager
+  (docs/design.md §3.2).
 - **Indexes are created at start**, idempotently (same name and options: a no-op); a changed
   ``worker_ttl`` is applied with ``collMod``. Database and collection names are validated.
 
@@ -253,7 +257,7 @@ def _short(exc: BaseException, limit: int = 300) -> str:
 
 
 class MongoBackend(Backend):
-    """MongoDB backend (SPEC §4). Safe for many threads and processes on many hosts.
+    """MongoDB backend (docs/design.md §4). Safe for many threads and processes on many hosts.
 
     Usage::
 
@@ -443,8 +447,13 @@ class MongoBackend(Backend):
             inc = self._next_incarnation(loc)
             n = int(inc["n"])
             version = max((n - 1) << _INCARNATION_SHIFT | 1, int(inc.get("floor", 1)))
-            if n > 1:  # leftovers of an earlier life whose purge was interrupted
-                self._acks.delete_many({"location": loc})
+            if n > 1:
+                # Acknowledgements of an earlier life (a purge interrupted, a record deleted by
+                # hand) name that life's ``born`` and are never read for this one (:meth:`acks`).
+                # Only those of no life (written before acknowledgements carried one) are
+                # deleted before the insert: an acknowledgement of a racing creator's record,
+                # which carries its life, is never one of them.
+                self._acks.delete_many({"location": loc, "born": {"$exists": False}})
         entries = self._write_doc(history, version)
         doc: Doc = {"_id": loc, "version": version, "born": version, **codec.record_payload(record),
                     "recent_history": [{"version": version, "entries": entries}],
@@ -466,13 +475,15 @@ class MongoBackend(Backend):
                 raise AlreadyExists(f"location {loc!r} already exists") from None
         self._insert_history(loc, version, entries)
         if n > 1:
-            # History of earlier lives (a purge interrupted before its last step; ``born``
-            # already hides it from reads). Only once this life's record is stored: before it, a
-            # racing creator's new record could be the one whose history this deletes. Best
-            # effort: the record is created, and the next create of a life tries again.
+            # History and acknowledgements of earlier lives (a purge interrupted before its
+            # last step; ``born`` already hides them from reads). Only once this life's record
+            # is stored: before it, a racing creator's new record could be the one whose history
+            # and acknowledgements this deletes. Best effort: the record is created, and the
+            # next create of a life tries again.
             try:
                 with self._io(f"clean-up of earlier lives of {loc!r}"):
                     self._history.delete_many({"location": loc, "version": {"$lt": version}})
+                    self._acks.delete_many({"location": loc, "born": {"$lt": version}})
             except BackendUnavailable as exc:
                 log.warning("history of earlier lives of %s left for later: %s", loc, exc)
         return record.model_copy(update={"version": version})
@@ -684,8 +695,11 @@ class MongoBackend(Backend):
                 out.extend(reversed(self._entries(location, raw, v)))
                 if len(out) >= limit:
                     return out
-        if len(writes) < self.settings.recent_history:
-            return out  # the embedded list holds every write of this life
+        if any(v == born for v, _ in writes):
+            # The embedded list still holds the life's first write, so it holds them all.
+            # Never judged by how many it holds: the writers' ``recent_history`` decides that,
+            # and it need not be this reader's.
+            return out
         below = min([upper, *(v for v, _ in writes)])
         with self._io(f"history of {location!r}"):
             cursor = self._history.find(
@@ -806,7 +820,10 @@ class MongoBackend(Backend):
 
     def put_worker(self, info: WorkerInfo) -> None:
         stored, _ = codec.bounded_worker(info)  # errors trimmed; InvalidInput if too large
-        doc: Doc = {"_id": info.worker_id, "info": stored.model_dump(mode="json")}
+        doc: Doc = {
+            "_id": info.worker_id,
+            "info": stored.model_dump(mode="json", exclude=codec.WORKER_NOT_STORED),
+        }
         if info.lease_expires_at is not None:
             doc["expires_at"] = info.lease_expires_at
         with self._io(f"registration of worker {info.worker_id!r}"):
@@ -823,7 +840,7 @@ class MongoBackend(Backend):
                 removed = self._workers.delete_one({"_id": worker_id}).deleted_count > 0
             else:
                 doc = self._workers.find_one({"_id": worker_id}, max_time_ms=self._mt)
-                if doc is None or not _registration_expires(doc, if_expires):
+                if doc is None or not codec.is_registration(worker_id, doc.get("info"), if_expires):
                     return False
                 removed = self._workers.delete_one(
                     {"_id": worker_id, "info": doc.get("info")}
@@ -836,13 +853,9 @@ class MongoBackend(Backend):
     def workers(self) -> list[WorkerInfo]:
         with self._io("read of workers"):
             docs = list(self._workers.find({}, max_time_ms=self._mt).sort("_id", ASCENDING))
-        out: list[WorkerInfo] = []
-        for doc in docs:
-            try:
-                out.append(WorkerInfo.model_validate(doc.get("info")))
-            except ValidationError as exc:
-                raise CorruptRecord(str(doc["_id"]), "worker: " + codec._short(exc)) from exc
-        return out
+        # An unreadable document is listed as the live worker it may be, never left out and
+        # never an error hiding the others (codec.corrupt_worker).
+        return [codec.decode_worker(str(doc.get("_id")), doc.get("info")) for doc in docs]
 
     def ack(
         self,
@@ -853,37 +866,62 @@ class MongoBackend(Backend):
         *,
         if_version: int | None = None,
     ) -> None:
-        if if_version is not None:
-            with self._io(f"read of {location!r}"):
-                doc = self._records.find_one(
-                    {"_id": location}, {"version": 1}, max_time_ms=self._mt
-                )
-            if doc is None or doc.get("version") != if_version:
-                raise stale_ack(location, if_version)
+        """Read the record (its version for ``if_version``, and its life), then write the
+        acknowledgement stamped with that life (``born``): an acknowledgement read for another
+        life of the record never counts (:meth:`acks`). One of a record that does not exist is
+        dropped, as on ZooKeeper."""
+        with self._io(f"read of {location!r}"):
+            doc = self._records.find_one(
+                {"_id": location}, {"version": 1, "born": 1}, max_time_ms=self._mt
+            )
+        if if_version is not None and (doc is None or doc.get("version") != if_version):
+            raise stale_ack(location, if_version)
+        if doc is None:
+            return
+        ack: Doc = {"location": location, "worker_id": worker_id, "service": service,
+                    "generation": generation}
+        if _is_int(doc.get("born")):
+            ack["born"] = doc["born"]
         with self._io(f"ack of {location!r}/{service} by {worker_id!r}"):
             self._acks.replace_one(
-                {"_id": f"{location}/{worker_id}/{service}"},
-                {"location": location, "worker_id": worker_id, "service": service,
-                 "generation": generation},
-                upsert=True,
+                {"_id": f"{location}/{worker_id}/{service}"}, ack, upsert=True
             )
 
     def acks(self, location: str) -> AckMap:
+        """The acknowledgements of the record's current life: the record's ``born`` is read
+        first, and one stamped with another life is left out (an earlier life's, left by an
+        interrupted purge or a record deleted by hand; one written just after a purge by a
+        worker that read the record before it). One with no life (written before
+        acknowledgements carried one) counts, as it always did."""
         with self._io(f"read of acks of {location!r}"):
+            rec = self._records.find_one({"_id": location}, {"born": 1}, max_time_ms=self._mt)
             docs = list(self._acks.find({"location": location}, {"_id": 0},
                                         max_time_ms=self._mt))
+        if rec is None:
+            return {}
         out: AckMap = {}
         for d in docs:
-            out.setdefault(str(d["worker_id"]), {})[str(d["service"])] = int(d["generation"])
+            key = _ack_key(d, rec.get("born"))
+            if key is not None:
+                out.setdefault(key[1], {})[key[2]] = key[3]
         return out
 
     def all_acks(self) -> dict[str, AckMap]:
+        """:meth:`acks` of every record (two reads: every record's ``born``, every ack)."""
         with self._io("read of every ack"):
+            born = {
+                d["_id"]: d.get("born")
+                for d in self._records.find({}, {"born": 1}, max_time_ms=self._mt)
+            }
             docs = list(self._acks.find({}, {"_id": 0}, max_time_ms=self._mt))
         out: dict[str, AckMap] = {}
         for d in docs:
-            per_loc = out.setdefault(str(d["location"]), {})
-            per_loc.setdefault(str(d["worker_id"]), {})[str(d["service"])] = int(d["generation"])
+            location = d.get("location")
+            if location not in born:
+                continue
+            key = _ack_key(d, born[location])
+            if key is not None:
+                out.setdefault(key[0], {}).setdefault(key[1], {})[key[2]] = key[3]
         return out
 
     # -- hints -----------------------------------------------------------------------------
@@ -1071,13 +1109,26 @@ class MongoBackend(Backend):
             watcher.join(timeout=1)
 
 
-def _registration_expires(doc: Mapping[str, Any], if_expires: datetime) -> bool:
-    """Whether a worker document's registration has exactly the lease deadline ``if_expires``
-    (False when it does not parse: see :func:`codec.is_registration`)."""
-    try:
-        return WorkerInfo.model_validate(doc.get("info")).lease_expires_at == if_expires
-    except ValidationError:
-        return False
-
-
 __all__ = ["MongoBackend", "MongoSettings", "parse_mongo_url"]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ack_key(doc: Mapping[str, Any], life: object) -> tuple[str, str, str, int] | None:
+    """``(location, worker_id, service, generation)`` of an acknowledgement document of the
+    record life ``life`` (the record's ``born``), or None: stamped with another life, or a
+    field missing or of the wrong type (a hand edit: an unreadable acknowledgement acknowledges
+    nothing, contract invariant 6, and never hides the others)."""
+    if "born" in doc and _is_int(life) and doc["born"] != life:
+        return None  # another life of the record
+    location, worker, service = doc.get("location"), doc.get("worker_id"), doc.get("service")
+    gen = codec.ack_generation(doc.get("generation"))
+    if (
+        isinstance(location, str) and isinstance(worker, str) and isinstance(service, str)
+        and gen is not None
+    ):
+        return location, worker, service, gen
+    log.warning("ignoring an unreadable acknowledgement: %r", dict(doc))
+    return None

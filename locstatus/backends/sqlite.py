@@ -6,8 +6,8 @@ Why it is shaped so:
   taken up front, so two writers never deadlock upgrading a read lock), a busy timeout.
 - Compare-and-set is ``UPDATE locations SET ... WHERE location = ? AND version = ?`` plus the
   history ``INSERT`` in the same transaction: the state and its history commit together or not
-  at all (SPEC §2). ``synchronous=FULL`` by default (``?synchronous=normal`` trades durability
-  on power loss for speed).
+  at all (docs/design.md §2). ``synchronous=FULL`` by default (``?synchronous=normal`` trades
+  durability on power loss for speed).
 - Versions of a recreated location start above every version it ever had (``incarnations``
   table), so a stale version never matches a new record (contract invariant 1).
 - A failed write is rolled back only while SQLite has not done it itself (it does on
@@ -197,15 +197,17 @@ class SQLiteBackend(Backend):
             if isinstance(exc, sqlite3.Error):
                 raise self._failure("cannot write", exc) from exc
             raise
+        self.store_full = None  # this write went through: the store takes writes again
 
     def _failure(self, what: str, exc: sqlite3.Error) -> BackendUnavailable:
         """The locstatus error for the SQLite error of a write (nothing was written)."""
         code = getattr(exc, "sqlite_errorcode", None)  # absent on the module's own errors
         if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
-            return BackendFull(
+            self.store_full = full = BackendFull(
                 f"{what} {self.url}: the filesystem holding the database is full (SQLite: "
                 f"{exc}); nothing was written: free space there and retry"
             )
+            return full
         return BackendUnavailable(f"{what} {self.url}: {exc}; nothing was written")
 
     def _rollback(self, db: sqlite3.Connection) -> None:
@@ -360,15 +362,15 @@ class SQLiteBackend(Backend):
             row = db.execute(
                 "SELECT data FROM workers WHERE worker_id = ?", (worker_id,)
             ).fetchone()
-            if row is None or not codec.is_registration(str(row[0]), if_expires):
+            if row is None or not codec.is_registration(worker_id, row[0], if_expires):
                 return False
             db.execute("DELETE FROM workers WHERE worker_id = ?", (worker_id,))
             db.execute("DELETE FROM acks WHERE worker_id = ?", (worker_id,))
         return True
 
     def workers(self) -> list[WorkerInfo]:
-        rows = self._query("SELECT data FROM workers ORDER BY worker_id")
-        return [codec.decode_worker(str(data)) for (data,) in rows]
+        rows = self._query("SELECT worker_id, data FROM workers ORDER BY worker_id")
+        return [codec.decode_worker(str(wid), data) for wid, data in rows]
 
     def ack(
         self,
@@ -394,18 +396,20 @@ class SQLiteBackend(Backend):
 
     def acks(self, location: str) -> AckMap:
         out: AckMap = {}
-        for worker, service, gen in self._query(
+        for worker, service, raw in self._query(
             "SELECT worker_id, service, generation FROM acks WHERE location = ?", (location,)
         ):
-            out.setdefault(str(worker), {})[str(service)] = int(gen)  # type: ignore[call-overload]
+            if (gen := codec.ack_generation(raw)) is not None:  # unreadable: acknowledges nothing
+                out.setdefault(str(worker), {})[str(service)] = gen
         return out
 
     def all_acks(self) -> dict[str, AckMap]:
         out: dict[str, AckMap] = {}
-        for loc, worker, service, gen in self._query(
+        for loc, worker, service, raw in self._query(
             "SELECT location, worker_id, service, generation FROM acks"
         ):
-            out.setdefault(str(loc), {}).setdefault(str(worker), {})[str(service)] = int(gen)  # type: ignore[call-overload]
+            if (gen := codec.ack_generation(raw)) is not None:  # unreadable: acknowledges nothing
+                out.setdefault(str(loc), {}).setdefault(str(worker), {})[str(service)] = gen
         return out
 
     # -- hints ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``zk://[user:pass@]host:port[,host:port...]/chroot``: ZooKeeper through kazoo (SPEC §4).
+"""``zk://[user:pass@]host:port[,host:port...]/chroot``: ZooKeeper through kazoo (docs/design.md
+§4).
 
 Why it is shaped so (``docs/zookeeper.md`` has the long version):
 
@@ -31,8 +32,8 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
   error decides (:class:`VersionConflict`, :class:`NotFound`, ...).
 - **Ambiguity.** A multi-op sent while connected whose answer is lost (ConnectionLoss,
   SessionExpired, timeout) raises :class:`AmbiguousCommit`; the manager re-reads and looks for the
-  op_id (SPEC §3.2). Writes are only submitted while connected: in SUSPENDED they wait (bounded
-  by ``timeout``) and then fail with :class:`BackendUnavailable`, nothing sent. Reads and
+  op_id (docs/design.md §3.2). Writes are only submitted while connected: in SUSPENDED they wait
+  (bounded by ``timeout``) and then fail with :class:`BackendUnavailable`, nothing sent. Reads and
   idempotent writes (registration, acks) use a bounded :class:`~kazoo.retry.KazooRetry` that
   retries connection errors only.
 - **Sessions.** Workers and acks are ephemeral nodes. When the session is lost, the backend
@@ -385,6 +386,7 @@ class ZooKeeperBackend(Backend):
     def __init__(self, url: str) -> None:
         self.url = url
         self.params = parse_zk_url(url)
+        self.session_timeout = self.params.session_timeout
         self.paths = Layout(self.params.chroot)
         self._location_prefix = self.paths.locations + "/"
         p = self.params
@@ -1056,7 +1058,7 @@ class ZooKeeperBackend(Backend):
                 return created, raw, stat, self._worker_acks(worker_id)
 
             found = self._call(f"read worker {worker_id!r}", look)
-            if found is None or not codec.is_registration(found[1], if_expires):
+            if found is None or not codec.is_registration(worker_id, found[1], if_expires):
                 return False
             created, _raw, stat, acks = found
             txn = _Txn(self._client)
@@ -1080,7 +1082,9 @@ class ZooKeeperBackend(Backend):
 
     def workers(self) -> list[WorkerInfo]:
         """Registered workers, sorted by id, at least as fresh as every answer this backend
-        returned before the call (a record read or written, on this session).
+        returned before the call (a record read or written, on this session); an unreadable
+        registration node as its stand-in (:func:`codec.corrupt_worker`: alive while listed,
+        unless what is left of it still carries a lease).
 
         Served from a copy kept while watches on ``workers`` (children and each node's data)
         are armed and the session is connected: any registration, heartbeat, expiry or
@@ -1111,12 +1115,10 @@ class ZooKeeperBackend(Backend):
                 names, lambda n: self._client.get_async(f"{pa.workers}/{n}", watch=self._watch)
             )
 
-        out: list[WorkerInfo] = []
-        for name, (raw, _stat) in self._call("list workers", get_all):
-            try:
-                out.append(codec.decode_worker(raw))
-            except ValueError as exc:
-                log.warning("worker registration %s is unreadable, ignored: %s", name, exc)
+        # An unreadable node is listed as the live worker it may be (codec.corrupt_worker),
+        # never left out: leaving it out would let a transition settle without that worker.
+        out = [codec.decode_worker(name, raw) for name, (raw, _stat) in
+               self._call("list workers", get_all)]
         with self._lock:
             if self._workers_epoch == epoch and self._live.is_set():
                 self._workers_cache = list(out)

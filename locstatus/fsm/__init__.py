@@ -1,4 +1,4 @@
-"""Pure state machine of SPEC §3: the table as data, its interpreter and its drawings."""
+"""Pure state machine of docs/design.md §3: the table as data, its interpreter and its drawings."""
 
 from locstatus.fsm.machine import Change, Event, transition
 

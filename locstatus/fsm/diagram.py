@@ -1,4 +1,4 @@
-"""Drawings of the state machine, generated from the one table (SPEC §3.6).
+"""Drawings of the state machine, generated from the one table (docs/design.md §3.6).
 
 :func:`mermaid` renders the machine with ``transitions``' own Mermaid engine, so the diagram in
 the README, in ``docs/fsm.md`` and at ``GET /v1/fsm`` is the machine that runs.
@@ -40,7 +40,7 @@ def _fmt(names: list[str]) -> str:
 
 
 def markdown_table() -> str:
-    """The transition table of SPEC §3 as Markdown, generated from the table."""
+    """The transition table of docs/design.md §3 as Markdown, generated from the table."""
     rows = ["| from | event | to | guard | effect |", "|---|---|---|---|---|"]
     for t in table.TRANSITIONS:
         sources = t["source"] if isinstance(t["source"], list) else [t["source"]]

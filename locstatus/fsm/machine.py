@@ -36,7 +36,7 @@ class Event:
 
     - ``name``: one of :data:`locstatus.fsm.table.EVENTS`.
     - ``at``: for ``schedule_resume`` the new resume time; for ``resume_due`` the resume time the
-      caller saw (the guard of SPEC §3.3). Aware UTC datetime.
+      caller saw (the guard of docs/design.md §3.3). Aware UTC datetime.
     - ``generation``/``acked``: for ``settle``, the generation the acks are for and whether every
       live worker acknowledged it (computed by the caller, which does the I/O).
     - ``reason``/``actor``: who made the event and why: the history entry records exactly
@@ -197,7 +197,8 @@ def transition(
     The new status takes the event's reason and actor on ``pause``/``resume`` (a new desired
     state) and keeps its own otherwise unless the event gives one; the entry records the
     event's own reason and actor only.
-    Raises :class:`InvalidTransition` for the refused pairs of SPEC §3 (e.g. ``schedule_resume``
+    Raises :class:`InvalidTransition` for the refused pairs of docs/design.md §3 (e.g.
+    ``schedule_resume``
     of a running service) and :class:`InvalidInput` for a ``schedule_resume`` time not in the
     future. Pure: no I/O, no clock other than ``now``.
     """

@@ -1,4 +1,4 @@
-"""The state table of SPEC §3, as data.
+"""The state table of docs/design.md §3, as data.
 
 This list is the single definition of the machine: :mod:`locstatus.fsm.machine` builds one
 ``transitions.Machine`` from it and interprets it, :mod:`locstatus.fsm.diagram` draws it, and the

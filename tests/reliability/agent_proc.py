@@ -17,8 +17,9 @@ randomised), so the suite can ``kill -9`` the process while a handler is running
 one whose wall clock is off (the skew scenario runs workers under libfaketime). Whenever the
 agent's connection counters move (a heartbeat or a read failed, a lease lapsed, a session was
 lost) a ``{"ev": "health", "metrics": {...}}`` line is appended too, so the checker knows when a
-worker may have lost its lease. SIGTERM stops the agent cleanly (``agent.stop()``: unregister)
-and exits 0.
+worker may have lost its lease. With ``--hang-worker ID --hang-location LOC --hang-release
+FILE``, worker ID's pause handler for LOC hangs until FILE exists (the hung-handler scenario).
+SIGTERM stops the agent cleanly (``agent.stop()``: unregister) and exits 0.
 
 ``--fail-file PATH``: while that file exists every handler raises a 1 KB error after its
 ``start`` event (an outage at every location: the worker's published errors grow);
@@ -58,6 +59,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow", type=float, default=0.02, help="max seconds a handler works")
     p.add_argument("--every", type=float, default=0.1, help="state file period, seconds")
     p.add_argument("--no-fire", action="store_true", help="leave scheduled resumes to others")
+    p.add_argument("--handler-deadline", type=float, default=None,
+                   help="seconds after which a running handler is reported stuck")
+    p.add_argument("--hang-worker", default=None,
+                   help="this worker's on_pause for --hang-location hangs until --hang-release")
+    p.add_argument("--hang-location", default=None)
+    p.add_argument("--hang-release", default=None, help="file whose existence ends the hang")
     p.add_argument("--fail-file", default=None,
                    help="while this file exists, every handler raises a 1 KB error (an outage)")
     p.add_argument("--pad-filter", type=int, default=0,
@@ -84,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         resync_interval=args.resync,
         handler_retry=HandlerRetry(base=0.05, cap=1.0),
         fire_scheduled_resumes=not args.no_fire,
+        **({} if args.handler_deadline is None else {"handler_deadline": args.handler_deadline}),
     )
+    hangs = args.hang_worker == args.id and args.hang_location is not None
     applied: dict[str, dict[str, str]] = {}
     lock = threading.Lock()
     events_fd = os.open(args.events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -99,6 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             applying = agent.applying
             gen = applying.status.generation if applying and applying.status else None
             event(ev="start", location=location, service=service, generation=gen, to=state)
+            if hangs and state == "paused" and location == args.hang_location:
+                while not (args.hang_release and os.path.exists(args.hang_release)):
+                    time.sleep(0.05)  # a consumer that never stops, until released
             if args.fail_file and os.path.exists(args.fail_file):
                 raise RuntimeError(f"outage at {location}/{service}: " + "x" * 1000)
             if args.slow > 0:
@@ -178,7 +190,7 @@ class AgentProc:
     worker id, as a supervisor would), ``snapshot()`` reads its last published state.
 
     ``skew``: run it with its wall clock that far off (``+30s``, ``-3h``; libfaketime, see
-    ``tests/skew.py``). :attr:`life` records, in this process's wall time, every start, kill,
+    ``tests/support/skew.py``). :attr:`life` records, in this process's wall time, every start, kill,
     freeze, thaw and stop, so the checker knows when the worker was up."""
 
     def __init__(
@@ -204,7 +216,7 @@ class AgentProc:
 
     def start(self, url: str | None = None) -> AgentProc:
         """Spawn the process (the state file of a previous life is removed first)."""
-        from skew import skew_env
+        from support.skew import skew_env
 
         self.state.unlink(missing_ok=True)
         self.starts += 1

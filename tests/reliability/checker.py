@@ -65,7 +65,7 @@ from locstatus.errors import CorruptRecord
 from locstatus.manager import Manager
 from locstatus.models import HistoryEntry, LocationStatus, State
 
-from history_check import full_history
+from support.history_check import full_history
 
 MUST_BE_ABSENT = ("noop", "refused", "failed")
 SOON = timedelta(seconds=10)

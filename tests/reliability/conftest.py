@@ -30,7 +30,7 @@ import pytest
 from faults import reap_all
 from harness import Budget, Row, Scenario
 
-from servers import MongoHandle, ZooKeeperEnsemble, start_ensemble, start_mongo
+from support.servers import MongoHandle, ZooKeeperEnsemble, start_ensemble, start_mongo
 
 REPORT_KEY = pytest.StashKey[list[Row]]()
 REUSED = {

@@ -11,7 +11,7 @@ Why it is shaped so:
   ``INET_DIAG_DESTROY`` and root; a local TCP proxy (:class:`kits_zk.TcpProxy`, one per ensemble
   member in :class:`ProxySet`) works everywhere and can also cut *around* a compare-and-set:
   drop the request before the server sees it, or let the server apply it and drop the answer
-  (an ambiguous commit, SPEC §3.2). Freezing the proxies is a partition long enough to expire a
+  (an ambiguous commit, docs/design.md §3.2). Freezing the proxies is a partition long enough to expire a
   ZooKeeper session for real.
 - **Faults are data.** :class:`FaultLog` records ``(kind, started, healed, detail)`` per fault;
   the scenario measures convergence from the last heal and the report counts faults by kind.
@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kits_zk import CutMode, TcpProxy
+from support.kits_zk import CutMode, TcpProxy
 
 _LIVE: dict[int, Proc] = {}
 _LIVE_LOCK = threading.Lock()

@@ -18,7 +18,7 @@ killed the next instant:
   ``failed`` (BackendUnavailable, ConflictError, CorruptRecord: nothing written), ``unknown``
   (AmbiguousCommit: the outcome could not be resolved), ``crash`` (anything that is not a
   locstatus error: a bug), and ``ambiguous``: true when the manager met an ambiguous commit
-  during the call and resolved it by op_id (SPEC §3.2).
+  during the call and resolved it by op_id (docs/design.md §3.2).
 
 A ``b`` line without its ``e`` line is an operation whose process was killed while it ran: its
 outcome is unknown (at most once in the history). Times are ``time.time()`` (wall clock, the

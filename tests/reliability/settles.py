@@ -121,6 +121,6 @@ def false_settles(
 
 def read_histories(url: str, locations: Iterable[str]) -> dict[str, list[HistoryEntry]]:
     """The full history of each location, oldest first (``history_check.full_history``)."""
-    from history_check import full_history
+    from support.history_check import full_history
 
     return {loc: full_history(url, loc) for loc in locations}

@@ -27,8 +27,8 @@ from harness import Scenario
 from locstatus import connect
 from locstatus.errors import CorruptRecord
 
-import corrupt_shapes as shapes
-from kits import Kit
+from support import corrupt_shapes as shapes
+from support.kits import Kit
 
 SVC = shapes.entry(state="running", resume_at=None)
 

@@ -27,15 +27,15 @@ from pathlib import Path
 import pytest
 from agent_proc import AgentProc
 from checker import load_ops
-from fulldisk import SmallDisk
 from harness import Scenario
 from settles import false_settles, read_histories
 
 from locstatus import ConflictError, InvalidInput, InvalidTransition, connect
 from locstatus.backends import codec
 
-from kits_mongo import fresh_database, kit_url
-from servers import MongoHandle, ZooKeeperEnsemble
+from support.fulldisk import SmallDisk
+from support.kits_mongo import fresh_database, kit_url
+from support.servers import MongoHandle, ZooKeeperEnsemble
 
 OUTAGE_TARGET = 10.0
 """Seconds to converge after the handler outage of the registration scenario."""
@@ -62,7 +62,7 @@ def no_false_settle(sc: Scenario) -> None:
 def disk(tmp_path: Path) -> Iterator[SmallDisk]:
     """A 64 MB tmpfs for the scenario's database (``fulldisk.SmallDisk``); skips, naming why,
     only where a tmpfs cannot be mounted."""
-    from fulldisk import MountUnavailable
+    from support.fulldisk import MountUnavailable
 
     try:
         d = SmallDisk(tmp_path / "disk", size="64m")

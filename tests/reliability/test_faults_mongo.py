@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from harness import Scenario
 
-from kits_mongo import fresh_database, kit_url
-from servers import MongoHandle
+from support.kits_mongo import fresh_database, kit_url
+from support.servers import MongoHandle
 
 
 def test_mongodb_server_restarted_under_load(

@@ -25,7 +25,7 @@ from harness import Scenario
 from locstatus import connect
 from locstatus.models import State
 
-from history_check import full_history
+from support.history_check import full_history
 
 DUE = [f"due-{i:02d}" for i in range(10)]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from faults import Proc
 from harness import Scenario
 
-from skew import skew_env
+from support.skew import skew_env
 
 SKEWS = ["+30s", "+3h", "-3h"]
 

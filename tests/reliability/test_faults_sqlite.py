@@ -17,7 +17,7 @@ from pathlib import Path
 from faults import wait_for
 from harness import Scenario
 
-from history_check import full_history
+from support.history_check import full_history
 
 
 def sqlite_url(tmp_path: Path) -> str:

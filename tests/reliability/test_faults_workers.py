@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from harness import Scenario
 
-from servers import ZooKeeperEnsemble
+from support.servers import ZooKeeperEnsemble
 
 BACKENDS = ["sqlite", "zk"]
 

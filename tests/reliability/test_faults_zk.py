@@ -18,8 +18,8 @@ import pytest
 from faults import ProxySet, wait_for
 from harness import Scenario
 
-from kits_zk import raw_client
-from servers import ZooKeeperEnsemble
+from support.kits_zk import raw_client
+from support.servers import ZooKeeperEnsemble
 
 
 def zk_url(hosts: str, chroot: str, session_timeout: float = 10.0, timeout: float = 5.0) -> str:

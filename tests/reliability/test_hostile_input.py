@@ -5,7 +5,7 @@ arbitrary ones (names, services, dates, delays, free text, numbers, wrong types)
 operation and assert, for each draw:
 
 - the library returns a record or raises a :class:`LocstatusError` (never another exception);
-  the CLI exits 0, 1 or 2 (SPEC §5.2), prints no traceback, and says why on stderr when it
+  the CLI exits 0, 1 or 2 (docs/design.md §5.2), prints no traceback, and says why on stderr when it
   refuses;
 - a refused call changes nothing in the store; a call that succeeds changes at most the one
   location it names.

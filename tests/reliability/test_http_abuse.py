@@ -2,7 +2,7 @@
 
 While dozens of connections dribble their headers (slowloris), a few clients send their bodies
 a byte at a time, and others send bodies over the 64 KiB limit (declared, undeclared, chunked)
-or a 100 KB header (reported only: the SPEC limits bodies), an ordinary operator client keeps
+or a 100 KB header (reported only: docs/design.md limits bodies), an ordinary operator client keeps
 pausing and reading: every one of its requests must be answered promptly and correctly.
 Oversize requests get a 413 problem document and write nothing; slow but complete requests are
 served; afterwards the store holds exactly the ordinary client's and the slow clients' changes.
@@ -34,8 +34,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from locstatus import connect
 
-from history_check import full_history
-from servers import free_ports
+from support.history_check import full_history
+from support.servers import free_ports
 
 LOCS = {"us-east-1": ["replication", "lifecycle", "ingestion"],
         "eu-west-2": ["replication"], "slow-a": ["replication"], "slow-b": ["replication"]}
@@ -156,7 +156,7 @@ def test_oversize_bodies_and_slow_clients_do_not_disturb_anyone(
     big = dict(oversized)
     for name in ("declared", "declared-10MB-partial", "chunked"):
         assert big[name].startswith(b"HTTP/1.1 413"), (name, big[name])
-    # a 100 KB header is not a body: SPEC §5.3 sets no limit; its answer is only reported
+    # a 100 KB header is not a body: docs/design.md §5.3 sets no limit; its answer is only reported
     assert big["header-100KB"].startswith(b"HTTP/1.1 "), big["header-100KB"]
     worst = max(latencies)
     assert worst < 5.0, f"an ordinary request took {worst:.2f}s"

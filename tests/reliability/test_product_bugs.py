@@ -27,7 +27,7 @@ from locstatus.errors import AmbiguousCommit, CorruptRecord
 from locstatus.manager import Manager
 from locstatus.models import HistoryEntry, LocationStatus, State, WorkerInfo, utcnow
 
-from kits import sqlite_kit
+from support.kits import sqlite_kit
 
 
 class AnswerLost(SQLiteBackend):
@@ -51,7 +51,7 @@ class AnswerLost(SQLiteBackend):
 
 
 def test_an_ambiguous_commit_that_landed_is_reported_as_applied(tmp_path: Path) -> None:
-    """SPEC §3.2 and the Manager docstring: ``status.services[s].op_id == op_id`` tells a
+    """docs/design.md §3.2 and the Manager docstring: ``status.services[s].op_id == op_id`` tells a
     caller whether its call changed anything. Here the pause lands, its answer is lost, and a
     worker settles the pause before the manager re-reads: the pause is in the history exactly
     once (correct), but the caller gets a record that does not carry its op_id, at a version
@@ -89,7 +89,7 @@ def test_an_ambiguous_commit_that_landed_is_reported_as_applied(tmp_path: Path) 
 
 
 def test_a_payload_naming_another_location_never_reaches_that_location(tmp_path: Path) -> None:
-    """Backend contract invariant 5 (corrupt data never breaks its neighbours) and SPEC §2:
+    """Backend contract invariant 5 (corrupt data never breaks its neighbours) and docs/design.md §2:
     the record of ``site-b`` is damaged into a copy of ``site-a``'s document, keys included
     (an operator's stray copy-paste). Reading ``site-b`` must give ``site-b`` or
     :class:`CorruptRecord`; here it gives ``site-a`` at the copied version, a pause of
@@ -143,7 +143,7 @@ def test_a_deeply_nested_payload_is_a_corrupt_record_not_a_crash(tmp_path: Path)
 
 @pytest.mark.parametrize("field", ["reason", "actor"])
 def test_a_reason_that_cannot_be_stored_is_invalid_input(tmp_path: Path, field: str) -> None:
-    """SPEC §2: bad input is rejected with a clear error before it reaches a backend. Python
+    """docs/design.md §2: bad input is rejected with a clear error before it reaches a backend. Python
     decodes non-UTF-8 bytes of a command line as lone surrogates (``locstatus pause LOC
     --reason $'\\xff'``); the library raises ``PydanticSerializationError`` (not a
     :class:`LocstatusError`) and the CLI prints "unexpected PydanticSerializationError"."""
@@ -188,7 +188,7 @@ def test_a_client_that_stalls_mid_body_gets_an_answer(tmp_path: Path) -> None:
     import httpx
     from faults import Proc, wait_for
 
-    from servers import free_ports
+    from support.servers import free_ports
 
     url = f"sqlite:///{tmp_path}/locstatus.db"
     with connect(url) as mgr:

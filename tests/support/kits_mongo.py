@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from kits import Kit
-from servers import MongoHandle, start_mongo
+from support.kits import Kit
+from support.servers import MongoHandle, start_mongo
 
 COLLECTION = "locations"
 
@@ -95,8 +95,29 @@ def mongo_kit(server: MongoHandle) -> Kit:
         finally:
             client.close()
 
+    def write_raw_worker(worker_id: str, text: str) -> None:
+        try:
+            info: Any = json.loads(text)
+        except (ValueError, RecursionError):  # kept as a string, as a stray edit could
+            info = text
+        client = server.client()
+        try:
+            client[database][f"{COLLECTION}_workers"].update_one(
+                {"_id": worker_id}, {"$set": {"info": info}}, upsert=True)
+        finally:
+            client.close()
+
+    def damage_ack(location: str, worker_id: str, service: str) -> None:
+        client = server.client()
+        try:
+            res = client[database][f"{COLLECTION}_acks"].update_one(
+                {"_id": f"{location}/{worker_id}/{service}"}, {"$unset": {"generation": ""}})
+            assert res.matched_count == 1, "no such acknowledgement to damage"
+        finally:
+            client.close()
+
     return MongoKit("mongo", kit_url(server, database), write_raw, write_raw_history,
-                    server=server, database=database)
+                    write_raw_worker, damage_ack, server=server, database=database)
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,12 @@ error), ``location``, ``service``, ``generation`` (the generation being applied,
 The link cut is a fault injector in front of the real backend (a network partition seen from
 this process): while cut, every backend call raises :class:`BackendUnavailable` and every hint
 is dropped, so the agent really misses the notifications of what changes meanwhile and has to
-find its way back on its own (SPEC §3.4). The store itself (the SQLite file, the ZooKeeper
+find its way back on its own (docs/design.md §3.4). The store itself (the SQLite file, the ZooKeeper
 ensemble) stays up for everyone else.
 
 Usage::
 
-    python tests/agent_worker.py --url sqlite:///tmp/ls.db --id w1 --record /tmp/w1.jsonl \\
+    python tests/support/agent_worker.py --url sqlite:///tmp/ls.db --id w1 --record /tmp/w1.jsonl \\
         [--services replication] [--lease 2] [--heartbeat S] [--resync S] [--slow S] \\
         [--fail N --fail-event pause] [--retry-base S]
 """

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import select
 import socket
 import struct
@@ -33,8 +34,8 @@ from kazoo.exceptions import NodeExistsError
 
 from locstatus.backends.zookeeper import Layout, split_version
 
-from kits import Kit
-from servers import (
+from support.kits import Kit
+from support.servers import (
     DEFAULT_START_TIMEOUT,
     ServerStartError,
     docker_available,
@@ -140,7 +141,20 @@ def zk_kit(server: ZkServer) -> Kit:
         with raw_client(server.hosts) as client:
             client.set(Layout(chroot).entry(location, inc, seq), text.encode())
 
-    return Kit("zk", url, write_raw, write_raw_history)
+    def write_raw_worker(worker_id: str, text: str) -> None:
+        path = f"{chroot}/workers/{worker_id}"  # a live worker's ephemeral node, or a new one
+        with raw_client(server.hosts) as client:
+            try:
+                client.create(path, text.encode(), makepath=True)
+            except NodeExistsError:
+                client.set(path, text.encode())
+
+    def damage_ack(location: str, worker_id: str, service: str) -> None:
+        # one node per worker and location holds every service's generation: all unreadable
+        with raw_client(server.hosts) as client:
+            client.set(f"{chroot}/acks/{location}/{worker_id}", json.dumps({service: "seven"}).encode())
+
+    return Kit("zk", url, write_raw, write_raw_history, write_raw_worker, damage_ack)
 
 
 # -- a TCP proxy for cutting and freezing connections --------------------------------------------

@@ -28,7 +28,7 @@ LIBFAKETIME = "/usr/$LIB/faketime/libfaketime.so.1"
 """As the ``faketime`` wrapper preloads it (the dynamic loader expands ``$LIB``)."""
 
 SHIM = Path(__file__).resolve().parent / "faketime_shim"
-TESTS = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent
 
 
 def require_libfaketime() -> None:
@@ -88,8 +88,8 @@ class Skewed:
     @classmethod
     def worker(cls, offset: str | None, url: str, worker_id: str, record: Path,
                args: Sequence[str], log: Path) -> Skewed:
-        """One ``tests/agent_worker.py`` (handler calls recorded to ``record``)."""
-        return cls(offset, [str(TESTS / "agent_worker.py"), "--url", url, "--id", worker_id,
+        """One ``tests/support/agent_worker.py`` (handler calls recorded to ``record``)."""
+        return cls(offset, [str(HERE / "agent_worker.py"), "--url", url, "--id", worker_id,
                             "--record", str(record), *args], log)
 
     def wait(self, timeout: float) -> int:

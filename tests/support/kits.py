@@ -28,13 +28,18 @@ class Kit:
     ``write_raw(location, text)`` stores text verbatim as a record's payload, bypassing
     validation, with the backend's own client; ``write_raw_history(location, version, text)``
     replaces the entries of the history write stored under ``version`` with the JSON list
-    ``text``, in place, the same way.
+    ``text``, in place, the same way. ``write_raw_worker(worker_id, text)`` stores text as the
+    registration of ``worker_id`` (replacing a live worker's, as a stray hand edit would), and
+    ``damage_ack(location, worker_id, service)`` makes a stored acknowledgement unreadable in the
+    backend's own way (a generation that is no integer, a field left out).
     """
 
     name: str
     url: str
     write_raw: Callable[[str, str], None]
     write_raw_history: Callable[[str, int, str], None]
+    write_raw_worker: Callable[[str, str], None]
+    damage_ack: Callable[[str, str, str], None]
     _opened: list[Backend] = field(default_factory=list)
 
     def open(self) -> Backend:
@@ -60,7 +65,17 @@ def memory_kit(tmp_path: Path) -> Kit:
             writes = store.history[location]
             writes[:] = [(v, text if v == version else t) for v, t in writes]
 
-    return Kit("memory", url, write_raw, write_raw_history)
+    def write_raw_worker(worker_id: str, text: str) -> None:
+        store = MemoryBackend(url)._store
+        with store.lock:
+            store.workers[worker_id] = text
+
+    def damage_ack(location: str, worker_id: str, service: str) -> None:
+        store = MemoryBackend(url)._store
+        with store.lock:
+            store.acks[location][worker_id][service] = "seven"  # type: ignore[assignment]
+
+    return Kit("memory", url, write_raw, write_raw_history, write_raw_worker, damage_ack)
 
 
 def sqlite_kit(tmp_path: Path) -> Kit:
@@ -78,4 +93,18 @@ def sqlite_kit(tmp_path: Path) -> Kit:
             db.execute("UPDATE history SET data = ? WHERE location = ? AND version = ?",
                        (text, location, version))
 
-    return Kit("sqlite", url, write_raw, write_raw_history)
+    def write_raw_worker(worker_id: str, text: str) -> None:
+        with contextlib.closing(sqlite3.connect(f"{tmp_path}/locstatus.db")) as db, db:
+            db.execute("INSERT OR REPLACE INTO workers (worker_id, data) VALUES (?, ?)",
+                       (worker_id, text))
+
+    def damage_ack(location: str, worker_id: str, service: str) -> None:
+        with contextlib.closing(sqlite3.connect(f"{tmp_path}/locstatus.db")) as db, db:
+            cur = db.execute(
+                "UPDATE acks SET generation = 'seven' "
+                "WHERE location = ? AND worker_id = ? AND service = ?",
+                (location, worker_id, service),
+            )
+            assert cur.rowcount == 1, "no such acknowledgement to damage"
+
+    return Kit("sqlite", url, write_raw, write_raw_history, write_raw_worker, damage_ack)

@@ -1,0 +1,338 @@
+"""Self-fencing (docs/agent.md "Self-fencing"): a worker that cannot renew its lease stops
+what it runs before anybody may settle without it, acknowledges nothing while fenced, and
+re-applies the real state once its lease is back.
+
+- every backend kit, in-process: the renewals are refused (the rest of the backend answers),
+  so the test can see the fence come before the lease deadline the backend holds, the pause
+  settle without the fenced worker only after that deadline, and nothing acknowledged;
+- real faults: the MongoDB server frozen with SIGSTOP, the SQLite database locked by another
+  connection (unwritable) or its disk full (a small tmpfs), and the ZooKeeper connection cut through the suite's TCP proxy long
+  enough for the server to expire the session (the fence must come before the ephemeral
+  registration disappears; after the lost session, on_remove runs for a location removed and
+  purged meanwhile).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from locstatus import BackendUnavailable, Client, State, connect
+from locstatus.agent import Agent
+from locstatus.models import WorkerInfo
+
+from support.agent_worker import Partition
+from support.fulldisk import SmallDisk
+from support.kits import Kit
+from support.kits_mongo import fresh_database, kit_url
+from support.kits_zk import TcpProxy, zk_url
+from support.servers import start_mongo
+
+LOC = "us-east-1"
+OTHER = "eu-west-1"
+SVC = "replication"
+
+
+def eventually(check: Callable[[], Any], timeout: float = 30.0, every: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
+        time.sleep(every)
+
+
+@dataclass(frozen=True)
+class Call:
+    event: str
+    location: str
+    fenced: bool
+    t: float  # time.monotonic()
+
+
+class Recorder:
+    """Registers on_pause/on_resume/on_remove handlers on an agent and records each call."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.calls: list[Call] = []
+        self._lock = threading.Lock()
+        agent.on_pause(SVC)(self._handler("pause"))
+        agent.on_resume(SVC)(self._handler("resume"))
+        agent.on_remove(self._handler("remove"))
+
+    def _handler(self, event: str) -> Callable[[str], None]:
+        def run(location: str) -> None:
+            with self._lock:
+                self.calls.append(Call(event, location, self.agent.fencing, time.monotonic()))
+
+        return run
+
+    def fences(self) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.fenced]
+
+    def after(self, t: float) -> list[tuple[str, str, bool]]:
+        with self._lock:
+            return [(c.event, c.location, c.fenced) for c in self.calls if c.t > t]
+
+
+@pytest.fixture
+def agents() -> Iterator[list[Agent]]:
+    started: list[Agent] = []
+    yield started
+    for a in started:
+        a.stop(timeout=2)
+
+
+def acked(mgr: Client, worker: str, location: str = LOC) -> int | None:
+    return mgr.backend.acks(location).get(worker, {}).get(SVC)
+
+
+class RenewalsRefused(Partition):
+    """The real backend; while :meth:`cut`, only the lease renewals (put_worker, ping) fail:
+    reads, acknowledgements and hints go on (a registration the store refuses, the
+    heartbeat's own connection stuck)."""
+
+    def _check(self) -> None:
+        pass
+
+    def put_worker(self, info: WorkerInfo) -> None:
+        if self._cut.is_set():
+            raise BackendUnavailable("registration refused (test fault injector)")
+        self.inner.put_worker(info)
+
+    def ping(self) -> None:
+        if self._cut.is_set():
+            raise BackendUnavailable("ping refused (test fault injector)")
+        self.inner.ping()
+
+
+# -- every kit ------------------------------------------------------------------------------
+
+
+def test_a_worker_that_cannot_renew_fences_itself_before_its_lease_lapses(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """Before: it kept running (never paused, never knew), and once its lease lapsed a pause
+    settled while its consumers still ran."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER])
+    mgr.pause(OTHER, SVC)  # no worker yet: paused at once; nothing to stop there
+    link = RenewalsRefused(kit.open())
+    agent = Client(link).agent(
+        "w1", services=[SVC], lease_seconds=3, heartbeat_interval=0.5, resync_interval=60
+    )
+    agents.append(agent)
+    rec = Recorder(agent)
+    agent.start()
+    assert sorted((c.event, c.location) for c in rec.calls) == [("pause", OTHER), ("resume", LOC)]
+    link.cut()
+    t_cut = time.monotonic()
+    (fence,) = eventually(rec.fences, timeout=10)
+    assert (fence.event, fence.location) == ("pause", LOC)  # what it ran, and only that
+    assert fence.t - t_cut < 3 - 0.5  # before any lease it wrote can lapse
+    (info,) = mgr.workers()
+    deadline = info.lease_expires_at
+    assert agent.metrics()["fenced"] == 1
+    if deadline is not None:  # heartbeat backends: fenced while still alive to the others
+        assert info.alive(mgr.clock())
+    # Fenced: the pause is neither run again nor acknowledged; it settles without the worker
+    # once the lease it last wrote has lapsed.
+    mgr.pause(LOC, SVC)
+    assert mgr.wait_settled(LOC, SVC, timeout=15).services[SVC].state is State.PAUSED
+    settle = next(e for e in mgr.history(LOC, limit=5) if e.event == "settle")
+    if deadline is not None:
+        assert settle.at >= deadline
+    assert acked(mgr, "w1") == 0
+    assert rec.fences() == [fence]
+    t_heal = time.monotonic()
+    link.heal()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=10)
+    eventually(lambda: acked(mgr, "w1") == 1, timeout=10)  # the real state, re-applied
+    assert rec.after(t_heal) == [("pause", LOC, False)]
+    assert mgr.resume(LOC, SVC, wait=10).services[SVC].state is State.RUNNING
+    assert rec.after(t_heal)[-1] == ("resume", LOC, False)
+
+
+def test_on_fence_runs_instead_of_on_pause_when_registered(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC])
+    link = RenewalsRefused(kit.open())
+    agent = Client(link).agent(
+        "w1", services=[SVC], lease_seconds=3, heartbeat_interval=0.5, fence_margin=1.0
+    )
+    agents.append(agent)
+    calls: list[tuple[str, str, bool]] = []
+
+    def record(event: str) -> Callable[[str], None]:
+        def run(location: str) -> None:
+            what = agent.applying
+            assert what is not None and what.status is not None
+            calls.append((event, location, agent.fencing))
+
+        return run
+
+    agent.on_pause(SVC)(record("pause"))
+    agent.on_resume(SVC)(record("resume"))
+    agent.on_fence(SVC)(record("fence"))
+    agent.start()
+    link.cut()
+    eventually(lambda: ("fence", LOC, True) in calls, timeout=10)
+    assert calls == [("resume", LOC, False), ("fence", LOC, True)]
+    link.heal()
+    eventually(lambda: calls[-1] == ("resume", LOC, False) and len(calls) == 3, timeout=10)
+    assert agent.metrics()["fenced"] == 0
+
+
+# -- real faults ------------------------------------------------------------------------------
+
+
+def _running_worker(url: str, agents: list[Agent], **kw: Any) -> tuple[Client, Agent, Recorder]:
+    mgr = connect(url)
+    mgr.sync_locations([LOC])
+    agent = connect(url).agent("w1", services=[SVC], **kw)
+    agents.append(agent)
+    rec = Recorder(agent)
+    agent.start()
+    assert [(c.event, c.location) for c in rec.calls] == [("resume", LOC)]
+    return mgr, agent, rec
+
+
+def test_mongodb_server_stopped_the_worker_fences_then_re_applies(
+    tmp_path: Path, agents: list[Agent]
+) -> None:
+    server = start_mongo(tmp_path / "mongo")
+    try:
+        assert server.pid is not None, "this test freezes its own server by PID"
+        url = kit_url(server, fresh_database())
+        mgr, agent, rec = _running_worker(url, agents, lease_seconds=3, heartbeat_interval=0.5)
+        os.kill(server.pid, signal.SIGSTOP)
+        t_stop = time.monotonic()
+        try:
+            (fence,) = eventually(rec.fences, timeout=10)
+            assert (fence.event, fence.location) == ("pause", LOC)
+            # its last renewal was sent at most a heartbeat before the freeze
+            assert fence.t - t_stop < 3 - 0.5
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        t_cont = time.monotonic()
+        eventually(lambda: agent.metrics()["fenced"] == 0)
+        eventually(lambda: rec.after(t_cont) == [("resume", LOC, False)])
+        assert mgr.pause(LOC, SVC, wait=15).services[SVC].state is State.PAUSED
+        assert acked(mgr, "w1") == 1
+    finally:
+        for a in agents:
+            a.stop(timeout=2)
+        agents.clear()
+        server.close()
+
+
+def test_sqlite_database_locked_the_worker_fences_then_re_applies(
+    tmp_path: Path, agents: list[Agent]
+) -> None:
+    """Another connection holds the write lock: the worker's renewal waits (busy timeout)
+    and cannot land."""
+    path = tmp_path / "locstatus.db"
+    url = f"sqlite:///{path}"
+    mgr, agent, rec = _running_worker(url, agents, lease_seconds=3, heartbeat_interval=0.5)
+    lock = sqlite3.connect(path, isolation_level=None, timeout=30)
+    lock.execute("BEGIN IMMEDIATE")
+    t_lock = time.monotonic()
+    try:
+        (fence,) = eventually(rec.fences, timeout=10)
+        assert (fence.event, fence.location) == ("pause", LOC)
+        assert fence.t - t_lock < 3 - 0.5
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    t_free = time.monotonic()
+    eventually(lambda: agent.metrics()["fenced"] == 0)
+    eventually(lambda: rec.after(t_free) == [("resume", LOC, False)])
+    assert mgr.pause(LOC, SVC, wait=15).services[SVC].state is State.PAUSED
+    assert acked(mgr, "w1") == 1
+
+
+def test_sqlite_disk_full_the_worker_fences_then_re_applies_once_space_is_back(
+    small_disk: SmallDisk, agents: list[Agent]
+) -> None:
+    """The store's disk fills up for real (a tmpfs): every renewal fails with BackendFull."""
+    db = small_disk.path / "locstatus.db"
+    mgr, agent, rec = _running_worker(
+        f"sqlite:///{db}", agents, lease_seconds=3, heartbeat_interval=0.5
+    )
+    small_disk.fill(sqlite_db=db)
+    t_full = time.monotonic()
+    try:
+        (fence,) = eventually(rec.fences, timeout=10)
+        assert (fence.event, fence.location) == ("pause", LOC)
+        assert fence.t - t_full < 3 - 0.5
+        assert agent.metrics()["heartbeat_errors"] >= 1
+    finally:
+        small_disk.free()
+    t_free = time.monotonic()
+    eventually(lambda: agent.metrics()["fenced"] == 0)
+    eventually(lambda: rec.after(t_free) == [("resume", LOC, False)])
+    assert mgr.pause(LOC, SVC, wait=15).services[SVC].state is State.PAUSED
+    assert acked(mgr, "w1") == 1
+
+
+def test_zookeeper_connection_cut_fences_before_the_session_expires(
+    zk_server: Any, agents: list[Agent]
+) -> None:
+    """The worker's connection goes through a TCP proxy that is frozen: to the server the
+    client falls silent and its session (4 s) expires, removing the registration. The worker
+    must have stopped what it runs before that. When the connection comes back (a new
+    session: LOST), it re-applies the state it finds, and runs on_remove for a location it
+    applied that was removed and purged meanwhile."""
+    proxy = TcpProxy(zk_server.hosts)
+    try:
+        chroot = f"/fence-{os.getpid()}-{time.monotonic_ns()}"
+        mgr = connect(zk_url(zk_server.hosts, chroot))
+        mgr.sync_locations([LOC, OTHER])
+        agent = connect(zk_url(proxy.hosts, chroot, session_timeout=4, timeout=20)).agent(
+            "w1", services=[SVC]
+        )
+        agents.append(agent)
+        rec = Recorder(agent)
+        agent.start()
+        assert [w.worker_id for w in mgr.workers()] == ["w1"]
+        proxy.freeze()
+        t_cut = time.monotonic()
+        gone = eventually(
+            lambda: time.monotonic() if not mgr.workers() else None, timeout=30, every=0.05
+        )
+        fences = rec.fences()
+        assert sorted((c.event, c.location) for c in fences) == [("pause", OTHER), ("pause", LOC)]
+        assert all(c.t < gone for c in fences), (t_cut, gone, fences)  # fenced, then expired
+        mgr.pause(LOC, SVC)
+        assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
+        mgr.sync_locations([LOC])  # OTHER removed ...
+        mgr.purge_location(OTHER, mgr.backend.read(OTHER).version)  # ... and purged
+        t_thaw = time.monotonic()
+        proxy.thaw()
+        eventually(lambda: [w.worker_id for w in mgr.workers()] == ["w1"])
+        eventually(lambda: agent.metrics()["fenced"] == 0)
+        eventually(lambda: acked(mgr, "w1") == 1)
+        assert agent.metrics()["sessions_lost"] >= 1
+        eventually(lambda: ("remove", OTHER, False) in rec.after(t_thaw))
+        assert ("pause", LOC, False) in rec.after(t_thaw)
+        assert mgr.resume(LOC, SVC, wait=15).services[SVC].state is State.RUNNING
+    finally:
+        for a in agents:
+            a.stop(timeout=2)
+        agents.clear()
+        proxy.close()
