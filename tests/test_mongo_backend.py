@@ -367,14 +367,19 @@ def test_a_write_whose_copy_failed_survives_any_number_of_later_writes(
     dying = Manager(opened(kit_url(failpoint_server, database, appname="ls-dies")))
     failpoint("failCommand", {"times": 1}, failCommands=["insert"], appName="ls-dies",
               errorCode=2)  # its history insert fails, as if it died right before it
-    lost = dying.pause("loc", "replication", actor="dying", op_id="op-dying").version
-    assert [e.op_id for e in mgr.backend.history_write("loc", lost)] == ["op-dying"] * 2
-    for _ in range(60):  # 120 writes: more than the 100 embedded
+    # the pausing write is the one whose copy fails; its settle is a write of its own after it
+    lost = dying.pause("loc", "replication", actor="dying", op_id="op-dying").version - 1
+    assert [(e.op_id, e.event) for e in mgr.backend.history_write("loc", lost)] == [
+        ("op-dying", "pause")
+    ]
+    for _ in range(60):  # 240 writes: more than the 100 embedded
         mgr.pause("loc", "lifecycle", actor="ops")
         mgr.resume("loc", "lifecycle", actor="ops")
-    assert [e.op_id for e in mgr.backend.history_write("loc", lost)] == ["op-dying"] * 2
+    assert [(e.op_id, e.event) for e in mgr.backend.history_write("loc", lost)] == [
+        ("op-dying", "pause")
+    ]
     everything = mgr.history("loc", limit=10_000)
-    assert [e.version for e in everything].count(lost) == 2
+    assert [e.version for e in everything].count(lost) == 1
     versions = sorted({e.version for e in everything})
     assert versions == list(range(versions[0], versions[0] + len(versions)))  # gap-free chain
     assert not mgr.backend.history_gaps("loc")
@@ -704,7 +709,7 @@ def test_a_write_concern_error_after_the_write_landed_is_not_applied_twice(
                                  "errmsg": "waiting for replication timed out"})
     rec = mgr.pause("loc", "replication", op_id="op-wce")
     assert mgr.stats["ambiguous"] == 1  # the backend said "outcome unknown"; the manager looked
-    assert rec.version == before + 1 and rec.services["replication"].state is State.PAUSED
+    assert rec.version == before + 2 and rec.services["replication"].state is State.PAUSED
     assert [e.op_id for e in mgr.history("loc")].count("op-wce") == 2  # pause + settle, once
 
 
@@ -767,13 +772,18 @@ def test_server_stopped_mid_run_fails_fast_and_recovers_after_restart(tmp_path: 
         if getattr(mgr.backend, "hint_mode", None) == "changestream":
             assert wait_for(lambda: any(h.kind == "resync" for h in hints), 30)
         unsubscribe()
-        # every operation reported done is in the history exactly once, at its version
+        # every operation reported done is in the history exactly once, and its settle (no
+        # worker: in the write right after it) at most once; the call returned the newest
         hist = mgr.backend.history("loc", limit=100_000)
-        by_op: dict[str, set[int]] = {}
+        by_op: dict[str, list[tuple[int, str]]] = {}
         for e in hist:
-            by_op.setdefault(e.op_id, set()).add(e.version)
+            by_op.setdefault(e.op_id, []).append((e.version, e.event))
         for op_id, version in done:
-            assert by_op.get(op_id) == {version}, (op_id, version, by_op.get(op_id))
+            mine = sorted(by_op.get(op_id, []))
+            event = "pause" if int(op_id.removeprefix("op-")) % 2 == 0 else "resume"
+            assert mine in ([(version, event)], [(version - 1, event), (version, "settle")]), (
+                op_id, version, mine
+            )
         versions = sorted({e.version for e in hist})
         assert versions == list(range(versions[0], versions[0] + len(versions)))
         mgr.close()

@@ -832,10 +832,26 @@ class MongoBackend(Backend):
         with self._io(f"registration of worker {info.worker_id!r}"):
             self._workers.replace_one({"_id": info.worker_id}, doc, upsert=True)
 
-    def remove_worker(self, worker_id: str) -> None:
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+        """See :meth:`Backend.remove_worker`. With ``if_expires``: read the registration, and
+        delete it only while its whole stored document is still the one read (a renewal or a
+        new registration rewrites it); the acknowledgements go in a second request, so a
+        worker registering again in between may lose acknowledgements it wrote then: a live
+        worker missing an acknowledgement is waited for (safe), never settled without."""
         with self._io(f"removal of worker {worker_id!r}"):
-            self._workers.delete_one({"_id": worker_id})
+            if if_expires is None:
+                removed = self._workers.delete_one({"_id": worker_id}).deleted_count > 0
+            else:
+                doc = self._workers.find_one({"_id": worker_id}, max_time_ms=self._mt)
+                if doc is None or not codec.is_registration(worker_id, doc.get("info"), if_expires):
+                    return False
+                removed = self._workers.delete_one(
+                    {"_id": worker_id, "info": doc.get("info")}
+                ).deleted_count > 0
+                if not removed:
+                    return False  # rewritten since it was read: renewed or registered again
             self._acks.delete_many({"worker_id": worker_id})
+        return removed
 
     def workers(self) -> list[WorkerInfo]:
         with self._io("read of workers"):
