@@ -135,7 +135,10 @@ _DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
 }
 _HINT_MODES = ("auto", "changestream", "poll")
 _CLOSE_TIMEOUT = 0.5
-"""Seconds :meth:`MongoBackend.close` lets the driver spend ending its server sessions."""
+"""Seconds the driver may spend ending its server sessions when the backend closes."""
+_CLOSE_WAIT = 0.2
+"""Seconds :meth:`MongoBackend.close` waits for the driver's own close (one round trip to a
+server that answers) before leaving it to finish in the background."""
 _STREAM_LOST_CODES = {136, 260, 280, 286}  # capped position lost, bad token, fatal, history lost
 _NO_CHANGE_STREAMS_CODES = {40573}  # "$changeStream stage is only supported on replica sets"
 _INDEX_OPTIONS_CONFLICT = {85, 86}
@@ -1076,21 +1079,33 @@ class MongoBackend(Backend):
             self._client.admin.command("ping", maxTimeMS=self._mt)
 
     def close(self) -> None:
+        """Stop the hints and close the client. Returns within :data:`_CLOSE_WAIT` seconds
+        even while the server is down or frozen (a process shutting down during an outage
+        must not hang on it): whatever of the driver's close is left then (ending its server
+        sessions, which needs the server) goes on in the background, bounded by
+        :data:`_CLOSE_TIMEOUT`. Once closed, every call raises :class:`BackendUnavailable`
+        and no hint is delivered."""
         if self._closed:
             return
         self._stop.set()
         self._closed = True
-        # close() ends the client's server sessions with an endSessions command, which first
-        # selects a server: with the server down that waits serverSelectionTimeoutMS. The
-        # driver ignores that command's errors anyway; bound it (client-side operation timeout).
+        # The driver's close() first sends endSessions, which selects a server: with none
+        # reachable that waits out the operation timeout (in the driver's 0.5 s steps, so 0.5
+        # to 1 s for _CLOSE_TIMEOUT), and on a frozen server the command waits for a reply.
+        # The driver ignores that command's errors anyway; close() does not wait for them.
+        closing = threading.Thread(
+            target=self._close_client, name="locstatus-mongo-close", daemon=True
+        )
+        closing.start()
+        closing.join(_CLOSE_WAIT)
+        # The hint thread is not waited for either: it ends at its next step (a change
+        # stream's getMore returns within its maxAwaitTimeMS of 0.5 s, a server selection
+        # within 0.5 s of the client's close, a request to a frozen server at the socket
+        # timeout), and _emit drops whatever it still sees.
+
+    def _close_client(self) -> None:
         with contextlib.suppress(PyMongoError), pymongo.timeout(_CLOSE_TIMEOUT):
             self._client.close()
-        # The hint thread ends at its next step; one waiting in server selection for a server
-        # that is down ends only at serverSelectionTimeoutMS, so close() does not wait for that
-        # (a process shutting down during an outage would hang), and _emit drops its hints.
-        watcher = self._watcher
-        if watcher is not None and watcher is not threading.current_thread():
-            watcher.join(timeout=1)
 
 
 __all__ = ["MongoBackend", "MongoSettings", "parse_mongo_url"]
