@@ -1272,6 +1272,15 @@ def serve(
             "loopback names are always served.",
         ),
     ] = None,
+    backbeat_trust: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backbeat-trust",
+            metavar="CIDR",
+            help="Peers in this network (repeatable) may call the Backbeat-route mutations "
+            "without the token: where CloudServer connects from (docs/http.md).",
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP sidecar (docs/design.md §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
@@ -1288,6 +1297,7 @@ def serve(
         reconcile_interval=reconcile,
         check_interval=check_every,
         allowed_hosts=tuple(allow_host or ()),
+        backbeat_trust=tuple(backbeat_trust or ()),
     )
 
 

@@ -1061,6 +1061,7 @@ def create_app(
     max_body: int = MAX_BODY,
     inline_reads: bool | None = None,
     allowed_hosts: Iterable[str] | None = None,
+    backbeat_trust: Iterable[str] = (),
 ) -> FastAPI:
     """Build the sidecar app over ``mgr``.
 
@@ -1074,11 +1075,14 @@ def create_app(
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
     - ``check``: where the periodic consistency check stores its result (``/v1/check``).
+    - ``backbeat_trust``: networks (CIDR) whose peers may call the Backbeat mutations without
+      the token (:class:`~.backbeat_trust.TrustedPeers`; InvalidInput for a bad one).
     - ``max_body``: largest request body in bytes (413 above).
     - ``inline_reads``: serve ``GET /v1/locations[/{location}]`` on the event loop instead of
       the thread pool; default: yes for ``sqlite://`` and ``memory://``, no for network backends.
     """
     from .backbeat import router as backbeat_router
+    from .backbeat_trust import TrustedPeers
 
     token = check_token(token) if token else None
     extra = list(allowed_hosts or ())
@@ -1096,6 +1100,7 @@ def create_app(
         # nested level that every request walks through (about 15 us per request).
         routes=[_fast_get_location(), *router.routes, *backbeat_router.routes],
     )
+    app.state.backbeat_trust = TrustedPeers(backbeat_trust)
     app.state.locstatus = Context(
         mgr,
         token=token,
