@@ -67,6 +67,7 @@ from locstatus.errors import (
     NotFound,
     SettleTimeout,
 )
+from locstatus.importers.command import import_app
 from locstatus.locations import load_locations, load_sample
 from locstatus.manager import Manager, SyncReport, stuck_handlers, worker_live
 from locstatus.models import (
@@ -375,6 +376,7 @@ locations_app = typer.Typer(
     help="Import and list locations.", no_args_is_help=True, rich_markup_mode=None
 )
 app.add_typer(locations_app, name="locations")
+app.add_typer(import_app, name="import")
 
 
 def _version(value: bool) -> None:
