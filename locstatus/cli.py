@@ -58,6 +58,7 @@ from rich.text import Text
 from locstatus import __version__
 from locstatus.backends import DEFAULT_URL
 from locstatus.backends.sqlite import parse_sqlite_url
+from locstatus.bridge.command import bridge_app
 from locstatus.client import connect
 from locstatus.errors import (
     CorruptRecord,
@@ -377,6 +378,7 @@ locations_app = typer.Typer(
 )
 app.add_typer(locations_app, name="locations")
 app.add_typer(import_app, name="import")
+app.add_typer(bridge_app, name="bridge")
 
 
 def _version(value: bool) -> None:
