@@ -1,5 +1,5 @@
 # locstatus: one image for the sidecar (`serve`), the CLI and jobs (`check`, `locations sync`)
-# and the demo workers (`python -m locstatus.demo_worker`). See docs/deploy.md.
+# and the demo workers (`python -m locstatus.demo.worker`). See docs/deploy.md.
 #
 #   docker build -t locstatus:local .
 #   docker run --rm locstatus:local --help

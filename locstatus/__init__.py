@@ -3,6 +3,11 @@
 The whole public API is re-exported here::
 
     from locstatus import connect, LocationStatus, State
+
+Beneath it, layers that only look down (README, "Architecture"; import contracts in
+``pyproject.toml``): the front ends (:mod:`.cli`, :mod:`.demo`, :mod:`.api`, :mod:`.check`) over
+:mod:`.client` over :mod:`.agent` and :mod:`.reconciler` over :mod:`.manager` over :mod:`.fsm`
+and :mod:`.backends` over :mod:`.models`, :mod:`.clock`, :mod:`.names` and :mod:`.errors`.
 """
 
 from locstatus.backends import Backend, open_backend

@@ -27,8 +27,9 @@ from support.fakeclock import FakeClock
 TOKEN = "bb-token-0c7e51"
 API = "/_/backbeat/api"
 START = datetime(2030, 6, 28, 5, 40, 20, 600000, tzinfo=UTC)
-# Replication sites, ingestion and lifecycle locations as in Backbeat's sample config
-# (/work/shared/fixtures/backbeat): not every location has every service.
+# Replication sites, ingestion and lifecycle locations as in Backbeat's sample config (its
+# conf/config.json and conf/locationConfig.json; tests/test_locations.py reads them from
+# ../shared/fixtures/backbeat beside the repository): not every location has every service.
 LOCATIONS = {
     "aws-location": ["replication", "lifecycle"],
     "wontwork-location": ["replication", "lifecycle"],

@@ -29,10 +29,10 @@ import yaml  # PyYAML
 from typer.testing import CliRunner
 
 import locstatus.api.server
-from locstatus import demo_worker
 from locstatus.backends.zookeeper import parse_zk_url
 from locstatus.cli import app
 from locstatus.client import connect
+from locstatus.demo import worker as demo_worker
 from locstatus.locations import load_sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -460,14 +460,14 @@ def test_worker_commands_parse_and_match_their_healthchecks(
     for name in ("worker-1", "worker-2"):
         svc = services[name]
         argv = _image_argv(svc)
-        assert argv[:3] == ["python", "-m", "locstatus.demo_worker"]
+        assert argv[:3] == ["python", "-m", "locstatus.demo.worker"]
         assert argv[2] == demo_worker.__name__
         args = demo_worker.parse_args(argv[3:])
         assert not args.healthcheck and args.status_file is not None
         ids.add(args.worker_id)
         assert args.worker_id == name
         hc = svc["healthcheck"]["test"]
-        assert hc[:4] == ["CMD", "python", "-m", "locstatus.demo_worker"]
+        assert hc[:4] == ["CMD", "python", "-m", "locstatus.demo.worker"]
         hc_args = demo_worker.parse_args(hc[4:])
         assert hc_args.healthcheck and hc_args.status_file == args.status_file
         assert hc_args.max_age > _duration(svc["healthcheck"]["interval"])

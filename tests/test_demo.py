@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from locstatus.client import connect
-from locstatus.demo_worker import read_status
+from locstatus.demo.worker import read_status
 from locstatus.locations import load_sample
 from locstatus.models import State
 
@@ -296,7 +296,7 @@ def test_worker_healthcheck_follows_the_worker(tmp_path: Path) -> None:
     with connect(url) as mgr:
         mgr.sync_locations(load_sample())
     status = tmp_path / "w1.json"
-    check = [sys.executable, "-m", "locstatus.demo_worker", "--healthcheck",
+    check = [sys.executable, "-m", "locstatus.demo.worker", "--healthcheck",
              "--status-file", str(status), "--max-age", "30"]
 
     def healthcheck() -> subprocess.CompletedProcess[str]:
@@ -305,7 +305,7 @@ def test_worker_healthcheck_follows_the_worker(tmp_path: Path) -> None:
     before = healthcheck()
     assert before.returncode == 1 and "no readable status" in before.stderr
     worker = subprocess.Popen(
-        [sys.executable, "-m", "locstatus.demo_worker", "--backend", url, "--id", "w1",
+        [sys.executable, "-m", "locstatus.demo.worker", "--backend", url, "--id", "w1",
          "--status-file", str(status), "--log-every", "0"],
         env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

@@ -24,9 +24,9 @@ Why it is shaped so:
 
 Usage::
 
-    python -m locstatus.demo_worker --backend zk://zk1:2181/locstatus --id worker-1
-    python -m locstatus.demo_worker --id w1 --status-file /tmp/w1.json --log-every 5
-    python -m locstatus.demo_worker --healthcheck --status-file /tmp/w1.json   # exit 0 or 1
+    python -m locstatus.demo.worker --backend zk://zk1:2181/locstatus --id worker-1
+    python -m locstatus.demo.worker --id w1 --status-file /tmp/w1.json --log-every 5
+    python -m locstatus.demo.worker --healthcheck --status-file /tmp/w1.json   # exit 0 or 1
 
 The backend defaults to ``$LOCSTATUS_BACKEND`` (else ``sqlite:///./locstatus.db``), the services
 to ``$LOCSTATUS_SERVICES``. Exit codes: 0 stopped cleanly (or healthy), 1 unhealthy, 2 usage or
@@ -60,7 +60,7 @@ from locstatus.manager import Manager
 from locstatus.names import check_location
 from locstatus.settings import Settings
 
-log = logging.getLogger("locstatus.demo_worker")
+log = logging.getLogger("locstatus.demo.worker")
 
 STATUS_FORMAT = 1
 """Version of the status file's JSON layout (``format`` member)."""
@@ -266,9 +266,9 @@ def _names(kind: str) -> Callable[[str], list[str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m locstatus.demo_worker``."""
+    """The command line of ``python -m locstatus.demo.worker``."""
     p = argparse.ArgumentParser(
-        prog="python -m locstatus.demo_worker",
+        prog="python -m locstatus.demo.worker",
         description="A demo worker: an agent that moves simulated objects per location while "
         "its services are not paused.",
     )
@@ -420,7 +420,7 @@ def _serve(agent: Agent, mover: Mover, mgr: Manager, stop: threading.Event, *,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m locstatus.demo_worker``."""
+    """Entry point of ``python -m locstatus.demo.worker``."""
     args = parse_args(argv)
     if args.healthcheck:
         healthy, reason = healthcheck(args.status_file, args.max_age)
