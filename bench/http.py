@@ -7,7 +7,7 @@ app whose route of the same path returns the same JSON from a dict.
 
 ``post``: ``POST /v1/locations/{loc}/replication/pause`` and ``.../resume`` alternately, each
 connection on its own location (every request is a real compare-and-set write: no worker is
-registered, so each settles in the same write), against a bare FastAPI ``def`` route of the same
+registered, so each settles in a second write right after it), against a bare FastAPI ``def`` route of the same
 path that performs the same I/O with ``sqlite3`` alone (bench/transition.py's raw
 read + versioned UPDATE + history INSERT in one ``BEGIN IMMEDIATE`` transaction, same
 durability) and returns the record's JSON. The ratio is what the sidecar's HTTP, validation,

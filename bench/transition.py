@@ -12,7 +12,12 @@ hint*, see locstatus/manager.py) and skips the read; the raw side reads every ti
 round also times the same calls with the hint dropped before each one ("reading every time":
 a manager that has not seen the record), and both ratios are printed.
 
-Run: ``python bench/transition.py --backend sqlite [--rounds 7] [--ops 300]``. ZooKeeper and
+No worker is registered by default, so no live worker applies the service and each call also
+settles its change, in a write of its own right after it (model/README.md, finding 1): two
+writes to the raw side's one. ``--watched`` registers a live worker that applies it (the usual
+case): each call is then its one write plus the read of the live workers.
+
+Run: ``python bench/transition.py --backend sqlite [--rounds 7] [--ops 300] [--watched]``. ZooKeeper and
 MongoDB baselines register themselves in ``RAW`` (see bench/raw_zk.py and bench/raw_mongo.py).
 """
 
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -38,7 +44,14 @@ sys.modules.setdefault("transition", sys.modules[__name__])  # raw_* register in
 
 from locstatus import connect  # noqa: E402
 from locstatus.backends import codec  # noqa: E402
-from locstatus.models import HistoryEntry, LocationStatus, State, new_op_id, utcnow  # noqa: E402
+from locstatus.models import (  # noqa: E402
+    HistoryEntry,
+    LocationStatus,
+    State,
+    WorkerInfo,
+    new_op_id,
+    utcnow,
+)
 
 RawOp = Callable[[int], None]
 RAW: dict[str, Callable[[str, str], tuple[RawOp, Callable[[], None]]]] = {}
@@ -113,10 +126,19 @@ def p99(xs: list[float]) -> float:
     return sorted(xs)[max(0, int(len(xs) * 0.99) - 1)]
 
 
-def run(backend: str, url: str, rounds: int, ops: int) -> dict[str, Any]:
+def run(backend: str, url: str, rounds: int, ops: int, watched: bool = False) -> dict[str, Any]:
     mgr = connect(url)
     mgr.sync_locations(["bench-ls", "bench-raw"])
     raw_op, raw_close = RAW[backend](url, "bench-raw")
+    worker = None
+    if watched:
+        # A live worker applies the service (it never acknowledges): each call is its one
+        # write, then the read of the workers; pause/resume alternate pausing and resuming.
+        worker = connect(url)
+        worker.backend.put_worker(WorkerInfo(
+            worker_id="bench-worker", services=("replication",),
+            lease_expires_at=None if worker.backend.session_leases else utcnow() + timedelta(days=1),
+        ))
 
     def ls_op(i: int) -> None:
         if i % 2 == 0:
@@ -159,8 +181,11 @@ def run(backend: str, url: str, rounds: int, ops: int) -> dict[str, Any]:
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
     raw_close()
     mgr.close()
+    if worker is not None:
+        worker.close()
     summary = {
         "backend": backend,
+        "watched": watched,
         "rounds": rounds,
         "ops_per_round": ops,
         "median_ratio": statistics.median(r["ratio"] for r in results),
@@ -215,13 +240,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--ops", type=int, default=300)
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--watched", action="store_true",
+                    help="a live worker applies the service: no call settles (the usual case); "
+                         "default: none does, so each call also settles its change")
     args = ap.parse_args(argv)
     if args.backend != "sqlite":
         import importlib
 
         importlib.import_module(f"raw_{args.backend}")  # registers RAW[...]
     with tempfile.TemporaryDirectory() as tmp, test_server(args.backend, args.url, tmp) as url:
-        summary = run(args.backend, url, args.rounds, args.ops)
+        summary = run(args.backend, url, args.rounds, args.ops, args.watched)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(summary, indent=2))

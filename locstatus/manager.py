@@ -11,6 +11,11 @@ Every mutation is the same short loop (docs/design.md §3.1, §3.2), in :meth:`M
    op_id in the history write at the version it would have produced before trying again, never
    retrying blindly (:meth:`Manager._landed`).
 
+A write that leaves a service pausing or resuming is followed, in the same call, by the settle
+of what no live worker applies, as a write of its own (:meth:`Manager._settle_unwatched`):
+the worker list is read only once the transitional record is visible, so a worker that starts
+meanwhile reads that record, never the one before it (model/README.md, finding 1).
+
 Nothing here is trusted between calls: a stale process can never write back an old view. The
 one thing kept is a *version hint* (:class:`_VersionHints`): the last record of a location this
 manager read or wrote. An operator event may skip step 1 and plan from it, but only to make a
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -52,6 +58,7 @@ from locstatus.errors import (
     CorruptRecord,
     InvalidInput,
     InvalidTransition,
+    LocstatusError,
     NotFound,
     PreconditionFailed,
     SettleTimeout,
@@ -73,6 +80,8 @@ from locstatus.names import (
     check_location,
     check_text,
 )
+
+log = logging.getLogger(__name__)
 
 ServiceArg = str | Iterable[str] | None
 Plan = tuple[LocationStatus, list[HistoryEntry]] | None
@@ -364,13 +373,15 @@ class Manager:
         paused
         service cancels its scheduled resume, else it is a no-op. ``wait`` seconds: block until
         settled (:class:`SettleTimeout` names the lagging workers). ``if_version``: refuse with
-        :class:`PreconditionFailed` unless the record is at that version. ``reason`` (at most
+        :class:`PreconditionFailed` unless the record is at that version (the pausing write's;
+        when no live worker applies the service, its settle follows as the next write, and
+        the call returns that record). ``reason`` (at most
         1024 characters) and ``actor`` (256) are free text without control characters
         (:func:`~locstatus.names.check_text`, :class:`InvalidInput` otherwise)."""
         _check_free_text(reason, actor)
         return self._operator_event(
             location, service, lambda _s: Event("pause", reason=reason, actor=actor),
-            wait=wait, if_version=if_version, op_id=op_id,
+            wait=wait, if_version=if_version, op_id=op_id, actor=actor, reason=reason,
         )
 
     def resume(
@@ -395,7 +406,7 @@ class Manager:
         if at is None:
             return self._operator_event(
                 location, service, lambda _s: Event("resume", reason=reason, actor=actor),
-                wait=wait, if_version=if_version, op_id=op_id,
+                wait=wait, if_version=if_version, op_id=op_id, actor=actor, reason=reason,
             )
         when = self._resume_time(at)
         return self._operator_event(
@@ -406,6 +417,8 @@ class Manager:
             if_version=if_version,
             skip_refused=service is None,
             op_id=op_id,
+            actor=actor,
+            reason=reason,
         )
 
     def cancel_scheduled_resume(
@@ -428,6 +441,8 @@ class Manager:
             wait=None,
             if_version=if_version,
             op_id=op_id,
+            actor=actor,
+            reason=reason,
         )
 
     # -- reconcile primitives (agents, sidecar, check job) -----------------------------------
@@ -440,7 +455,8 @@ class Manager:
         never early, and none while the clock cannot tell; docs/time.md). ``services``: only
         these (a name or a list; None: every service), e.g. the services an agent applies.
         The guard (``resume_at`` still equals the value read) makes exactly one transition
-        happen however many processes call this."""
+        happen however many processes call this. A resume no live worker applies settles
+        right after, as an operator's call does (:meth:`_settle_unwatched`)."""
         check_location(location)
         only = self._services_arg(services)
         _check_free_text(None, actor)
@@ -459,7 +475,8 @@ class Manager:
                 lambda s: Event("resume_due", at=due[s], actor=actor, reason="scheduled resume"),
             )
 
-        return self._write(location, plan, op_id=op_id)
+        fired = self._write(location, plan, op_id=op_id)
+        return self._settle_unwatched(fired, op_id, actor, "scheduled resume")
 
     def settle(self, location: str, service: ServiceArg = None) -> LocationStatus:
         """Settle pausing -> paused / resuming -> running for services whose current generation
@@ -484,7 +501,6 @@ class Manager:
             return self._plan(
                 rec, now, op_id, ready,
                 lambda s: Event("settle", generation=rec.services[s].generation, acked=True),
-                auto_settle=False,
             )
 
         return self._write(location, plan, op_id=op_id)
@@ -624,7 +640,12 @@ class Manager:
         if_version: int | None,
         skip_refused: bool = False,
         op_id: str | None = None,
+        actor: str | None,
+        reason: str | None,
     ) -> LocationStatus:
+        """One operator event on the targeted services of ``location`` (``make_event``: service
+        -> its event, carrying ``actor`` and ``reason``), then the settle of what no live worker
+        applies (:meth:`_settle_unwatched`), then ``wait``."""
         check_location(location)
         self._services_arg(service)  # validate before any I/O
         if wait is not None and not 0 <= wait <= 86_400:
@@ -645,6 +666,7 @@ class Manager:
             )
 
         rec = self._write(location, plan, op_id=op_id, if_version=if_version, use_hint=True)
+        rec = self._settle_unwatched(rec, op_id, actor, reason)
         if wait is not None:
             rec = self.wait_settled(location, service, timeout=wait)
         return rec
@@ -658,11 +680,9 @@ class Manager:
         make_event: Callable[[str], Event],
         *,
         skip_refused: bool = False,
-        auto_settle: bool = True,
     ) -> Plan:
         services = dict(rec.services)
         entries: list[HistoryEntry] = []
-        made: dict[str, Event] = {}
         refused: InvalidTransition | None = None
         for svc in targets:
             event = make_event(svc)
@@ -676,46 +696,97 @@ class Manager:
             if change is not None:
                 services[svc] = change.status
                 entries.append(change.entry)
-                made[svc] = event
         if refused is not None and len(entries) == 0 and all(
             not rec.services[s].paused for s in targets
         ):
             raise refused
         if not entries:
             return None
-        if auto_settle:
-            self._settle_unwatched(rec.location, services, entries, made, now, op_id)
         return rec.model_copy(update={"services": services}), entries
 
     def _settle_unwatched(
-        self,
-        location: str,
-        services: dict[str, ServiceStatus],
-        entries: list[HistoryEntry],
-        made: Mapping[str, Event],
-        now: datetime,
-        op_id: str,
-    ) -> None:
-        """A new generation no live worker (:func:`worker_live`) applies settles at once, in the
-        same write: a part of the call that made it (``made``: service -> its event), so its
-        history row names that call's actor and reason (docs/cli.md, "Reading state")."""
-        changed = {e.service for e in entries if services[e.service].state.transitional}
-        if not changed:
-            return
-        live = [w for w in self.backend.workers() if worker_live(w, self.time)]
-        for svc in sorted(changed):
-            status = services[svc]
-            if any(w.applies(location, svc) for w in live):
-                continue
-            cause = made[svc]
-            event = Event(
-                "settle", generation=status.generation, acked=True,
-                actor=cause.actor, reason=cause.reason,
+        self, stored: LocationStatus, op_id: str, actor: str | None, reason: str | None
+    ) -> LocationStatus:
+        """After a write of this call (``op_id``) left services pausing/resuming: settle those
+        no live worker (:func:`worker_live`) applies, in a write of their own, and return the
+        record as it then is (docs/design.md §3: no live worker counts as all). The settle's
+        history rows name this call's ``actor`` and ``reason`` (docs/cli.md, "Reading state").
+
+        The worker list is read *after* the transitional record is visible, never in the
+        planning of the write that made it (the ``one_write_settle`` finding of
+        model/README.md): a worker registering after that read reads the pausing record, not
+        the one before it; one registered before it is listed (the backend's
+        :meth:`~locstatus.backends.base.Backend.workers` is as fresh as the write). A service
+        another write touched since (its ``op_id`` is no longer ours) is left to that write or
+        to a later :meth:`settle`. Returned: the record this call's settle wrote; when another
+        process settled or changed it first (a sidecar's reconciler woken by the write), the
+        record this call's own write stored, as after a lost reply (:meth:`_landed`): the
+        caller still sees its ``op_id`` and version."""
+        location = stored.location
+        mine = [
+            s
+            for s, st in sorted(stored.services.items())
+            if st.op_id == op_id and st.state.transitional
+        ]
+        if not mine or stored.deleted:
+            return stored
+        try:
+            return self._settle_mine(stored, mine, op_id, actor, reason)
+        except LocstatusError as exc:
+            # The call's own write landed: report that, not this error. What stays
+            # transitional is settled by the next settle() (reconciler, check --repair,
+            # wait=), as for any write whose settle did not happen.
+            log.warning(
+                "location %s: op %s left %s pausing/resuming and could not settle it (%s); "
+                "the next settle does (sidecar reconciler, check --repair, wait=)",
+                location, op_id, ", ".join(mine), exc,
             )
-            change = transition(location, svc, status, event, now=now, op_id=op_id)
-            if change is not None:
-                services[svc] = change.status
-                entries.append(change.entry)
+            return stored
+
+    def _settle_mine(
+        self,
+        stored: LocationStatus,
+        mine: Sequence[str],
+        op_id: str,
+        actor: str | None,
+        reason: str | None,
+    ) -> LocationStatus:
+        location = stored.location
+        live = [w for w in self.backend.workers() if worker_live(w, self.time)]
+        unwatched = {
+            s: stored.services[s].generation
+            for s in mine
+            if not any(w.applies(location, s) for w in live)
+        }
+        if not unwatched:
+            return stored
+
+        def plan(rec: LocationStatus, now: datetime) -> Plan:
+            if rec.deleted:
+                return None
+            ready = [
+                s
+                for s, generation in unwatched.items()
+                if (st := rec.services.get(s)) is not None
+                and st.op_id == op_id
+                and st.generation == generation
+                and st.state.transitional
+            ]
+            return self._plan(
+                rec, now, op_id, ready,
+                lambda s: Event(
+                    "settle", generation=unwatched[s], acked=True, actor=actor, reason=reason
+                ),
+            )
+
+        after = self._write(location, plan, op_id=op_id, use_hint=True)
+        if any(
+            (st := after.services.get(s)) is not None and st.op_id == op_id
+            and not st.state.transitional
+            for s in unwatched
+        ):
+            return after  # settled by this call
+        return stored  # settled or changed by another call first: what this call wrote
 
     def _write(
         self,

@@ -309,12 +309,32 @@ end:
                sfired[l] = 1;
                rst[l] = RESUMING; rgen[l]++; rsch[l] = 0; rres[l] = 0;
                printf("MSC: firer %d fires the resume of L%d: resuming gen %d\n", me, l, rgen[l]);
-               if :: unw -> rst[l] = RUNNING :: else -> skip fi;   /* _settle_unwatched */
+#ifdef FINDING_ONE_WRITE_SETTLE
+               if :: unw -> rst[l] = RUNNING :: else -> skip fi;   /* as the code was */
                bump(l, j)
+#else
+               bump(l, j);
+               unw = 1     /* its write is the current record (the bit below): settle next */
+#endif
            :: else -> printf("MSC: firer %d: conflict\n", me)  /* read again */
+           fi;
+#ifdef FINDING_ONE_WRITE_SETTLE
+           ffr[me * NL + l] = 0; unw = 0
+#else
+           ffr[me * NL + l] = unw  /* still current: nothing wrote since its own write */
+#endif
+       };
+#ifndef FINDING_ONE_WRITE_SETTLE
+       /* Manager._settle_unwatched: the workers read after its write, which is still current */
+       atomic {
+           if
+           :: unw && ffr[me * NL + l] && NONE_LIVE(FIRE_CLOCK(me)) -> settle_write(l, j)
+           :: else -> skip
            fi;
            ffr[me * NL + l] = 0; unw = 0
        }
+#endif
+       skip
     od
 }
 
@@ -355,7 +375,7 @@ proctype Expire() {
 end:
     do
 #ifdef FINDING_REMOVE_RACE
-    /* check._Repairer._remove_worker: re-read the workers, then remove_worker unconditionally */
+    /* as the code was (finding 2): re-read the workers, then remove_worker unconditionally */
     :: atomic {
            ANY_EXPIRED ->
            for (w : 0 .. NW - 1) { if :: EXPIRED(w) -> mask = mask | (1 << w) :: else -> skip fi }
@@ -367,7 +387,8 @@ end:
            mask = 0; w = 0
        }
 #else
-    /* dropped only while still expired: one conditional write (or the server's own expiry) */
+    /* check._Repairer._remove_worker: Backend.remove_worker(if_expires=), dropped only while
+     * still the registration seen expired: one conditional write (or the session's expiry) */
     :: atomic {
            ANY_EXPIRED ->
            for (w : 0 .. NW - 1) { if :: EXPIRED(w) -> drop_worker(w, l) :: else -> skip fi }
@@ -424,7 +445,7 @@ inline apply_event(ev, l, actor, unw, j) {
         rdel[l] = 0; rtomb[l] = 0; rttl[l] = 0
     fi;
 #ifdef FINDING_ONE_WRITE_SETTLE
-    /* Manager._settle_unwatched: no live worker seen at plan time: settled in the same write */
+    /* as the code was (finding 1): no live worker seen at plan time: settled in the same write */
     if :: unw && TRANS(rst[l]) -> rst[l] = SETTLED(rst[l]) :: else -> skip fi;
 #endif
     bump(l, j)
@@ -486,9 +507,13 @@ rd:     atomic {
             fi;
             opfr[me] = 1;
             printf("MSC: op%d reads L%d for %e (state %e gen %d)\n", me, l, EVN(ev), STN(rst[l]), rgen[l]);
-            /* Manager._settle_unwatched: no live worker applies it (judged on this caller's
-             * time) */
+#ifdef FINDING_ONE_WRITE_SETTLE
+            /* as the code was (finding 1): no live worker applies it (judged on this caller's
+             * time), settled in the write below */
             unw = MAKES_TRANS(ev, l) && NONE_LIVE(SETTLE_CLOCK(me))
+#else
+            skip
+#endif
         }
         atomic {
             if
@@ -496,7 +521,13 @@ rd:     atomic {
                 opfr[me] = 0;
                 if
                 :: land(op); apply_event(ev, l, actor, unw, j);
-                   printf("MSC: op%d writes %e: L%d %e gen %d\n", me, EVN(ev), l, STN(rst[l]), rgen[l])
+                   printf("MSC: op%d writes %e: L%d %e gen %d\n", me, EVN(ev), l, STN(rst[l]), rgen[l]);
+#ifndef FINDING_ONE_WRITE_SETTLE
+                   /* it left the service pausing/resuming, and its write is the current record */
+                   unw = (ev <= E_CANCEL && TRANS(rst[l])); opfr[me] = unw
+#else
+                   skip
+#endif
                 :: MAY_LOSE(me) ->                  /* it landed, its reply was lost */
                     amb--; land(op); apply_event(ev, l, actor, unw, j);
                     printf("MSC: op%d writes %e: L%d %e gen %d; the reply is lost\n", me, EVN(ev), l, STN(rst[l]), rgen[l]);
@@ -513,10 +544,11 @@ rd:     atomic {
             fi
         }
 #ifndef FINDING_ONE_WRITE_SETTLE
-        /* none live seen: settle now, on a read of the record and workers after the write */
+        /* Manager._settle_unwatched: the workers read after the write; none live applies it,
+         * and the write is still the current record (the compare-and-set of the settle) */
         atomic {
-            if :: unw && CAN_SETTLE(l, SETTLE_CLOCK(me)) -> settle_write(l, j) :: else -> skip fi;
-            unw = 0
+            if :: unw && opfr[me] && NONE_LIVE(SETTLE_CLOCK(me)) -> settle_write(l, j) :: else -> skip fi;
+            unw = 0; opfr[me] = 0
         }
 #endif
 done:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -785,9 +785,9 @@ class SlowUnregister(Partition):
         super().__init__(inner)
         self.gate = threading.Event()
 
-    def remove_worker(self, worker_id: str) -> None:
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
         self.gate.wait(30)
-        super().remove_worker(worker_id)
+        return super().remove_worker(worker_id, if_expires=if_expires)
 
 
 def test_a_restart_waits_for_the_unregistration_stop_left_pending(kit: Kit) -> None:

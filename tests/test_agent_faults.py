@@ -274,6 +274,95 @@ def test_on_remove_runs_for_a_location_removed_and_purged_while_the_worker_was_c
     assert removed == [LOC]  # once
 
 
+class HintsLost(Partition):
+    """The real backend; while :meth:`cut`, only the hints are dropped (every call goes on):
+    the worker misses what changes, and sees it only when it next reads."""
+
+    def _check(self) -> None:
+        pass
+
+
+def _recording(agent: Agent, location: str) -> list[tuple[str, int | None]]:
+    """Record (event, generation applied) of every handler call of ``agent`` at
+    ``location``."""
+    calls: list[tuple[str, int | None]] = []
+
+    def handler(event: str) -> Callable[[str], None]:
+        def run(loc: str) -> None:
+            what = agent.applying
+            assert what is not None
+            if loc == location:
+                calls.append((event, None if what.status is None else what.status.generation))
+
+        return run
+
+    agent.on_pause(SVC)(handler("pause"))
+    agent.on_resume(SVC)(handler("resume"))
+    agent.on_remove(handler("remove"))
+    return calls
+
+
+def test_a_location_created_again_while_the_worker_missed_it_is_a_new_location(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """The protocol model's stale_applied finding (model/README.md): the worker applied and
+    acknowledged a pause (generation 1), then missed the removal, the purge and the creation
+    again, and a new pause comes at the same generation 1. Before: the agent compared
+    generations only, took it as applied and never acknowledged it: pausing for good. Now the
+    new record is a new location: on_remove for the old one, then on_pause, acknowledged."""
+    link = HintsLost(kit.open())
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER])
+    agent = Client(link).agent("w1", services=[SVC], resync_interval=60, **FAST)
+    agents.append(agent)
+    calls = _recording(agent, LOC)
+    agent.start()
+    assert mgr.pause(LOC, SVC, wait=10).services[SVC].generation == 1
+    eventually(lambda: agent.metrics()["resyncs"] >= 2)  # past the early re-read after start
+    link.cut()
+    mgr.sync_locations([OTHER])  # LOC removed ...
+    mgr.purge_location(LOC, mgr.backend.read(LOC).version)  # ... purged ...
+    mgr.sync_locations([LOC, OTHER])  # ... created again: running, generation 0 ...
+    mgr.pause(LOC, SVC)  # ... and paused: generation 1 of the new location
+    time.sleep(0.5)  # the hints of those writes are delivered, and lost, before the link heals
+    link.heal()
+    mgr.pause(LOC, "lifecycle")  # a write the worker hears of: it reads the record
+    rec = mgr.wait_settled(LOC, SVC, timeout=10)
+    assert rec.services[SVC].state is State.PAUSED and rec.services[SVC].generation == 1
+    assert calls == [("resume", 0), ("pause", 1), ("remove", None), ("pause", 1)]
+    assert acked(mgr, "w1") == 1 and agent.errors() == {}
+
+
+def test_writes_missed_in_the_same_life_of_a_location_are_not_a_new_location(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """The other side: writes the worker missed (a removal and restore included) are of the
+    same record, which the backend's history tells: no on_remove, only what changed runs."""
+    link = HintsLost(kit.open())
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER])
+    agent = Client(link).agent("w1", services=[SVC], resync_interval=60, **FAST)
+    agents.append(agent)
+    calls = _recording(agent, LOC)
+    agent.start()
+    mgr.pause(LOC, SVC, wait=10)
+    eventually(lambda: agent.metrics()["resyncs"] >= 2)
+    link.cut()
+    mgr.resume(LOC, SVC)
+    mgr.pause(LOC, SVC)
+    mgr.sync_locations([OTHER])  # removed ...
+    mgr.sync_locations([LOC, OTHER])  # ... and restored: the same record
+    mgr.resume(LOC, SVC)
+    time.sleep(0.5)  # the hints of those writes are delivered, and lost, before the link heals
+    link.heal()
+    mgr.pause(LOC, "lifecycle")  # a write the worker hears of: it reads the record
+    rec = mgr.wait_settled(LOC, SVC, timeout=10)
+    assert rec.services[SVC].state is State.RUNNING
+    generation = rec.services[SVC].generation
+    assert calls == [("resume", 0), ("pause", 1), ("resume", generation)]
+    assert acked(mgr, "w1") == generation
+
+
 # -- handlers of different locations run at once; a hung one is reported ---------------------
 
 

@@ -198,6 +198,129 @@ def test_on_fence_runs_instead_of_on_pause_when_registered(
     assert agent.metrics()["fenced"] == 0
 
 
+class ReadsGated(Partition):
+    """:class:`Partition` whose full re-reads (``read_all``) wait while :attr:`reads` is
+    clear: a worker whose lease is back but whose re-read of the records has not come back."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.reads = threading.Event()
+        self.reads.set()
+
+    def read_all(self) -> Any:
+        self._check()
+        assert self.reads.wait(30), "the test never opened the gate"
+        return self.inner.read_all()
+
+
+def test_the_fence_lifts_only_once_the_on_resume_under_way_and_its_fence_handler_returned(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """The protocol model's early_unfence variant (model/README.md), on the real agent: the
+    worker fences while an on_resume runs, a pause settles without it once its lease lapsed,
+    then a renewal lands while that on_resume still runs. Before: the fence lifted at that
+    renewal, so a live, unfenced worker was starting its consumers while the record read
+    paused. It comes back only once the on_resume, and then the fence's on_pause, returned."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC])
+    mgr.pause(LOC, SVC)  # no worker yet: paused at once (generation 1)
+    link = RenewalsRefused(kit.open())
+    agent = Client(link).agent(
+        "w1", services=[SVC], lease_seconds=3, heartbeat_interval=0.5, resync_interval=60
+    )
+    agents.append(agent)
+    release = threading.Event()
+    calls: list[tuple[str, bool]] = []
+
+    @agent.on_pause(SVC)
+    def stop(location: str) -> None:
+        calls.append(("pause", agent.fencing))
+
+    @agent.on_resume(SVC)
+    def start(location: str) -> None:
+        calls.append(("resume", agent.fencing))
+        assert release.wait(30), "the test never released on_resume"
+        calls.append(("resumed", agent.fencing))
+
+    agent.start()
+    assert calls == [("pause", False)]
+    try:
+        mgr.resume(LOC, SVC)  # generation 2: w1's on_resume starts, and waits
+        eventually(lambda: ("resume", False) in calls)
+        link.cut()
+        eventually(lambda: agent.metrics()["fenced"] == 1, timeout=10)
+        mgr.pause(LOC, SVC)  # generation 3: settles without w1 once its lease lapsed
+        assert mgr.wait_settled(LOC, SVC, timeout=15).services[SVC].state is State.PAUSED
+        beats = agent.metrics()["heartbeats"]
+        link.heal()
+        eventually(lambda: agent.metrics()["heartbeats"] >= beats + 2, timeout=10)
+        # the lease is back, the records were read again, but on_resume still runs
+        assert agent.metrics()["fenced"] == 1
+        assert calls == [("pause", False), ("resume", False)]
+    finally:
+        release.set()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=10)
+    eventually(lambda: acked(mgr, "w1") == 3, timeout=10)
+    assert calls == [
+        ("pause", False),
+        ("resume", False),
+        ("resumed", False),
+        ("pause", True),  # the fence stops what the on_resume started ...
+        ("pause", False),  # ... then the real state, paused, is applied and acknowledged
+    ]
+    assert mgr.status(LOC).services[SVC].state is State.PAUSED
+
+
+def test_the_fence_lifts_only_once_the_records_were_read_again_after_the_lease_came_back(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """Cut off (its hints lost too), the worker fences; its fence handler is still running
+    when the link and the lease come back, and returns before the agent has read the records
+    again. Before: the fence had lifted at the renewal, so the agent applied the state it had
+    read before the cut (running) and started on_resume while the pause that settled without
+    it read paused. It comes back only once a re-read after the lease came back completed."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC])
+    link = ReadsGated(kit.open())
+    agent = Client(link).agent(
+        "w1", services=[SVC], lease_seconds=3, heartbeat_interval=0.5, resync_interval=60
+    )
+    agents.append(agent)
+    fence_release = threading.Event()
+    calls: list[str] = []
+    agent.on_pause(SVC)(lambda location: calls.append("pause"))
+    agent.on_resume(SVC)(lambda location: calls.append("resume"))
+
+    @agent.on_fence(SVC)
+    def fence(location: str) -> None:
+        calls.append("fence")
+        assert fence_release.wait(30), "the test never released the fence handler"
+
+    agent.start()
+    assert calls == ["resume"]
+    eventually(lambda: agent.metrics()["resyncs"] >= 2)  # the early re-read after start
+    try:
+        link.cut()
+        eventually(lambda: calls == ["resume", "fence"], timeout=10)
+        mgr.pause(LOC, SVC)  # settles without w1 once its lease lapsed
+        assert mgr.wait_settled(LOC, SVC, timeout=15).services[SVC].state is State.PAUSED
+        link.reads.clear()  # the re-read after the cut will wait
+        beats = agent.metrics()["heartbeats"]
+        link.heal()
+        eventually(lambda: agent.metrics()["heartbeats"] >= beats + 2, timeout=10)
+        fence_release.set()  # the fence handler returns; the records are not read yet
+        eventually(lambda: agent.metrics()["running"] == 0)
+        time.sleep(0.3)
+        assert calls == ["resume", "fence"]  # nothing started from what it read before
+        assert agent.metrics()["fenced"] == 1
+    finally:
+        fence_release.set()
+        link.reads.set()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=10)
+    eventually(lambda: acked(mgr, "w1") == 1, timeout=10)
+    assert calls == ["resume", "fence", "pause"]
+
+
 # -- real faults ------------------------------------------------------------------------------
 
 

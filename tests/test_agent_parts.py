@@ -13,16 +13,18 @@ import ast
 import random
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from locstatus import Manager, connect
+from locstatus.agent.fence import Fence
 from locstatus.agent.guard import Guard
 from locstatus.agent.lease import Lease, lease_window
 from locstatus.agent.queue import DueQueue
-from locstatus.agent.replica import LocalCopy
+from locstatus.agent.replica import Life, LocalCopy
 from locstatus.agent.settle import (
     SETTLE_FALLBACK,
     SETTLE_JITTER,
@@ -290,6 +292,63 @@ def test_forgetting_an_applied_location_makes_its_on_remove_due_once() -> None:
     assert not copy.forget("z")
 
 
+def test_a_record_that_may_be_of_another_life_is_asked_about_before_it_is_stored() -> None:
+    """LocalCopy.life_check (the model's stale_applied finding): only a version that cannot
+    follow the held one within a life, at a location where something was applied."""
+    copy = LocalCopy(("replication",))
+    copy.store(record("x", 5, replication=1))
+    assert copy.life_check(record("x", 9, replication=1)) is None  # nothing applied there
+    copy.applied[("x", "replication")] = 1
+    assert copy.life_check(record("x", 6, replication=1)) is None  # the next write
+    assert copy.life_check(record("x", 5, replication=1)) is None  # not newer
+    assert copy.life_check(record("x", 7, replication=1)) == 5  # writes were missed
+    gone = record("x", 6, replication=1).model_copy(
+        update={"deleted_at": datetime(2030, 1, 1, tzinfo=UTC)}
+    )
+    copy.store(gone)
+    assert copy.life_check(record("x", 7, replication=1)) == 6  # after a tombstone
+    assert copy.life_check(record("y", 1, replication=0)) is None  # not held
+
+
+def test_storing_a_new_life_runs_on_remove_for_the_old_one_before_applying_the_new() -> None:
+    mono = Monotonic()
+    state = AgentState(("replication",), 1.0, monotonic=mono)
+    loc = A[0]
+    with state.cond:  # the *_locked methods expect the lock held
+        state.store_locked(record(loc, 5, replication=1))
+        state.queue.pop(now=mono.now)
+        state.copy.applied[A] = 1
+        state.copy.touched.add(loc)
+        reborn = record(loc, (1 << 20) | 2, replication=1)
+        assert not state.store_locked(reborn)  # not asked yet: left to the watch thread
+        assert state.dirty == {loc} and state.copy.records[loc].version == 5
+        assert not state.store_locked(reborn, {loc: Life(4, False)})  # asked about another
+        assert state.store_locked(reborn, {loc: Life(5, False)})
+        assert state.copy.records[loc] == reborn and A not in state.copy.applied
+        assert state.copy.purged == {loc}
+        assert state.queue.keys() == {(loc, TOMBSTONE_ACK)}  # on_remove first, nothing else
+        state.copy.purged.discard(loc)  # on_remove ran (Applier._apply_purge) ...
+        state.copy.removed(loc)
+        assert state.store_locked(reborn)  # ... and it is stored again: same version, no ask
+        assert state.queue.keys() == {(loc, TOMBSTONE_ACK), A}
+
+
+def test_a_record_whose_life_cannot_be_told_is_applied_again() -> None:
+    mono = Monotonic()
+    state = AgentState(("replication",), 1.0, monotonic=mono)
+    with state.cond:
+        state.store_locked(record(A[0], 5, replication=1))
+        state.queue.pop(now=mono.now)
+        state.copy.applied[A] = 1
+        later = record(A[0], 9, replication=1)
+        assert state.store_locked(later, {A[0]: Life(5, None)})
+        assert state.queue.keys() == {A} and not state.copy.purged  # handlers again, no remove
+        state.queue.pop(now=mono.now)
+        state.copy.applied[A] = 1
+        assert state.store_locked(record(A[0], 12, replication=1), {A[0]: Life(9, True)})
+        assert state.queue.keys() == set()  # the same life: nothing to do
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
@@ -368,6 +427,143 @@ def test_the_guard_fences_when_the_lease_runs_out_by_the_monotonic_clock() -> No
     mono.now = until
     guard.check()
     assert lapsed == [until]
+
+
+# -- the self-fence ----------------------------------------------------------------------------
+
+
+def test_the_fence_lifts_only_when_the_lease_is_back_its_keys_stopped_and_records_read() -> None:
+    """The three conditions of locstatus/agent/fence.py, each missing in turn (the model's
+    early_unfence variant lifted it at the first renewal)."""
+    fence = Fence()
+    assert fence.impose("no renewal landed", {A, B}) and fence.fenced
+    assert not fence.impose("again", set())  # fenced already: nothing changes
+    assert fence.to_stop == {A, B}
+    assert fence.reread_token() is None  # a re-read before the lease is back does not count
+    assert fence.lease_back(110.0, now=100.0) and fence.returning
+    assert not fence.lease_back(111.0, now=100.5)  # the same return, renewed again
+    token = fence.reread_token()
+    fence.reread_done(token)
+    assert not fence.ready(now=101.0)  # A and B still to stop
+    fence.stopped(A)
+    assert fence.drop_location(B[0]) and not fence.drop_location(B[0])  # purged: on_remove
+    assert fence.ready(now=101.0)
+    assert not fence.ready(now=111.0)  # the lease ran out again meanwhile
+    fence.lift()
+    assert not fence.fenced and not fence.returning and not fence.ready(now=101.0)
+
+
+def test_a_re_read_counts_only_for_the_return_it_started_in() -> None:
+    fence = Fence()
+    fence.impose("session lost", set())
+    fence.lease_back(105.0, now=100.0)
+    early = fence.reread_token()
+    fence.reread_done(early)
+    assert fence.ready(now=101.0)
+    # the renewals fail again until the lease ran out: a new return, a new re-read needed
+    assert fence.lease_back(120.0, now=106.0)
+    assert not fence.ready(now=107.0)
+    stale = early
+    fence.reread_done(stale)
+    assert not fence.ready(now=107.0)
+    started = fence.reread_token()
+    assert fence.lease_back(130.0, now=121.0)  # ran out again while that re-read ran
+    fence.reread_done(started)
+    assert not fence.ready(now=122.0)
+    fence.reread_done(fence.reread_token())
+    assert fence.ready(now=122.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("impose"), st.sets(st.sampled_from([A, B]), max_size=1)),
+            st.tuples(st.just("stopped"), st.sampled_from([A, B])),
+            st.tuples(st.just("renewed"), st.floats(0.5, 6.0)),
+            st.tuples(st.just("reread_start"), st.just(0)),
+            st.tuples(st.just("reread_end"), st.integers(0, 3)),
+            st.tuples(st.just("tick"), st.floats(0.0, 2.0)),
+            st.tuples(st.just("lift"), st.just(0)),
+        ),
+        min_size=4,
+        max_size=40,
+    )
+)
+def test_the_fence_is_ready_exactly_when_its_history_says_so(
+    steps: list[tuple[str, Any]],
+) -> None:
+    """The rules restated over the history of events: ready at ``now`` iff fenced, every key
+    imposed was stopped since, the last renewal's lease end is ahead, and a re-read that
+    started after the current return began (the first renewal since the fence, or the first
+    after the lease ran out again) has completed."""
+    fence = Fence()
+    now = 0.0
+    imposed_at: int | None = None  # index of the impose of the current fence
+    keys: set[tuple[str, str]] = set()
+    renewals: list[tuple[int, float, float]] = []  # (index, at, until) since the fence
+    rereads: list[tuple[int, int | None]] = []  # (index started, token)
+    done: list[tuple[int, int]] = []  # (index started, index completed)
+    for i, (kind, arg) in enumerate(steps):
+        if kind == "impose":
+            if fence.impose("r", arg):
+                imposed_at, keys, renewals, done = i, set(arg), [], []
+        elif kind == "stopped":
+            fence.stopped(arg)
+            keys.discard(arg)
+        elif kind == "renewed":
+            if imposed_at is not None:
+                renewals.append((i, now, now + arg))
+            fence.lease_back(now + arg, now=now)
+        elif kind == "reread_start":
+            rereads.append((i, fence.reread_token()))
+        elif kind == "reread_end" and rereads:
+            started, token = rereads.pop(arg % len(rereads))
+            fence.reread_done(token)
+            done.append((started, i))
+        elif kind == "tick":
+            now += arg
+        elif kind == "lift" and fence.ready(now=now):
+            fence.lift()
+            imposed_at = None
+        # the current return began at the last renewal that found no lease holding
+        begun = None
+        for j, (idx, at, _) in enumerate(renewals):
+            if j == 0 or at >= renewals[j - 1][2]:
+                begun = idx
+        expected = (
+            imposed_at is not None
+            and not keys
+            and bool(renewals)
+            and now < renewals[-1][2]
+            and begun is not None
+            and any(started > begun for started, _ in done)
+        )
+        assert fence.ready(now=now) == expected, (i, kind)
+
+
+def test_lifting_the_fence_applies_the_state_read_again_except_where_it_is_corrupt() -> None:
+    mono = Monotonic()
+    state = AgentState(("replication",), 1.0, monotonic=mono)
+    with state.cond:  # the *_locked methods expect the lock held
+        for loc in (A[0], B[0]):
+            state.store_locked(record(loc, 3, replication=1))
+            state.copy.applied[(loc, "replication")] = 1
+            state.copy.running.add((loc, "replication"))
+        while state.queue.pop(now=mono.now) is not None:
+            pass
+        assert state.fence_locked("no renewal landed") and state.metrics["fences"] == 1
+        assert state.fence.to_stop == {A, B} and state.queue.keys() == {A, B}  # to be stopped
+        for key in (A, B):
+            state.queue.pop(now=mono.now)
+            state.fence.stopped(key)
+            state.copy.stopped(key)
+        state.errors[f"{B[0]}/*"] = "CorruptRecord: ..."
+        assert not state.lease_back_locked(mono.now + 5.0)  # not read again yet
+        assert state.want_resync
+        state.fence.reread_done(state.fence.reread_token())
+        assert state.try_unfence_locked() and not state.fence.fenced
+        assert state.queue.keys() == {A}  # on_resume again at A; nothing for corrupt B
 
 
 # -- the lease --------------------------------------------------------------------------------

@@ -145,10 +145,10 @@ def test_pause_one_location(http: httpx.Client, mgr: Manager) -> None:
                   json={"reason": "maintenance", "actor": "ops"})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert svc(body)["state"] == "paused"  # no live worker: settles in the same write
+    assert svc(body)["state"] == "paused"  # no live worker: settled in the write after it
     assert svc(body)["reason"] == "maintenance" and svc(body)["actor"] == "ops"
     assert svc(body, "lifecycle")["state"] == "running"
-    assert body["version"] == before + 1 and r.headers["etag"] == f'"{before + 1}"'
+    assert body["version"] == before + 2 and r.headers["etag"] == f'"{before + 2}"'
     assert history_events(mgr, "us-east-1")[-2:] == ["pause", "settle"]
     for other in ("us-east-2", "eu-west-1"):
         assert mgr.status(other).services["replication"].state is State.RUNNING
@@ -338,14 +338,14 @@ def test_if_match(http: httpx.Client, mgr: Manager) -> None:
     assert str(version) in body["detail"]
     assert mgr.status("us-east-1").version == version
     r = http.post("/v1/locations/us-east-1/replication/pause", headers={"If-Match": etag})
-    assert r.status_code == 200 and r.headers["etag"] == f'"{version + 1}"'
+    assert r.status_code == 200 and r.headers["etag"] == f'"{version + 2}"'  # and settled
     # Weak and unquoted forms, lists and * are accepted.
     for form in ('W/"{v}"', "{v}", '"1", "{v}"', "*"):
         current = mgr.status("us-east-1").version
         header = form.format(v=current)
         r = http.post("/v1/locations/us-east-1/replication/resume", headers={"If-Match": header})
         assert r.status_code == 200, (header, r.text)
-        assert r.json()["version"] == current + 1
+        assert r.json()["version"] == current + 2
         r = http.post("/v1/locations/us-east-1/replication/pause")
     assert_problem(http.post("/v1/locations/us-east-1/replication/pause",
                              headers={"If-Match": '"1", "2"'}), 412)

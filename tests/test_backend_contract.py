@@ -529,6 +529,74 @@ def test_unregistering_a_worker_drops_its_acks(b: Backend) -> None:
     assert b.acks("loc-a") == {"w-2": {"replication": 2}}
 
 
+def test_removing_an_expired_worker_is_conditional_on_the_lease_seen_expired(
+    b: Backend, kit: Kit
+) -> None:
+    """Invariant 6, ``remove_worker(if_expires=)``: the check job drops an expired worker only
+    while its registration still carries the deadline it saw pass; one that renewed, or a
+    restarted worker registering again (another client: another session on ZooKeeper), is
+    kept with its acknowledgements (model/README.md, finding remove_race)."""
+    expired = datetime.now(UTC) - timedelta(seconds=5)
+    b.create(record("loc-a"), [])
+    b.put_worker(worker("w-renew", expired))
+    b.put_worker(worker("w-restart", expired))
+    b.put_worker(worker("w-dead", expired))
+    for w in ("w-renew", "w-restart", "w-dead"):
+        b.ack(w, "loc-a", "replication", 1)
+    seen = {w.worker_id: w.lease_expires_at for w in b.workers()}
+    assert seen == dict.fromkeys(("w-dead", "w-renew", "w-restart"), expired)
+
+    renewed = datetime.now(UTC) + timedelta(seconds=30)
+    b.put_worker(worker("w-renew", renewed))
+    restarted = kit.open()
+    restarted.put_worker(worker("w-restart", renewed, ("replication", "lifecycle")))
+    restarted.ack("w-restart", "loc-a", "replication", 2)
+    assert b.remove_worker("w-renew", if_expires=expired) is False
+    assert b.remove_worker("w-restart", if_expires=expired) is False
+    assert b.remove_worker("w-dead", if_expires=renewed) is False  # not the deadline it has
+    assert b.remove_worker("w-dead", if_expires=expired) is True
+    assert b.remove_worker("w-dead", if_expires=expired) is False  # gone already
+    assert b.remove_worker("never-registered", if_expires=expired) is False
+    assert {w.worker_id: w.lease_expires_at for w in b.workers()} == {
+        "w-renew": renewed, "w-restart": renewed,
+    }
+    assert b.acks("loc-a") == {"w-renew": {"replication": 1}, "w-restart": {"replication": 2}}
+    assert b.remove_worker("w-renew", if_expires=renewed) is True
+    assert b.remove_worker("w-restart") is True  # unconditional: the worker itself
+    assert b.remove_worker("w-restart") is False
+    assert b.workers() == [] and b.acks("loc-a") == {}
+
+
+def test_a_conditional_removal_never_drops_a_worker_renewing_at_the_same_time(
+    b: Backend, kit: Kit
+) -> None:
+    """Invariant 6 under a race: a renewal and a removal conditional on the old deadline, at
+    once. Either the removal came first (the renewal then registers the worker again) or it
+    finds the new deadline and keeps the worker: never both done and the worker gone. (A
+    stress test: a removal that reads and then deletes unconditionally loses about one round
+    in 25 here; the deterministic contract is the test above.)"""
+    renewer = kit.open()
+    for i in range(50):
+        wid = f"w-race-{i}"
+        old = datetime.now(UTC) - timedelta(seconds=5)
+        b.put_worker(worker(wid, old))
+        start = threading.Barrier(2)
+        removed: list[bool] = []
+
+        def renew(wid: str = wid, start: threading.Barrier = start) -> None:
+            start.wait()
+            renewer.put_worker(worker(wid, datetime.now(UTC) + timedelta(seconds=30)))
+
+        t = threading.Thread(target=renew)
+        t.start()
+        start.wait()
+        removed.append(b.remove_worker(wid, if_expires=old))
+        t.join()
+        listed = [w for w in b.workers() if w.worker_id == wid]
+        assert listed, f"round {i}: removed ({removed}) though renewed at the same time"
+        assert listed[0].lease_expires_at != old
+
+
 def test_purging_a_location_drops_its_acks(b: Backend) -> None:
     lease = datetime.now(UTC) + timedelta(seconds=30)
     v = b.create(record("loc-a"), []).version

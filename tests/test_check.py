@@ -509,6 +509,52 @@ def test_expired_worker_is_removed_only_if_still_expired(
     back.close()
 
 
+class RenewAfterReread(Partition):
+    """The real backend; right after the repair re-read the worker list (and found the worker
+    still expired), the worker renews its lease with its own client: between the re-read and
+    the removal."""
+
+    def __init__(self, inner: Backend, worker: Backend, renew: WorkerInfo) -> None:
+        super().__init__(inner)
+        self.worker, self.renew = worker, renew
+        self.reads = 0
+
+    def workers(self) -> list[WorkerInfo]:
+        self.reads += 1
+        listed = super().workers()
+        if self.reads == 2:
+            self.worker.put_worker(self.renew)
+        return listed
+
+
+def test_a_worker_renewing_between_the_repairs_read_and_its_removal_is_kept(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    """Model finding remove_race (model/README.md): the repair re-read the worker, saw it
+    expired and removed it unconditionally; a worker that renewed in between was dropped while
+    live, with its acknowledgements, and the next pause settled without it."""
+    back = register(kit, clock, "back", lease=10)
+    back.ack("back", "us-east-1", "replication", 0)
+    clock.advance(minutes=1)
+    expired = next(w for w in mgr.workers() if w.worker_id == "back")
+    if expired.lease_expires_at is None:
+        return  # a session-held registration is never expired (see the test above)
+    renewed = expired.model_copy(update={"lease_expires_at": clock() + timedelta(hours=1)})
+    racing = RenewAfterReread(kit.open(), back, renewed)
+    report = run_check(Manager(racing, clock=clock), repair=True)
+    assert racing.reads >= 2, "the repair did not re-read the workers"
+    outcome = {r.worker_id: (r.outcome.value, r.detail) for r in report.repairs}
+    assert outcome["back"][0] == "already_done" and "renewed" in outcome["back"][1]
+    assert [(w.worker_id, w.lease_expires_at) for w in mgr.workers()] == [
+        ("back", renewed.lease_expires_at)
+    ]
+    assert mgr.backend.acks("us-east-1") == {"back": {"replication": 0}}
+    rec = mgr.pause("us-east-1", "replication")
+    assert rec.services["replication"].state is State.PAUSING  # waits for the live worker
+    assert mgr.lagging("us-east-1", "replication") == ["back"]
+    back.close()
+
+
 # -- corrupt_worker ---------------------------------------------------------------------------
 
 

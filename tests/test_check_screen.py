@@ -290,7 +290,8 @@ def test_settled_records_that_agree_with_their_history_take_the_fast_path(
     assert [(f.kind.value, f.location) for f in report.findings] == [
         ("stuck_transition", "loc-059")
     ]
-    # Paused-only services need one older write per service at most: loc-000's services were
-    # changed by three different writes, so it is the only other record on the full path.
+    # Paused-only services need one older write per service at most; loc-000 (paused and
+    # settled, scheduled, a service added: four writes past its create) is covered by the scan's
+    # newest writes too.
     assert sorted(full_path) == ["loc-059"], full_path
     mgr.close()

@@ -230,7 +230,7 @@ def test_status_human_output_shows_state_schedule_generation_and_reason(synced: 
     for text in ("us-east-1", "paused", "running", "disk swap [rack 4]", "in 1h59m", "by tester@"):
         assert text in out, text
     one = synced.ok("status", "us-east-1").stdout
-    assert "version 3" in one and "in 1h59m" in one
+    assert "version 4" in one and "in 1h59m" in one
 
 
 def test_status_json_lists_every_location_as_models(synced: Cli) -> None:

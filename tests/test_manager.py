@@ -53,14 +53,18 @@ def state(m: Manager, loc: str, svc: str) -> State:
     return m.status(loc).services[svc].state
 
 
-def test_pause_without_workers_settles_at_once_in_one_write(mgr: Manager) -> None:
+def test_pause_without_workers_settles_in_the_write_after_the_pause(mgr: Manager) -> None:
+    """No live worker counts as all (docs/design.md §3): the call returns it paused, settled in
+    a write of its own after the pausing one (model/README.md, finding one_write_settle)."""
     before = mgr.status("us-east-1").version
-    rec = mgr.pause("us-east-1", "replication", reason="maintenance", actor="ops")
+    rec = mgr.pause("us-east-1", "replication", reason="maintenance", actor="ops", op_id="op-1")
     svc = rec.services["replication"]
     assert (svc.state, svc.generation, svc.reason, svc.actor) == (State.PAUSED, 1, "maintenance", "ops")
-    assert rec.version == before + 1
-    events = [(e.event, e.to_state) for e in mgr.history("us-east-1", limit=2)]
-    assert events == [("settle", State.PAUSED), ("pause", State.PAUSING)]
+    assert svc.op_id == "op-1" and rec.version == before + 2
+    events = [(e.version, e.event, e.to_state, e.op_id) for e in mgr.history("us-east-1", limit=2)]
+    assert events == [
+        (before + 2, "settle", State.PAUSED, "op-1"), (before + 1, "pause", State.PAUSING, "op-1"),
+    ]
     assert rec.services["lifecycle"].state is State.RUNNING
 
 
@@ -72,10 +76,15 @@ def test_crr_is_replication(mgr: Manager) -> None:
 def test_pause_all_services_of_a_location_is_one_write(mgr: Manager) -> None:
     before = mgr.status("us-east-1").version
     rec = mgr.pause("us-east-1")
-    assert rec.version == before + 1
+    assert rec.version == before + 2  # one pausing write, then one settle of both
     assert {s: st.state for s, st in rec.services.items()} == {
         "replication": State.PAUSED, "lifecycle": State.PAUSED,
     }
+    writes = [(e.version, e.event, e.service) for e in mgr.history("us-east-1", limit=4)]
+    assert sorted(writes) == [
+        (before + 1, "pause", "lifecycle"), (before + 1, "pause", "replication"),
+        (before + 2, "settle", "lifecycle"), (before + 2, "settle", "replication"),
+    ]
 
 
 def test_pausing_twice_writes_nothing_the_second_time(mgr: Manager) -> None:
@@ -283,6 +292,146 @@ def test_live_worker_keeps_pausing_until_it_acks(mgr: Manager, clock: FakeClock)
     assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
 
 
+class JoinAfterWorkersRead(Partition):
+    """The real backend; right after the manager's first read of the worker list, a worker
+    starts: it registers with its own client (its session, on ZooKeeper) and reads the record
+    it applies, as an agent's start does. ``seen``: the record that worker read."""
+
+    def __init__(self, inner: Backend, joiner: Backend, info: WorkerInfo, location: str) -> None:
+        super().__init__(inner)
+        self.joiner, self.info, self.location = joiner, info, location
+        self.seen: LocationStatus | None = None
+
+    def workers(self) -> list[WorkerInfo]:
+        listed = super().workers()
+        if self.seen is None:
+            self.joiner.put_worker(self.info)
+            self.seen = self.joiner.read(self.location)
+        return listed
+
+
+def assert_settled_only_with_the_joiner(mgr: Manager, racing: JoinAfterWorkersRead) -> None:
+    """docs/design.md §3: a service settles only once every live worker applied its
+    generation. The joiner is live and acknowledged nothing, so the service may only be
+    settled at a generation the joiner read (it then applies that state, not the one before)."""
+    assert racing.seen is not None, "the manager never read the worker list"
+    st = mgr.status(racing.location).services["replication"]
+    if not st.state.transitional:
+        seen = racing.seen.services["replication"]
+        assert seen.generation >= st.generation, (
+            f"settled {st.state.value} at generation {st.generation} while a live worker that "
+            f"joined before the write read generation {seen.generation} ({seen.state.value})"
+        )
+
+
+def _joiner(kit: Kit, clock: FakeClock) -> WorkerInfo:
+    return WorkerInfo(worker_id="w-join", services=("replication",),
+                      lease_expires_at=clock.now + timedelta(hours=1))
+
+
+def test_a_worker_joining_during_a_pause_is_never_settled_without(
+    kit: Kit, clock: FakeClock
+) -> None:
+    """Model finding one_write_settle (model/README.md): the pause read the workers (none),
+    a worker registered and read the running record (it starts consuming), and the pause
+    landed settled ``paused`` in the same write: paused while that worker runs."""
+    racing = JoinAfterWorkersRead(kit.open(), kit.open(), _joiner(kit, clock), "loc")
+    m = Manager(racing, clock=clock)
+    m.sync_locations(["loc"])
+    rec = m.pause("loc", "replication", actor="ops")
+    assert_settled_only_with_the_joiner(m, racing)
+    assert racing.seen is not None and racing.seen.services["replication"].state is State.PAUSING
+    assert rec.services["replication"].state is State.PAUSED  # joined after: settled at once
+    assert m.lagging("loc", "replication") == ["w-join"]  # its on_pause still to run
+
+
+def test_a_worker_joining_during_a_fired_resume_is_never_settled_without(
+    kit: Kit, clock: FakeClock
+) -> None:
+    """fire_due_resumes settled in its write the same way (model/README.md, one_write_settle):
+    a worker joining between its worker read and its write read the paused record, and the
+    resume landed settled ``running`` before that worker applied it."""
+    m = Manager(kit.open(), clock=clock)
+    m.sync_locations(["loc"])
+    m.pause("loc", "replication")
+    m.resume("loc", "replication", at=timedelta(minutes=5))
+    clock.advance(minutes=6)
+    racing = JoinAfterWorkersRead(kit.open(), kit.open(), _joiner(kit, clock), "loc")
+    firer = Manager(racing, clock=clock)
+    fired = firer.fire_due_resumes("loc", actor="scheduler")
+    assert_settled_only_with_the_joiner(firer, racing)
+    assert fired.services["replication"].state is State.RUNNING
+    assert [(e.event, e.actor, e.reason) for e in firer.history("loc", limit=2)] == [
+        ("settle", "scheduler", "scheduled resume"), ("resume_due", "scheduler", "scheduled resume"),
+    ]
+
+
+class SettleFirst(Partition):
+    """The real backend; right after the manager's first read of the worker list (after its
+    pausing write), ``other`` settles the location: a sidecar's reconciler woken by the
+    write's hint, say."""
+
+    def __init__(self, inner: Backend, other: Manager, location: str) -> None:
+        super().__init__(inner)
+        self.other, self.location, self.done = other, location, False
+
+    def workers(self) -> list[WorkerInfo]:
+        listed = super().workers()
+        if not self.done:
+            self.done = True
+            self.other.settle(self.location)
+        return listed
+
+
+def test_a_pause_another_process_settled_first_returns_what_it_wrote(
+    kit: Kit, clock: FakeClock
+) -> None:
+    """The settle happens once; the call returns its own write (its op_id and version: how a
+    caller tells that its call changed something), as after a lost reply."""
+    other = Manager(kit.open(), clock=clock)
+    m = Manager(SettleFirst(kit.open(), other, "loc"), clock=clock)
+    m.sync_locations(["loc"])
+    before = m.status("loc").version
+    rec = m.pause("loc", "replication", actor="ops", op_id="op-ops")
+    st = rec.services["replication"]
+    assert (st.state, st.op_id, rec.version) == (State.PAUSING, "op-ops", before + 1)
+    assert m.status("loc").services["replication"].state is State.PAUSED
+    events = [(e.version, e.event, e.op_id) for e in m.history("loc", limit=2)]
+    assert events[1] == (before + 1, "pause", "op-ops")
+    assert events[0][:2] == (before + 2, "settle") and events[0][2] != "op-ops"
+
+
+class SettleWriteFails(Partition):
+    """The real backend, whose second compare-and-set (the settle after a pausing write)
+    fails: the backend went away between the two writes."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.writes = 0
+
+    def compare_and_set(
+        self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
+    ) -> LocationStatus:
+        self.writes += 1
+        if self.writes == 2:
+            raise BackendUnavailable("the backend went away (test fault injector)")
+        return super().compare_and_set(record, expected_version, history)
+
+
+def test_a_pause_whose_settle_fails_returns_what_landed_and_settles_later(
+    kit: Kit, clock: FakeClock
+) -> None:
+    """The pause landed: the call reports it (pausing), not the settle's error; the next
+    settle (a reconciler, check --repair, wait=) completes it."""
+    m = Manager(SettleWriteFails(kit.open()), clock=clock)
+    m.sync_locations(["loc"])
+    rec = m.pause("loc", "replication", op_id="op-1")
+    assert (rec.services["replication"].state, rec.services["replication"].op_id) == (
+        State.PAUSING, "op-1"
+    )
+    assert m.settle("loc").services["replication"].state is State.PAUSED
+
+
 def test_a_worker_whose_lease_expired_stops_blocking(mgr: Manager, clock: FakeClock) -> None:
     mgr.backend.put_worker(
         WorkerInfo(worker_id="w-1", services=("replication",), lease_expires_at=clock.now + timedelta(seconds=10))
@@ -439,11 +588,12 @@ def test_an_ambiguous_commit_that_landed_is_not_applied_again_however_many_write
     assert alice.stats["ambiguous"] == 1
     assert rec.version == before + 1 and rec.services["replication"].op_id == "op-alice"
     now = bob.status("loc")
-    assert now.version == before + 121
+    assert now.version == before + 241  # bob's 120 calls each pause or resume, then settle
     assert {s: st.state for s, st in now.services.items()} == dict.fromkeys(
         ("replication", "lifecycle", "ingestion"), State.RUNNING
     )  # bob's last resume stands
-    assert _ops(bob.history("loc", limit=10_000), "op-alice") == ["settle", "pause"]
+    # alice's pause once; bob's writes took replication over before alice's settle could
+    assert _ops(bob.history("loc", limit=10_000), "op-alice") == ["pause"]
 
 
 def test_an_ambiguous_commit_that_did_not_land_is_applied_once(kit: Kit) -> None:
@@ -626,7 +776,7 @@ def test_if_match_is_judged_on_the_stored_version_not_the_hint(
     now = b.pause("us-east-1", "lifecycle").version
     with pytest.raises(PreconditionFailed):
         a.pause("us-east-1", "replication", if_version=seen)
-    assert a.pause("us-east-1", "replication", if_version=now).version == now + 1
+    assert a.pause("us-east-1", "replication", if_version=now).version == now + 2  # and settled
 
 
 def test_a_hint_of_a_removed_location_is_not_used(two: tuple[Manager, Manager]) -> None:

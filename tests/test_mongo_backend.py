@@ -367,14 +367,19 @@ def test_a_write_whose_copy_failed_survives_any_number_of_later_writes(
     dying = Manager(opened(kit_url(failpoint_server, database, appname="ls-dies")))
     failpoint("failCommand", {"times": 1}, failCommands=["insert"], appName="ls-dies",
               errorCode=2)  # its history insert fails, as if it died right before it
-    lost = dying.pause("loc", "replication", actor="dying", op_id="op-dying").version
-    assert [e.op_id for e in mgr.backend.history_write("loc", lost)] == ["op-dying"] * 2
-    for _ in range(60):  # 120 writes: more than the 100 embedded
+    # the pausing write is the one whose copy fails; its settle is a write of its own after it
+    lost = dying.pause("loc", "replication", actor="dying", op_id="op-dying").version - 1
+    assert [(e.op_id, e.event) for e in mgr.backend.history_write("loc", lost)] == [
+        ("op-dying", "pause")
+    ]
+    for _ in range(60):  # 240 writes: more than the 100 embedded
         mgr.pause("loc", "lifecycle", actor="ops")
         mgr.resume("loc", "lifecycle", actor="ops")
-    assert [e.op_id for e in mgr.backend.history_write("loc", lost)] == ["op-dying"] * 2
+    assert [(e.op_id, e.event) for e in mgr.backend.history_write("loc", lost)] == [
+        ("op-dying", "pause")
+    ]
     everything = mgr.history("loc", limit=10_000)
-    assert [e.version for e in everything].count(lost) == 2
+    assert [e.version for e in everything].count(lost) == 1
     versions = sorted({e.version for e in everything})
     assert versions == list(range(versions[0], versions[0] + len(versions)))  # gap-free chain
     assert not mgr.backend.history_gaps("loc")
@@ -704,7 +709,7 @@ def test_a_write_concern_error_after_the_write_landed_is_not_applied_twice(
                                  "errmsg": "waiting for replication timed out"})
     rec = mgr.pause("loc", "replication", op_id="op-wce")
     assert mgr.stats["ambiguous"] == 1  # the backend said "outcome unknown"; the manager looked
-    assert rec.version == before + 1 and rec.services["replication"].state is State.PAUSED
+    assert rec.version == before + 2 and rec.services["replication"].state is State.PAUSED
     assert [e.op_id for e in mgr.history("loc")].count("op-wce") == 2  # pause + settle, once
 
 
@@ -767,17 +772,51 @@ def test_server_stopped_mid_run_fails_fast_and_recovers_after_restart(tmp_path: 
         if getattr(mgr.backend, "hint_mode", None) == "changestream":
             assert wait_for(lambda: any(h.kind == "resync" for h in hints), 30)
         unsubscribe()
-        # every operation reported done is in the history exactly once, at its version
+        # every operation reported done is in the history exactly once, and its settle (no
+        # worker: in the write right after it) at most once; the call returned the newest
         hist = mgr.backend.history("loc", limit=100_000)
-        by_op: dict[str, set[int]] = {}
+        by_op: dict[str, list[tuple[int, str]]] = {}
         for e in hist:
-            by_op.setdefault(e.op_id, set()).add(e.version)
+            by_op.setdefault(e.op_id, []).append((e.version, e.event))
         for op_id, version in done:
-            assert by_op.get(op_id) == {version}, (op_id, version, by_op.get(op_id))
+            mine = sorted(by_op.get(op_id, []))
+            event = "pause" if int(op_id.removeprefix("op-")) % 2 == 0 else "resume"
+            assert mine in ([(version, event)], [(version - 1, event), (version, "settle")]), (
+                op_id, version, mine
+            )
         versions = sorted({e.version for e in hist})
         assert versions == list(range(versions[0], versions[0] + len(versions)))
         mgr.close()
     finally:
+        server.close()
+
+
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_close_returns_at_once_while_the_server_is_down(tmp_path: Path, fault: str) -> None:
+    """A process shutting down during an outage must not wait on the server it cannot reach.
+    Before: close() took 0.5 to 1.5 s: the driver's endSessions waited in server selection
+    (bounded at 0.5 s, in the driver's steps of 0.5 s) or for a reply, then close() joined the
+    hint thread (up to 1 s), itself waiting in server selection or on a frozen socket."""
+    server = own_server(tmp_path)
+    try:
+        backend = open_backend(kit_url(server, fresh_database()))
+        hints: list[Hint] = []
+        backend.subscribe(hints.append)  # the hint thread
+        backend.create(record("loc"), [entry("loc", "op-c", "create")])  # a server session
+        if fault == "killed":
+            server.kill()
+        else:
+            server.pause()
+        started = time.monotonic()
+        backend.close()
+        elapsed = time.monotonic() - started
+        assert elapsed < 0.5, f"close() took {elapsed:.2f}s"
+        with pytest.raises(BackendUnavailable, match="closed"):
+            backend.read("loc")
+    finally:
+        if fault == "frozen":
+            server.resume()
+            server.kill()  # its clients' half-done requests would hold a clean stop
         server.close()
 
 

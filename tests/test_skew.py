@@ -138,7 +138,8 @@ def test_processes_ahead_settle_nothing_early_and_fire_nothing_early(
 
     wait_for(sidecar_up, 60, "the sidecar 3 h ahead to answer")
     for loc in ("sched", "sched-cli"):
-        assert mgr.pause(loc).services["replication"].state is State.PAUSED  # nobody applies it
+        # nobody applies it: settled at once (by this call, or by the sidecar woken by its write)
+        assert mgr.pause(loc, wait=30).services["replication"].state is State.PAUSED
     long_at = mgr.resume("sched", "replication", at=timedelta(hours=2)).services[
         "replication"].resume_at
     short_at = mgr.resume("sched", "lifecycle", at=timedelta(seconds=4)).services[

@@ -26,7 +26,7 @@ from locstatus.check import run_check
         ("locations", "data", "X'00ff'", "'utf-8' codec can't decode byte 0xff in position 1: "
                                          "invalid start byte"),
         ("history", "version", "2.5", "history: version 2.5 is not an integer"),
-        ("history", "data", "X'5b5d00'", "history write at version 2: entries: Invalid JSON: "
+        ("history", "data", "X'5b5d00'", "history write at version 3: entries: Invalid JSON: "
                                          "trailing characters at line 1 column 3"),
     ],
 )
@@ -79,7 +79,8 @@ def test_a_payload_stored_as_a_blob_reads_as_its_text(tmp_path: Path) -> None:
 
 
 def _store(tmp_path: Path) -> tuple[Manager, Path]:
-    """loc-a: created (v1), lifecycle paused (v2), replication paused (v3)."""
+    """loc-a: created (v1), lifecycle paused (v2) and settled (v3), replication paused (v4)
+    and settled (v5)."""
     path = tmp_path / "s.db"
     mgr = Manager(SQLiteBackend(f"sqlite:///{path}"))
     mgr.sync_locations({"loc-a": ["replication", "lifecycle"]})
@@ -97,7 +98,7 @@ def test_separator_characters_in_an_older_history_row_do_not_hide_its_damage(
     was cut at the separator and its valid prefix passed)."""
     mgr, path = _store(tmp_path)
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE history SET data = data || ? WHERE version = 2", (tail,))
+        db.execute("UPDATE history SET data = data || ? WHERE version = 3", (tail,))
     with pytest.raises(CorruptRecord):
         mgr.history("loc-a", limit=10)
     [finding] = run_check(mgr).findings
@@ -112,10 +113,10 @@ def test_a_history_version_made_text_is_reported_not_skipped(tmp_path: Path) -> 
     the write vanished from history() and the check blamed the record instead."""
     mgr, path = _store(tmp_path)
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE history SET version = 'v3' WHERE version = 3")
+        db.execute("UPDATE history SET version = 'v5' WHERE version = 5")
     with pytest.raises(CorruptRecord) as exc:
         mgr.history("loc-a", limit=1)
-    assert exc.value.detail == "history: version 'v3' is not an integer"
+    assert exc.value.detail == "history: version 'v5' is not an integer"
     [finding] = run_check(mgr).findings
     assert (finding.kind, finding.evidence["detail"]) == ("corrupt_record", exc.value.detail)
     mgr.close()
@@ -127,9 +128,9 @@ def test_an_empty_history_write_does_not_hide_the_older_ones(tmp_path: Path) -> 
     count as the page."""
     mgr, path = _store(tmp_path)
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE history SET data = '[]' WHERE version = 3")
-    assert [e.event for e in mgr.backend.history("loc-a", limit=1)] == ["settle", "pause"]
-    assert [e.version for e in mgr.backend.history("loc-a", limit=1, before_version=3)] == [2, 2]
+        db.execute("UPDATE history SET data = '[]' WHERE version = 5")
+    assert [e.event for e in mgr.backend.history("loc-a", limit=1)] == ["pause"]
+    assert [e.version for e in mgr.backend.history("loc-a", limit=1, before_version=4)] == [3]
     kinds = {(f.kind.value, f.service) for f in run_check(mgr).findings}
     assert kinds == {("history_mismatch", None), ("history_mismatch", "replication")}
     mgr.close()
@@ -145,18 +146,18 @@ def test_a_history_write_ahead_of_the_record_is_reported_and_refuses_the_next_wr
     mgr, path = _store(tmp_path)
     [entry] = [e for e in mgr.backend.history("loc-a", limit=1) if e.event == "settle"]
     with sqlite3.connect(path) as db:
-        db.execute("INSERT INTO history (location, version, data) VALUES ('loc-a', 4, ?)",
-                   ("[" + entry.model_copy(update={"version": 4}).model_dump_json() + "]",))
+        db.execute("INSERT INTO history (location, version, data) VALUES ('loc-a', 6, ?)",
+                   ("[" + entry.model_copy(update={"version": 6}).model_dump_json() + "]",))
     report = run_check(mgr)
     [finding] = report.findings
     assert (finding.kind, finding.location, finding.service) == (
         "history_mismatch", "loc-a", None
     )
-    assert "version 4, newer than the record (version 3)" in finding.message
+    assert "version 6, newer than the record (version 5)" in finding.message
     assert report.exit_code == 1
     with pytest.raises(CorruptRecord) as exc:
         mgr.resume("loc-a", "lifecycle")
-    assert "already holds a write at version 4" in exc.value.detail
-    assert mgr.status("loc-a").version == 3
+    assert "already holds a write at version 6" in exc.value.detail
+    assert mgr.status("loc-a").version == 5
     assert mgr.status("loc-a").services["lifecycle"].state.value == "paused"
     mgr.close()

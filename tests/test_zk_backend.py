@@ -18,10 +18,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from kazoo.protocol.states import Callback
 
-from locstatus import connect
+from locstatus import Manager, connect
 from locstatus.backends import open_backend
 from locstatus.backends.zookeeper import (
+    _EVENTS_WAIT,
     ZooKeeperBackend,
     join_version,
     parse_zk_url,
@@ -38,6 +40,7 @@ from locstatus.errors import (
 from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
 from support import corrupt_shapes as shapes
+from support.fakeclock import FakeClock
 from support.kits_zk import TcpProxy, ZkServer, raw_client, wait_until, zk_url
 from support.servers import free_ports
 
@@ -684,10 +687,11 @@ def test_a_pause_whose_connection_is_cut_mid_write_happens_exactly_once(
         assert proxy.multis_cut == 1 and mgr.stats["ambiguous"] == 1
         assert rec.services["replication"].state is State.PAUSED
         assert rec.services["replication"].op_id == "op-cut"
-        assert rec.version == before + 1  # one write, not two
+        assert rec.version == before + 2  # the pause once, then its settle
         hist = mgr.history("cut", 50)
-        assert [e.event for e in hist if e.op_id == "op-cut"] == ["settle", "pause"]
-        assert {e.version for e in hist if e.op_id == "op-cut"} == {before + 1}
+        assert [(e.version, e.event) for e in hist if e.op_id == "op-cut"] == [
+            (before + 2, "settle"), (before + 1, "pause"),
+        ]
     finally:
         mgr.close()
 
@@ -701,3 +705,32 @@ def test_a_worker_lease_is_kept_as_given_and_the_session_bounds_it(
     listed = {w.worker_id: w for w in backend.workers()}
     now = datetime.now(UTC)
     assert not listed["w-old"].alive(now) and listed["w-session"].alive(now)
+
+
+def test_a_settle_sees_a_worker_registered_before_the_write_it_settles(
+    zk_server: ZkServer, chroot: str, opened: Callable[[str], ZooKeeperBackend]
+) -> None:
+    """workers() is served from a copy that a watch drops, and that watch runs on kazoo's
+    callback thread, after the answers that followed its event may have reached the caller.
+    A pause read its own write, then the workers from the copy of before a worker registered,
+    and settled ``paused`` without that live worker (it may have read the running record).
+    Here the callback thread is busy (the watch event waits behind another callback): the
+    settle must still see the worker."""
+    url = zk_url(zk_server.hosts, chroot)
+    b = opened(url)
+    mgr = Manager(b, clock=FakeClock(datetime.now(UTC)))
+    mgr.sync_locations(["loc"])
+    assert b.workers() == []  # the copy is kept, and watched, from here on
+    busy = threading.Event()
+    b._client.handler.dispatch_callback(Callback("busy", busy.wait, (30,)))
+    try:
+        opened(url).put_worker(worker("w-join"))  # its own session: alive while listed
+        paused: list[LocationStatus] = []
+        pausing = threading.Thread(target=lambda: paused.append(mgr.pause("loc", "replication")))
+        pausing.start()
+        pausing.join(2 * _EVENTS_WAIT + 1)
+    finally:
+        busy.set()
+    pausing.join(30)
+    assert paused and paused[0].services["replication"].state is State.PAUSING
+    assert mgr.lagging("loc", "replication") == ["w-join"]

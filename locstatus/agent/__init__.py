@@ -26,7 +26,8 @@ Why it is shaped so:
   Hint callbacks only record what to look at and return; they never block the backend's thread.
 - **Self-fencing.** A worker judges its lease on its own monotonic clock; when it may have
   lapsed it stops what it runs (``on_fence`` or ``on_pause``), acknowledges nothing, and
-  re-applies the real state once the lease is back (:mod:`.lease`, :mod:`.heartbeat`).
+  re-applies the real state once the lease is back, the fence's handlers returned and every
+  record was read again (:mod:`.lease`, :mod:`.heartbeat`, :mod:`.fence`).
 - **Settling is everybody's job, but one worker goes first** (:mod:`.settle`).
 
 Where things live (each part a small object with its own tests, tests/test_agent_parts.py):
@@ -36,11 +37,13 @@ Where things live (each part a small object with its own tests, tests/test_agent
 - :mod:`.watch`: hints, reads, the local copy kept fresh, settle attempts, due resumes;
 - :mod:`.apply`: running handlers, acknowledging what they applied, fencing;
 - :mod:`.lease`: the registration, its renewal, how long it holds by the monotonic clock;
-- :mod:`.heartbeat`: the heartbeat thread, imposing and lifting the self-fence;
+- :mod:`.heartbeat`: the heartbeat thread, imposing the self-fence and starting the return;
+- :mod:`.fence`: the self-fence: what it must stop, when it may be lifted, pure;
 - :mod:`.guard`: the guard thread (stuck handlers, the lease's own end);
 - :mod:`.settle`: the settle schedule (debounce, settler choice, retries, sweeps), pure;
 - :mod:`.queue`: the due-work queue, pure;
 - :mod:`.replica`: the local copy and the work it plans, pure;
+- :mod:`.lives`: whether a record read is of the life of the location the worker applied;
 - :mod:`.handlers`: the registered handlers and how one is called;
 - :mod:`.state`: what the threads share, under one lock.
 

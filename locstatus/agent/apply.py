@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers, handler_name
+from locstatus.agent.lives import ask_lives
 from locstatus.agent.queue import Key
 from locstatus.agent.replica import PURGED
 from locstatus.agent.settle import is_settler
@@ -121,18 +122,18 @@ class Applier:
         s = self.state
         location, service = key
         with s.lock:
-            stop = key in s.fencing
+            stop = key in s.fence.to_stop
         if stop and not self._fence(key):
             return
         with s.lock:
             rec = s.copy.records.get(location)
             purged = service == TOMBSTONE_ACK and location in s.copy.purged
-            fenced = s.fenced is not None
+            fenced = s.fence.fenced
         if purged:
             self._apply_purge(key)  # stops consumers: safe while fenced too
             return
         if rec is None or fenced:
-            return  # fenced: nothing starts; once the lease is back everything is read again
+            return  # fenced: nothing starts; lifting the fence plans everything again
         if service == TOMBSTONE_ACK:
             self._apply_removal(key, rec)
             return
@@ -220,9 +221,12 @@ class Applier:
         handlers = self.handlers.for_fence(service)
         if not self._run_handlers(key, handlers, status, FENCE, fenced=True):
             return False
-        with s.lock:
-            s.fencing.discard(key)
+        with s.cond:
+            s.fence.stopped(key)
             s.copy.stopped(key)
+            lifted = s.try_unfence_locked()
+        if lifted:
+            log.warning("agent %s: fence lifted, re-applying", self.worker_id)
         return True
 
     def _apply_purge(self, key: Key) -> None:
@@ -263,7 +267,9 @@ class Applier:
             event = "remove" if status is None else "pause" if status.paused else "resume"
         try:
             for fn in handlers:
-                self._started(key, event, fn)
+                if not self._started(key, event, fn):
+                    self._ended(key)
+                    return False  # fenced meanwhile: lifting the fence plans it again
                 self.handlers.call(fn, location, what, fence=fenced)
         except BaseException as exc:
             self._ended(key)
@@ -302,16 +308,22 @@ class Applier:
                     s.copy.running.add(key)
         return True
 
-    def _started(self, key: Key, event: str, fn: Handler) -> None:
-        """A handler starts for ``key``: the guard watches its deadline."""
+    def _started(self, key: Key, event: str, fn: Handler) -> bool:
+        """A handler starts for ``key``: the guard watches its deadline. False (it must not
+        start) for an ``on_resume`` once the worker is fenced: checked under the lock the
+        fence is imposed under, so a fence either sees this handler running (and stops its
+        key after it) or this handler sees the fence."""
         s = self.state
         run = Running(s.monotonic(), self._now(), event, handler_name(fn))
         with s.lock:
+            if event == "resume" and s.fence.fenced:
+                return False
             was_stuck = s.running.get(key, run).stuck
             s.running[key] = run
         s.guard_wake.set()
         if was_stuck:
             s.beat_now.set()  # the previous handler of this key was reported: it returned
+        return True
 
     def _now(self) -> datetime:
         """The manager's time, for a report only (when a handler started); the local clock
@@ -336,12 +348,15 @@ class Applier:
             s.beat_now.set()  # no longer stuck: publish now
 
     def _reread(self, key: Key, generation: int) -> LocationStatus | None:
-        """Read the record again after a handler ran. None: gone, or unreachable (then the key
-        is retried shortly; the handler is not run again for the same generation)."""
+        """Read the record again after a handler ran. None: gone, unreachable (then the key
+        is retried shortly; the handler is not run again for the same generation), or of
+        another life of the location (its ``on_remove`` for the old one runs first, then the
+        new one is planned: :meth:`AgentState.store_locked`)."""
         s = self.state
         location = key[0]
         try:
             fresh = self.backend.read(location)
+            lives = ask_lives(s, self.backend, self.worker_id, [fresh])
         except NotFound:
             with s.cond:
                 s.forget_locked(location)
@@ -355,7 +370,8 @@ class Applier:
             self._backend_retry(key, generation, exc)
             return None
         with s.cond:
-            s.store_locked(fresh)
+            if not s.store_locked(fresh, lives) or location in s.copy.purged:
+                return None
         return fresh
 
     def _acknowledge(
@@ -367,7 +383,7 @@ class Applier:
         location, service = key
         if s.stopping.is_set():
             return False  # stop() unregisters this worker; never ack after that
-        if s.fenced is not None:
+        if s.fence.fenced:
             return False  # its lease may have lapsed: acknowledged again once it is back
         try:
             self.backend.ack(self.worker_id, location, service, generation, if_version=if_version)

@@ -6,7 +6,9 @@ renews the lease (:meth:`Lease.renew`, never raises) and draws the consequences
 
 - the lease ran out by the worker's own monotonic clock before this renewal was known to have
   landed: self-fence (the guard does the same when no renewal comes back at all);
-- the renewal succeeded and the lease now holds again: lift the fence, re-read, re-apply;
+- the renewal succeeded while fenced and the lease now holds again: start coming back (read
+  every record again); the fence lifts once its handlers returned and that re-read completed
+  (:mod:`.fence`), here or in the thread that completes the last of them;
 - it succeeded after a failure or after the lease lapsed: re-read everything (notifications
   may have been missed) and, after a lapse, acknowledge again what was applied (the worker may
   have been dropped as expired, and its acknowledgements with it).
@@ -46,7 +48,7 @@ class Heartbeat:
 
     def lease_until(self) -> float | None:
         """When the lease ends by the monotonic clock (None: fenced already), for the guard."""
-        return None if self.state.fenced is not None else self.lease.good_until
+        return None if self.state.fence.fenced else self.lease.good_until
 
     def fence(self, reason: str) -> None:
         """Self-fence (see :meth:`AgentState.fence_locked`)."""
@@ -73,14 +75,22 @@ class Heartbeat:
                 return
             s.metrics["heartbeats"] += 1
             until = self.lease.good_until
-            if s.fenced is not None and until is not None and now < until:
-                log.warning("agent %s: lease renewed: fence lifted, re-applying", self.worker_id)
-                s.unfence_locked()
+            lifted = False
+            if s.fence.fenced and until is not None and now < until:
+                if not s.fence.returning:
+                    log.warning(
+                        "agent %s: lease renewed: coming back once the fence's handlers "
+                        "returned and every record was read again",
+                        self.worker_id,
+                    )
+                lifted = s.lease_back_locked(until)
             if renewal.reconnected:
                 s.metrics["reconnects"] += 1
                 s.want_resync = True
             if renewal.lapsed:
                 s.metrics["lease_lapses"] += 1
                 s.copy.acknowledge_again()
+        if lifted:
+            log.warning("agent %s: fence lifted, re-applying", self.worker_id)
         if renewal.reconnected:
             s.wake.set()

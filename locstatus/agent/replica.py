@@ -6,18 +6,43 @@ work is planned level-triggered, from state, never from the notification that br
 (docs/agent.md, "What the agent guarantees"). :meth:`LocalCopy.store` only *plans*: it returns
 the keys whose stored generation differs from the applied one, and the agent queues them. The
 copy is pure (no I/O, no clock) and not thread-safe: the agent calls it under its lock.
+
+**Lives.** A location removed, purged and created again is a new location for the worker,
+even when it missed all of that (hints merged, a freeze, a partition): what it applied of the
+old life says nothing of the new one, whose generations start again from 0. Comparing
+generations alone, a new pause at the generation the worker acknowledged in the old life was
+never applied nor acknowledged, and stayed pausing for good (the protocol model's
+``stale_applied`` finding, model/README.md). Versions tell lives apart only in each backend's
+own numbering, so :meth:`LocalCopy.life_check` only says when a record *may* be of another life
+than the one held (its version does not follow the held one within a life) and the worker
+applied something there; the agent then asks the backend (:class:`Life`, agent/watch.py), and
+a new life is handled like a purge the worker missed (``on_remove`` for the old one), then
+applied from scratch.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from locstatus.agent.queue import Key
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, tombstone_generation
 
-__all__ = ["PURGED", "LocalCopy"]
+__all__ = ["PURGED", "Life", "LocalCopy"]
 
 PURGED = -2
 """The generation a removal key ``(location, TOMBSTONE_ACK)`` is queued with when the record
 disappeared (purged) before this worker ran ``on_remove`` for it: nothing to acknowledge."""
+
+
+class Life(NamedTuple):
+    """What the backend said of a version :meth:`LocalCopy.life_check` asked about."""
+
+    version: int
+    """The version of the record held when the question was asked."""
+    same: bool | None
+    """True: still a write of the record's current life. False: of an earlier life (the
+    location was purged and created again). None: cannot tell (that write's history does
+    not read)."""
 
 
 class LocalCopy:
@@ -53,12 +78,16 @@ class LocalCopy:
     def store(self, rec: LocationStatus) -> list[tuple[Key, int]]:
         """Keep ``rec`` unless a newer version is already known; return the work it implies:
         ``(key, generation)`` for each watched key whose stored generation is not the one
-        applied (for a tombstone, its removal)."""
+        applied (for a tombstone, its removal). A location whose ``on_remove`` is still due
+        for an earlier life (:attr:`purged`) implies no work until that ran (the agent stores
+        it again then). Call :meth:`life_check` first."""
         old = self.records.get(rec.location)
         if old is not None and old.version > rec.version:
             return []
         self.records[rec.location] = rec
         loc = rec.location
+        if loc in self.purged:
+            return []
         if rec.deleted_at is not None:
             removal = tombstone_generation(rec.deleted_at)
             if self.applied.get((loc, TOMBSTONE_ACK)) != removal:
@@ -72,6 +101,40 @@ class LocalCopy:
             if st is not None and self.applied.get((loc, svc)) != st.generation:
                 work.append(((loc, svc), st.generation))
         return work
+
+    def life_check(self, rec: LocationStatus) -> int | None:
+        """The version held of ``rec.location`` to ask the backend about before storing
+        ``rec`` (is it still a write of the record's current life?), or None: nothing to ask.
+
+        Nothing to ask when ``rec`` is not newer, when it is the very next write after the
+        one held (a record is created again only after it was removed, a write of its own,
+        and every write of one life is the previous version + 1 while versions increase
+        across lives: backends/base.py invariants 1 and 3), or when the worker applied
+        nothing there that could be stale."""
+        old = self.records.get(rec.location)
+        if old is None or rec.version <= old.version:
+            return None
+        if rec.version == old.version + 1 and old.deleted_at is None:
+            return None
+        if not self._holds(rec.location):
+            return None
+        return old.version
+
+    def reapply(self, location: str) -> None:
+        """Nothing applied at ``location`` counts any more: its pause/resume handlers run
+        again for the state stored next (nothing is torn down). For a record whose life
+        cannot be told (:class:`Life` ``same`` None)."""
+        for table in (self.applied, self.handled):
+            for key in [k for k in table if k[0] == location and k[1] != TOMBSTONE_ACK]:
+                del table[key]
+
+    def _holds(self, location: str) -> bool:
+        """Something of ``location`` was applied or its handlers ran (tombstone aside)."""
+        return location in self.touched or any(
+            k[0] == location and k[1] != TOMBSTONE_ACK
+            for table in (self.applied, self.handled)
+            for k in table
+        )
 
     def forget(self, location: str) -> bool:
         """The record is gone (purged): drop it and what was applied of it. Returns True when

@@ -2,23 +2,25 @@
 
 The hint callback (a backend thread), the watch thread and the apply thread meet here: the
 local copy (:class:`LocalCopy`), the due-work queue (:class:`DueQueue`), the settle schedule
-(:class:`SettleSchedule`), the published handler errors and the counters. Each of those is a
-small object with its own rules and tests; this module only holds them together with the lock
-and the events the threads wake each other with, and the few steps that touch several of them
-at once (store a record *and* queue its work; forget a location everywhere). Nothing holds the
-lock while doing I/O or running a handler.
+(:class:`SettleSchedule`), the self-fence (:class:`Fence`), the published handler errors and
+the counters. Each of those is a small object with its own rules and tests; this module only
+holds them together with the lock and the events the threads wake each other with, and the few
+steps that touch several of them at once (store a record *and* queue its work; forget a
+location everywhere; impose or lift the fence). Nothing holds the lock while doing I/O or
+running a handler.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from locstatus.agent.fence import Fence
 from locstatus.agent.queue import DueQueue, Key
-from locstatus.agent.replica import PURGED, LocalCopy
+from locstatus.agent.replica import PURGED, Life, LocalCopy
 from locstatus.agent.settle import SettleSchedule
 from locstatus.errors import CorruptRecord
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, StuckHandler
@@ -112,11 +114,9 @@ class AgentState:
         """Locations an apply thread is working on (one thread per location at a time)."""
         self.running: dict[Key, Running] = {}
         """Handlers running now, by key."""
-        self.fenced: str | None = None
-        """Why the worker is self-fenced (its lease may have lapsed), or None while it holds
-        its lease (docs/agent.md "Self-fencing")."""
-        self.fencing: set[Key] = set()
-        """Keys the fence must still stop (their pause or ``on_fence`` handlers to run)."""
+        self.fence = Fence()
+        """The self-fence (docs/agent.md "Self-fencing"): while it is imposed nothing starts
+        and nothing is acknowledged; its keys to stop are queued with :data:`FENCE`."""
 
     def reset(self) -> None:
         """Start from scratch (a restarted agent: stop() dropped its acknowledgements)."""
@@ -131,8 +131,7 @@ class AgentState:
             self.want_resync = False
             self.busy.clear()
             self.running.clear()
-            self.fenced = None
-            self.fencing.clear()
+            self.fence = Fence()
 
     def stuck_locked(self) -> dict[str, StuckHandler]:
         """The handlers running past their deadline, as the registration publishes them."""
@@ -146,12 +145,31 @@ class AgentState:
         with self.lock:
             self.metrics[name] += n
 
-    def store_locked(self, rec: LocationStatus) -> None:
-        """Keep ``rec`` in the local copy and queue the work it implies."""
+    def store_locked(self, rec: LocationStatus, lives: Mapping[str, Life] | None = None) -> bool:
+        """Keep ``rec`` in the local copy and queue the work it implies; True when stored.
+
+        When ``rec`` may be of another life than the record held (:meth:`LocalCopy.
+        life_check`), ``lives`` must hold the backend's answer for the version held
+        (:meth:`Watcher.lives`): a new life is forgotten as a purge first (``on_remove`` for
+        the old one, if the worker applied it), one that cannot be told is applied again.
+        Without that answer nothing is stored (False): the location is marked dirty, and the
+        watch thread reads it again and asks."""
+        asked = self.copy.life_check(rec)
+        if asked is not None:
+            life = None if lives is None else lives.get(rec.location)
+            if life is None or life.version != asked:
+                self.dirty.add(rec.location)
+                self.wake.set()
+                return False
+            if life.same is False:
+                self.forget_locked(rec.location)
+            elif life.same is None:
+                self.copy.reapply(rec.location)
         if self.errors.pop(corrupt_key(rec.location), None) is not None:
             self.beat_now.set()  # readable again: no longer reported
         for key, generation in self.copy.store(rec):
             self.schedule_locked(key, generation)
+        return True
 
     def corrupt_locked(self, exc: CorruptRecord) -> None:
         """The stored record of ``exc.location`` is corrupt: keep the last state read and
@@ -181,31 +199,51 @@ class AgentState:
         self.first_pass_discard_locked({k for k in self.first_pass if k[0] == location})
         if on_remove_due:
             self.schedule_locked((location, TOMBSTONE_ACK), PURGED)
+        if self.fence.drop_location(location):
+            self.try_unfence_locked()
 
     def fence_locked(self, reason: str) -> bool:
         """Self-fence: from now on nothing is acknowledged and nothing is started, and every
         key the worker runs (applied running, or whose ``on_resume`` is under way) is queued
         to be stopped, at once (a backoff is not waited for). Returns False when fenced
         already."""
-        if self.fenced is not None:
-            return False
-        self.fenced = reason
-        self.metrics["fences"] += 1
         starting = {k for k, r in self.running.items() if r.event == "resume"}
-        for key in self.copy.running | starting:
-            self.fencing.add(key)
+        keys = self.copy.running | starting
+        if not self.fence.impose(reason, keys):
+            return False
+        self.metrics["fences"] += 1
+        for key in keys:
             self.schedule_locked(key, FENCE, force=True)
         return True
 
-    def unfence_locked(self) -> None:
-        """The lease is back: read everything again and apply the real state (what the fence
-        stopped runs again if it should; what was applied is acknowledged again: while fenced
-        the worker may have been dropped as expired, and its acknowledgements with it)."""
-        self.fenced = None
-        self.want_resync = True
+    def lease_back_locked(self, until: float) -> bool:
+        """A renewal landed while fenced and the lease holds until ``until`` (monotonic
+        seconds): read every record again if this starts the return, and lift the fence if
+        nothing else is due (:class:`Fence`). True when the fence was lifted."""
+        if self.fence.lease_back(until, now=self.monotonic()):
+            self.want_resync = True
+            self.wake.set()
+        return self.try_unfence_locked()
+
+    def try_unfence_locked(self) -> bool:
+        """Lift the fence if the lease is back, every fence handler returned and the records
+        were read again since (:meth:`Fence.ready`); then apply the real state from the copy
+        just read: what the fence stopped runs again if it should, and what was applied is
+        acknowledged again (while fenced the worker may have been dropped as expired, and its
+        acknowledgements with it). A record that reads as corrupt is left as it is (nothing
+        runs for it until it reads again). True when lifted."""
+        if not self.fence.ready(now=self.monotonic()):
+            return False
+        self.fence.lift()
         self.copy.acknowledge_again()
+        for rec in list(self.copy.records.values()):
+            if corrupt_key(rec.location) in self.errors:
+                continue
+            for key, generation in self.copy.store(rec):
+                self.schedule_locked(key, generation)
         self.wake.set()
         self.cond.notify_all()
+        return True
 
     def first_pass_discard_locked(self, keys: Iterable[Key]) -> None:
         self.first_pass.difference_update(keys)

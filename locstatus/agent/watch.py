@@ -3,8 +3,10 @@
 Hints from the backend only say *where* to look (docs/agent.md, "Level-triggered"): the hint
 callback runs on a backend thread, records what to look at and returns; the watch thread reads
 those records (or all of them), stores them in the local copy (which queues the work they
-imply), tries to settle what this worker acknowledged when the settle schedule says so, sweeps
-transitional records when workers come and go, and fires the scheduled resumes that are due.
+imply; a record that may be of another life of its location is asked about first,
+:mod:`.lives`), tries to settle what this worker acknowledged when the settle
+schedule says so, sweeps transitional records when workers come and go, and fires the
+scheduled resumes that are due.
 
 Each pass of :meth:`Watcher.run` waits for the earliest of its named deadlines (the periodic
 resync, the settle schedule, the next scheduled resume), or for a hint.
@@ -13,9 +15,12 @@ resync, the settle schedule, the next scheduled resume), or for a hint.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from locstatus.agent.lives import ask_lives
+from locstatus.agent.replica import Life
 from locstatus.agent.state import AgentState
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound
 from locstatus.models import Hint, LocationStatus, ServiceStatus
@@ -81,8 +86,10 @@ class Watcher:
             s.metrics["hints"] += 1
             if hint.kind == "location" and hint.location is not None:
                 if self.locations is None or hint.location in self.locations:
-                    if hint.record is not None and hint.record.location == hint.location:
-                        s.store_locked(hint.record)  # read by the backend: no read of our own
+                    # read by the backend: no read of our own, unless the record may be of
+                    # another life (then it is marked dirty: the watch thread asks)
+                    rec = hint.record
+                    if rec is not None and rec.location == hint.location and s.store_locked(rec):
                         return False
                     s.dirty.add(hint.location)
             elif hint.kind == "acks" and hint.location is not None:
@@ -173,8 +180,12 @@ class Watcher:
                 s.wake.set()
 
     def resync(self) -> None:
-        """Re-read every record (start, reconnect, lapsed lease, periodic safety net)."""
+        """Re-read every record (start, reconnect, lapsed lease, periodic safety net). While
+        the worker comes back from a self-fence, a re-read that started after its lease came
+        back is one of the conditions to lift the fence (:mod:`.fence`)."""
         s = self.state
+        with s.lock:
+            token = s.fence.reread_token()
         records = self.backend.read_all()
         seen: set[str] = set()
         good: list[LocationStatus] = []
@@ -188,16 +199,21 @@ class Watcher:
                 corrupt.append(rec)
             else:
                 good.append(rec)
+        lives = self.lives(good)
         with s.cond:
             s.metrics["resyncs"] += 1
             for loc in [x for x in s.copy.records if x not in seen]:
                 s.forget_locked(loc)
             for rec in good:
-                s.store_locked(rec)
+                s.store_locked(rec, lives)
             for exc in corrupt:
                 s.corrupt_locked(exc)  # the last state read is kept: seen, so not forgotten
+            s.fence.reread_done(token)
+            lifted = s.try_unfence_locked()
         for exc in corrupt:
             log.warning("agent %s: %s", self.worker_id, exc)
+        if lifted:
+            log.warning("agent %s: fence lifted, re-applying", self.worker_id)
 
     def refresh(self, location: str) -> None:
         """Read one record a hint named."""
@@ -211,8 +227,14 @@ class Watcher:
         except CorruptRecord as exc:
             self._corrupt(exc)
             return
+        lives = self.lives([rec])
         with s.cond:
-            s.store_locked(rec)
+            s.store_locked(rec, lives)
+
+    def lives(self, records: Iterable[LocationStatus]) -> dict[str, Life]:
+        """What the backend says of the life of ``records`` that need asking
+        (:func:`ask_lives`)."""
+        return ask_lives(self.state, self.backend, self.worker_id, records)
 
     def _corrupt(self, exc: CorruptRecord) -> None:
         with self.state.lock:

@@ -406,7 +406,7 @@ class Agent:
             out["connected"] = int(self._lease.connected)
             out["running"] = len(s.running)
             out["stuck"] = sum(r.stuck for r in s.running.values())
-            out["fenced"] = int(s.fenced is not None)
+            out["fenced"] = int(s.fence.fenced)
         return out
 
     def _unknown(self, location: str) -> str:

@@ -24,7 +24,10 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    removes its acknowledgements. An expired worker is either listed with its past lease or not
    listed. A registration is stored bounded the same way everywhere
    (:func:`codec.bounded_worker`): its handler errors trimmed, and refused whole when too large
-   without them.
+   without them. A conditional removal (``remove_worker(if_expires=)``) removes only the
+   registration whose lease the caller saw run out, checked in the same atomic step as the
+   removal: a worker that renewed or registered again after the caller's read is kept, with
+   its acknowledgements.
    **An unreadable registration never lets a transition settle without its worker**: a stored
    registration that does not parse or validate (a hand edit, a field a newer version wrote,
    another worker's id) may belong to a running worker, so :meth:`workers` lists it, in its
@@ -273,8 +276,22 @@ class Backend(ABC):
         ~100 000 names), :class:`~locstatus.errors.BackendUnavailable`."""
 
     @abstractmethod
-    def remove_worker(self, worker_id: str) -> None:
-        """Unregister a worker and drop its acknowledgements. No error if unknown."""
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+        """Unregister a worker and drop its acknowledgements. Returns True when this call
+        removed a registration, False when there was none to remove (no error if unknown).
+
+        ``if_expires`` (aware UTC): remove only while the stored registration's
+        ``lease_expires_at`` is exactly this deadline, the one the caller saw pass; a renewed
+        or re-registered worker carries another one and is kept (False), with its
+        acknowledgements (invariant 6). This is how the check job drops an expired worker:
+        a worker that came back between the check's read and its removal must not be
+        dropped while live, or a pause settles without it (model/README.md, finding
+        ``remove_race``). SQLite and memory check it in the removal's transaction, ZooKeeper
+        with a versioned delete in one multi-op with the acknowledgements, MongoDB with a
+        delete conditional on the whole registration document it read (its acknowledgements
+        are dropped right after, in a second request). An unreadable registration is judged by
+        the lease its stand-in carries, as :meth:`workers` lists it (:func:`codec.corrupt_worker`).
+        None: unconditional (a worker unregistering itself)."""
 
     @abstractmethod
     def workers(self) -> list[WorkerInfo]:

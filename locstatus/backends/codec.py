@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -424,6 +425,14 @@ def ack_generation(raw: object) -> int | None:
     an unreadable acknowledgement acknowledges nothing (contract invariant 6). Integer
     subclasses (BSON's ``Int64``) read as plain ints; ``True`` is no generation."""
     return int(raw) if isinstance(raw, int) and not isinstance(raw, bool) else None
+
+
+def is_registration(worker_id: str, raw: object, if_expires: datetime | None) -> bool:
+    """Whether the registration stored under ``worker_id`` may be removed by
+    ``remove_worker(if_expires=)``: always when ``if_expires`` is None; else only while its
+    lease deadline, as :func:`decode_worker` lists it (an unreadable one's stand-in carries the
+    lease that still reads in it, or none), is exactly ``if_expires``."""
+    return if_expires is None or decode_worker(worker_id, raw).lease_expires_at == if_expires
 
 
 def _short(exc: BaseException, root: str = "record") -> str:

@@ -202,13 +202,17 @@ class MemoryBackend(Backend):
             self._store.workers[info.worker_id] = codec.encode_worker(info)
         self._notify(Hint(kind="workers"))
 
-    def remove_worker(self, worker_id: str) -> None:
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
         self._check_open()
         with self._store.lock:
-            self._store.workers.pop(worker_id, None)
+            raw = self._store.workers.get(worker_id)
+            if raw is None or not codec.is_registration(worker_id, raw, if_expires):
+                return False
+            del self._store.workers[worker_id]
             for per_loc in self._store.acks.values():
                 per_loc.pop(worker_id, None)
         self._notify(Hint(kind="workers"))
+        return True
 
     def workers(self) -> list[WorkerInfo]:
         self._check_open()

@@ -135,7 +135,10 @@ _DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
 }
 _HINT_MODES = ("auto", "changestream", "poll")
 _CLOSE_TIMEOUT = 0.5
-"""Seconds :meth:`MongoBackend.close` lets the driver spend ending its server sessions."""
+"""Seconds the driver may spend ending its server sessions when the backend closes."""
+_CLOSE_WAIT = 0.2
+"""Seconds :meth:`MongoBackend.close` waits for the driver's own close (one round trip to a
+server that answers) before leaving it to finish in the background."""
 _STREAM_LOST_CODES = {136, 260, 280, 286}  # capped position lost, bad token, fatal, history lost
 _NO_CHANGE_STREAMS_CODES = {40573}  # "$changeStream stage is only supported on replica sets"
 _INDEX_OPTIONS_CONFLICT = {85, 86}
@@ -829,10 +832,26 @@ class MongoBackend(Backend):
         with self._io(f"registration of worker {info.worker_id!r}"):
             self._workers.replace_one({"_id": info.worker_id}, doc, upsert=True)
 
-    def remove_worker(self, worker_id: str) -> None:
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+        """See :meth:`Backend.remove_worker`. With ``if_expires``: read the registration, and
+        delete it only while its whole stored document is still the one read (a renewal or a
+        new registration rewrites it); the acknowledgements go in a second request, so a
+        worker registering again in between may lose acknowledgements it wrote then: a live
+        worker missing an acknowledgement is waited for (safe), never settled without."""
         with self._io(f"removal of worker {worker_id!r}"):
-            self._workers.delete_one({"_id": worker_id})
+            if if_expires is None:
+                removed = self._workers.delete_one({"_id": worker_id}).deleted_count > 0
+            else:
+                doc = self._workers.find_one({"_id": worker_id}, max_time_ms=self._mt)
+                if doc is None or not codec.is_registration(worker_id, doc.get("info"), if_expires):
+                    return False
+                removed = self._workers.delete_one(
+                    {"_id": worker_id, "info": doc.get("info")}
+                ).deleted_count > 0
+                if not removed:
+                    return False  # rewritten since it was read: renewed or registered again
             self._acks.delete_many({"worker_id": worker_id})
+        return removed
 
     def workers(self) -> list[WorkerInfo]:
         with self._io("read of workers"):
@@ -1076,21 +1095,33 @@ class MongoBackend(Backend):
             self._client.admin.command("ping", maxTimeMS=self._mt)
 
     def close(self) -> None:
+        """Stop the hints and close the client. Returns within :data:`_CLOSE_WAIT` seconds
+        even while the server is down or frozen (a process shutting down during an outage
+        must not hang on it): whatever of the driver's close is left then (ending its server
+        sessions, which needs the server) goes on in the background, bounded by
+        :data:`_CLOSE_TIMEOUT`. Once closed, every call raises :class:`BackendUnavailable`
+        and no hint is delivered."""
         if self._closed:
             return
         self._stop.set()
         self._closed = True
-        # close() ends the client's server sessions with an endSessions command, which first
-        # selects a server: with the server down that waits serverSelectionTimeoutMS. The
-        # driver ignores that command's errors anyway; bound it (client-side operation timeout).
+        # The driver's close() first sends endSessions, which selects a server: with none
+        # reachable that waits out the operation timeout (in the driver's 0.5 s steps, so 0.5
+        # to 1 s for _CLOSE_TIMEOUT), and on a frozen server the command waits for a reply.
+        # The driver ignores that command's errors anyway; close() does not wait for them.
+        closing = threading.Thread(
+            target=self._close_client, name="locstatus-mongo-close", daemon=True
+        )
+        closing.start()
+        closing.join(_CLOSE_WAIT)
+        # The hint thread is not waited for either: it ends at its next step (a change
+        # stream's getMore returns within its maxAwaitTimeMS of 0.5 s, a server selection
+        # within 0.5 s of the client's close, a request to a frozen server at the socket
+        # timeout), and _emit drops whatever it still sees.
+
+    def _close_client(self) -> None:
         with contextlib.suppress(PyMongoError), pymongo.timeout(_CLOSE_TIMEOUT):
             self._client.close()
-        # The hint thread ends at its next step; one waiting in server selection for a server
-        # that is down ends only at serverSelectionTimeoutMS, so close() does not wait for that
-        # (a process shutting down during an outage would hang), and _emit drops its hints.
-        watcher = self._watcher
-        if watcher is not None and watcher is not threading.current_thread():
-            watcher.join(timeout=1)
 
 
 __all__ = ["MongoBackend", "MongoSettings", "parse_mongo_url"]

@@ -357,10 +357,16 @@ class SQLiteBackend(Backend):
                 (info.worker_id, data),
             )
 
-    def remove_worker(self, worker_id: str) -> None:
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
         with self._write() as db:
+            row = db.execute(
+                "SELECT data FROM workers WHERE worker_id = ?", (worker_id,)
+            ).fetchone()
+            if row is None or not codec.is_registration(worker_id, row[0], if_expires):
+                return False
             db.execute("DELETE FROM workers WHERE worker_id = ?", (worker_id,))
             db.execute("DELETE FROM acks WHERE worker_id = ?", (worker_id,))
+        return True
 
     def workers(self) -> list[WorkerInfo]:
         rows = self._query("SELECT worker_id, data FROM workers ORDER BY worker_id")
@@ -528,12 +534,14 @@ class _ChunkedScan:
     memory.
 
     Each row brings the newest history write and, for a record written since it was created
-    (the low bits of its version above 1, see ``_INCARNATION_SHIFT``), up to three older ones,
+    (the low bits of its version above 1, see ``_INCARNATION_SHIFT``), up to four older ones
+    (a pause no worker watches is two writes, the pausing one and its settle: a paused service
+    with a resume scheduled and a service added since is four writes past its create),
     each as ``version US data``, joined by RS (ASCII unit and record separators: characters
     valid JSON never holds); decoded only as far as the record's services need
     (:func:`codec.decode_newest_writes`)."""
 
-    _OLDER = 3
+    _OLDER = 4
     _HEAD = (  # the newest row as "version US data", or '' (not NULL) when it is not that:
         # split once, at the first US, so its data may hold anything (history() reads the same)
         "CASE WHEN typeof(h.version) = 'integer' AND typeof(h.data) IN ('text', 'blob') "

@@ -12,6 +12,7 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
       acks/<loc>                               created and deleted with the record; its data is
                                                touched by every ack (one watch per location)
       acks/<loc>/<worker_id>                   ephemeral {service: observed generation}
+      workers                                  its data version counts registrations created
       workers/<worker_id>                      ephemeral WorkerInfo JSON (the session bounds the
                                                lease; lease_expires_at is kept as given)
       clock                                    empty; rewritten by every time probe, whose
@@ -50,7 +51,10 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
 - **``workers()``** is served from a copy invalidated by watches on ``workers`` (children and
   data), by any connection change and by this backend's own registration writes: the manager
   looks at the live workers on every transition, and this keeps a transition at two round
-  trips (read, multi-op), the same as the raw kazoo baseline in ``bench/raw_zk.py``.
+  trips (read, multi-op), the same as the raw kazoo baseline in ``bench/raw_zk.py``. The copy
+  is served only once kazoo's callback thread has run the watches of every event received
+  before the call, so it is never older than a record the caller read (a settle must see every
+  worker registered before the write it settles).
 - **ACLs.** With credentials (URL userinfo or ``LOCSTATUS_ZK_AUTH=user:pass``) every node is
   created with a digest ACL giving that user all rights (plus world read unless
   ``world_read=false``), so other tenants of the ensemble cannot write locstatus nodes.
@@ -97,7 +101,7 @@ from kazoo.exceptions import (
     ZookeeperError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+from kazoo.protocol.states import Callback, EventType, WatchedEvent, ZnodeStat
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import ACL, make_acl, make_digest_acl
 from pydantic import TypeAdapter
@@ -141,6 +145,10 @@ _ACKS_COALESCE = 0.015
 that node, so a fleet acknowledging a change would otherwise wake every subscribed process once
 per worker; instead the first one is hinted at once and the watch is set again this much later,
 followed by one more hint that covers whatever changed meanwhile."""
+_EVENTS_WAIT = 0.5
+"""Seconds :meth:`ZooKeeperBackend.workers` waits for kazoo's callback thread to handle the watch
+events received so far before it reads the list from the server instead (a thread that busy is
+stuck; the read is as fresh, one round trip dearer)."""
 _HISTORY = TypeAdapter(list[HistoryEntry])
 _RETRYABLE = KazooRetry.RETRY_EXCEPTIONS + KazooRetry.EXPIRED_EXCEPTIONS
 
@@ -420,6 +428,7 @@ class ZooKeeperBackend(Backend):
         self._acks_later: dict[str, float] = {}  # acks/<loc> path -> monotonic time to re-arm
         self._workers_cache: list[WorkerInfo] | None = None
         self._workers_epoch = 0
+        self._callback_ident: int | None = None  # kazoo's callback thread, once seen
         self._client.add_listener(self._on_state)
         try:
             self._client.start(timeout=p.timeout)
@@ -948,11 +957,17 @@ class ZooKeeperBackend(Backend):
     def _put_worker_node(self, path: str, data: bytes) -> None:
         client = self._client
         for _ in range(10):
-            try:
-                self._get(client.create_async(path, data, ephemeral=True))
+            # Every creation also bumps the data version of ``workers``: a znode created again
+            # restarts at version 0, so only that counter tells a conditional removal
+            # (remove_worker(if_expires=)) that the registration it judged was replaced.
+            txn = _Txn(client)
+            txn.create("worker", path, data, ephemeral=True)
+            txn.set_data("registrations", self.paths.workers, b"")
+            failure = _failure(self._get(txn.tx.commit_async()), txn.labels)
+            if failure is None:
                 return
-            except NodeExistsError:
-                pass
+            if not isinstance(failure[1], NodeExistsError):
+                raise failure[1]
             stat = self._get(client.exists_async(path))
             if stat is None:
                 continue
@@ -971,41 +986,124 @@ class ZooKeeperBackend(Backend):
                 self._get(client.delete_async(path, stat.version))
         raise BackendUnavailable(f"could not register {path}: it kept changing")
 
-    def remove_worker(self, worker_id: str) -> None:
-        pa = self.paths
-        path = pa.worker(worker_id)
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+        """See :meth:`Backend.remove_worker`. With ``if_expires``: one multi-op deleting the
+        registration at the znode version whose data was judged (a renewal changes it), checked
+        against the count of registrations created (the data version of ``workers``: a
+        registration replaced by another session's starts at version 0 again), and every
+        acknowledgement node of the worker listed just before; an acknowledgement that
+        vanished meanwhile makes it list again."""
+        if if_expires is None:
+            self._forget_mine(worker_id)  # not restored on a new session from now on
+            return self._remove_worker_now(worker_id)
+        try:
+            removed = self._remove_worker_if(worker_id, if_expires)
+        finally:
+            self._forget_workers()
+        if removed:
+            self._forget_mine(worker_id)
+        return removed
+
+    def _forget_mine(self, worker_id: str) -> None:
+        """Stop restoring the worker's registration and acknowledgements on a new session."""
         with self._lock:
             self._my_workers.pop(worker_id, None)
             for key in [k for k in self._my_acks if k[1] == worker_id]:
                 del self._my_acks[key]
 
-        def remove() -> None:
-            with contextlib.suppress(NoNodeError):
+    def _worker_acks(self, worker_id: str) -> list[str]:
+        """Paths of the worker's acknowledgement nodes (one request per location)."""
+        pa = self.paths
+        locations = self._get(self._client.get_children_async(pa.acks_root))
+        found = self._bulk(
+            [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
+            lambda p: self._client.exists_async(p),
+        )
+        return [p for p, stat in found if stat is not None]
+
+    def _remove_worker_now(self, worker_id: str) -> bool:
+        path = self.paths.worker(worker_id)
+
+        def remove() -> bool:
+            try:
                 self._get(self._client.delete_async(path))
+                gone = True
+            except NoNodeError:
+                gone = False
+            pa = self.paths
             locations = self._get(self._client.get_children_async(pa.acks_root))
-            self._bulk(
+            self._bulk(  # one delete per location, those never acknowledged left out
                 [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
                 lambda p: self._client.delete_async(p),
             )
+            return gone
 
         try:
-            self._call(f"unregister worker {worker_id!r}", remove)
+            return self._call(f"unregister worker {worker_id!r}", remove)
         finally:
             self._forget_workers()
 
+    def _remove_worker_if(self, worker_id: str, if_expires: datetime) -> bool:
+        pa = self.paths
+        path = pa.worker(worker_id)
+        what = f"unregister expired worker {worker_id!r}"
+        for _ in range(20):
+
+            def look() -> tuple[int, bytes, ZnodeStat, list[str]] | None:
+                created = self._get(self._client.exists_async(pa.workers)).version
+                try:
+                    raw, stat = self._get(self._client.get_async(path))
+                except NoNodeError:
+                    return None
+                return created, raw, stat, self._worker_acks(worker_id)
+
+            found = self._call(f"read worker {worker_id!r}", look)
+            if found is None or not codec.is_registration(worker_id, found[1], if_expires):
+                return False
+            created, _raw, stat, acks = found
+            txn = _Txn(self._client)
+            txn.check("registrations", pa.workers, created)  # none created again since
+            txn.delete("worker", path, stat.version)
+            for ack in acks:
+                txn.delete("acks", ack)
+            try:
+                failure = self._commit(what, txn)
+            except AmbiguousCommit:
+                continue  # looked at again: gone (False from here on) or still there
+            if failure is None:
+                return True
+            label, exc = failure
+            if label in ("registrations", "worker", "acks") and isinstance(
+                exc, (NoNodeError, BadVersionError)
+            ):
+                continue  # renewed, replaced, or an acknowledgement went: judge it again
+            raise self._unavailable(f"{what} ({label})", exc)
+        raise BackendUnavailable(f"{what}: its registration kept changing; try again")
+
     def workers(self) -> list[WorkerInfo]:
-        """Registered workers, sorted by id; an unreadable registration node as its stand-in
-        (:func:`codec.corrupt_worker`: alive while listed, unless what is left of it still
-        carries a lease).
+        """Registered workers, sorted by id, at least as fresh as every answer this backend
+        returned before the call (a record read or written, on this session); an unreadable
+        registration node as its stand-in (:func:`codec.corrupt_worker`: alive while listed,
+        unless what is left of it still carries a lease).
 
         Served from a copy kept while watches on ``workers`` (children and each node's data)
         are armed and the session is connected: any registration, heartbeat, expiry or
         connection change drops it, and so does every registration write of this backend before
         it returns, so a caller always sees its own writes. This saves the manager a round trip
-        on every transition (its auto-settle looks at the live workers)."""
+        on every transition (its settle looks at the live workers).
+
+        The watch that drops the copy runs on kazoo's callback thread, after the answer that
+        followed its event may already have reached the caller: a record read after a worker
+        registered could meet a copy from before (docs/zookeeper.md, "Workers and
+        acknowledgements"). So the copy is
+        served only once every event received so far has been handled
+        (:meth:`_events_handled`); otherwise the list is read from the server."""
+        self._check_open()
+        if self._has_workers_copy() and self._events_handled():
+            with self._lock:
+                if self._workers_cache is not None and self._live.is_set():
+                    return list(self._workers_cache)
         with self._lock:
-            if self._workers_cache is not None and self._live.is_set():
-                return list(self._workers_cache)
             epoch = self._workers_epoch
         pa = self.paths
 
@@ -1025,6 +1123,28 @@ class ZooKeeperBackend(Backend):
             if self._workers_epoch == epoch and self._live.is_set():
                 self._workers_cache = list(out)
         return out
+
+    def _has_workers_copy(self) -> bool:
+        with self._lock:
+            return self._workers_cache is not None and self._live.is_set()
+
+    def _events_handled(self) -> bool:
+        """Wait until kazoo's callback thread has run every watch callback queued before this
+        call (a marker queued behind them has run), at most ``_EVENTS_WAIT`` seconds. ZooKeeper
+        delivers a watch event before any answer that follows it on the session, and kazoo
+        queues the event's callbacks before it hands that answer over, so once the marker ran
+        every registration change visible to an earlier answer has dropped the copy. False
+        (read the server instead) on that thread itself, or when it is stuck."""
+        if threading.get_ident() == self._callback_ident:
+            return False
+        done = threading.Event()
+
+        def marker() -> None:
+            self._callback_ident = threading.get_ident()
+            done.set()
+
+        self._client.handler.dispatch_callback(Callback("locstatus-marker", marker, ()))
+        return done.wait(_EVENTS_WAIT)
 
     def _forget_workers(self) -> None:
         """Drop the copy of the workers list (any thread; never blocks on I/O)."""

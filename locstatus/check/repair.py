@@ -3,9 +3,10 @@
 Every repair is a manager call (``settle``, ``fire_due_resumes``, ``add_location``,
 ``remove_location``, ``purge_location``) or ``Backend.remove_worker`` /
 ``Backend.restore_history`` (a copy, never a rewrite). Each of those is guarded (a
-compare-and-set on the version, the FSM's ``resume_at``/generation guards, the history
-collection's unique index), so any number of checks may repair at once from several hosts:
-each repair happens once and the others find it done.
+compare-and-set on the version, the FSM's ``resume_at``/generation guards, the removal
+conditional on the lease deadline seen expired, the history collection's unique index), so any
+number of checks may repair at once from several hosts: each repair happens once and the others
+find it done.
 
 A scan is a snapshot that may be seconds old when a repair runs, so each handler re-reads what
 it is about to fix and reports ``already_done`` when someone else fixed it meanwhile,
@@ -232,9 +233,12 @@ class Repairer:
                     self._record(f, Outcome.BLOCKED, f"kept: {problem} (docs/time.md)")
                 else:
                     self._record(f, Outcome.ALREADY_DONE, "lease renewed meanwhile; kept")
-            else:
-                self.backend.remove_worker(wid)
+            elif self.backend.remove_worker(wid, if_expires=current.lease_expires_at):
                 self._record(f, Outcome.APPLIED, "unregistered; its acknowledgements dropped")
+            else:  # removal conditional on the lease seen expired (model/README.md, remove_race)
+                self._record(
+                    f, Outcome.ALREADY_DONE, "lease renewed or registered again meanwhile; kept"
+                )
 
     def _fire(self, group: list[Finding]) -> None:
         loc = group[0].location

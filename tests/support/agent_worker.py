@@ -115,9 +115,9 @@ class Partition(Backend):
         self._check()
         self.inner.put_worker(info)
 
-    def remove_worker(self, worker_id: str) -> None:
+    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
         self._check()
-        self.inner.remove_worker(worker_id)
+        return self.inner.remove_worker(worker_id, if_expires=if_expires)
 
     def workers(self) -> list[WorkerInfo]:
         self._check()
