@@ -15,7 +15,8 @@ reports, per finding kind (:data:`KINDS`):
 - ``history_mismatch``: the newest history entry of a service disagrees with the record
   (op_id, state, generation, resume_at), or the record's version has no history at all;
 - ``history_gap``: on a backend with two history copies (MongoDB), versions of the record's
-  life missing from its full history: restorable from the recent copy, or lost;
+  life missing from its full history: restorable from the recent copy (once the write is
+  ``stuck_after`` old: a younger one may still be in flight), or lost;
 - ``expired_worker``: a registration whose heartbeat lease has run out;
 - ``corrupt_worker``: a stored registration that does not parse or validate; it counts as a
   live worker applying everything (contract invariant 6), so it is removed only once the lease

@@ -59,7 +59,8 @@ def run_check(
       ``mgr.clock()`` (docs/time.md).
     - ``repair``: fix what is safe (see :mod:`locstatus.check.repair`); ``dry_run``: only plan
       the repairs (no write at all; findings with a repair are ``planned``).
-    - ``stuck_after``: seconds a service may stay ``pausing``/``resuming`` (>= 0).
+    - ``stuck_after``: seconds a service may stay ``pausing``/``resuming``, and a write may
+      stay out of the full history while its recent copy holds it (>= 0).
     - ``expected``: location -> services that should exist (as returned by
       :func:`locstatus.locations.load_locations`); None skips missing/unknown locations. An empty
       mapping is refused: it would remove every location.

@@ -11,8 +11,10 @@ source's (``ServiceStatus.resume_overdue``, :func:`worker_live`, docs/time.md).
 Why a mismatch is confirmed before it is reported: the newest history is read after the record,
 so a write landing in between looks like drift; the record is re-read, and compared again while
 it keeps moving (:data:`CONFIRM_ATTEMPTS`), before a mismatch is reported. A history gap is
-likewise confirmed by a second look, since a write that has just landed is copied by its writer
-within a round trip.
+likewise confirmed by a second look, and a restorable one is reported only once its write is
+``stuck_after`` old: a younger one may be a write in flight, whose writer has done its
+``findAndModify`` and not yet its history insert, however long a loaded host keeps it from the
+second write (docs/check.md, "Finding kinds").
 """
 
 from __future__ import annotations
@@ -226,16 +228,37 @@ class Scan:
         gaps = self._gaps(rec.location)
         entered = self._compare(rec, newest)
         if entered is not None and gaps:
-            # Confirmed by a second look, after the comparison: a write that has just landed
-            # is copied by its writer within a round trip, and is not a gap.
+            # Confirmed by a second look, after the comparison, and only for writes old enough
+            # that their writer has stopped: a write between its writer's two writes is in
+            # flight, however long a loaded host keeps the writer from its history insert.
             again = self._gaps(rec.location)
-            restorable = sorted(set(gaps.restorable) & set(again.restorable))
+            restorable = self._stopped(
+                rec.location, sorted(set(gaps.restorable) & set(again.restorable))
+            )
             lost = sorted(set(gaps.lost) & set(again.lost))
             if restorable:
                 self.found.gap(rec, restorable, restorable=True)
             if lost:
                 self.found.gap(rec, lost, restorable=False)
         return entered
+
+    def _stopped(self, location: str, versions: list[int]) -> list[int]:
+        """Of the restorable ``versions`` (ascending), those written ``stuck_after`` or longer
+        ago by the backend's time (the write's entries' ``at``), as a stuck transition is
+        judged: a younger one may be a write in flight, whose writer has done its
+        ``findAndModify`` and not yet its history insert, and is no gap (docs/check.md,
+        "Finding kinds"). Read newest first, one write each: the versions below an old write were
+        written before it. A write with no entries to date it is taken as stopped."""
+        for i in range(len(versions) - 1, -1, -1):
+            try:
+                entries = self.backend.history_write(location, versions[i])
+            except NotFound:
+                return []
+            except CorruptRecord:
+                entries = []  # reported as corrupt when read; the gap stays visible
+            if not entries or self.now - max(e.at for e in entries) >= self.stuck_after:
+                return versions[: i + 1]
+        return []
 
     def _gaps(self, location: str) -> HistoryGaps:
         """Versions missing from the full history, for backends that keep two copies (MongoDB:
