@@ -33,6 +33,8 @@ What lives here, one idea per module, layered so that each only looks down:
 - :mod:`.history`: a record against its history, compared purely;
 - :mod:`.screen`: the fast screen that passes quiet records without a further read;
 - :mod:`.tombstones`: when a tombstone may be purged;
+- :mod:`.text`: times, ages and clock offsets as plain text, shared by the findings' messages
+  and the rendering;
 - :mod:`.findings`: what each finding kind says (message, evidence, repair plan);
 - :mod:`.scan`: the one pass that reads and judges;
 - :mod:`.repair`: the repairs, planned purely and made through the manager's guarded writes;
