@@ -18,7 +18,7 @@ from typing import Any
 from locstatus.check.history import Problem
 from locstatus.check.report import Action, Finding, Kind, RepairPlan
 from locstatus.check.text import human_age, iso, offset_text
-from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
+from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
 
 SKEW_REPAIR = RepairPlan(
     action=None,
@@ -78,7 +78,7 @@ class Findings:
                 for w in lagging
             ],
         }
-        target = "paused" if st.state is State.PAUSING else "running"
+        target = "paused" if st.state.desired_paused else "running"
         if live:
             message = (
                 f"{st.state.value} generation {st.generation} for {human_age(self.age(since))}; "
