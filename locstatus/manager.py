@@ -468,9 +468,7 @@ class Manager:
             due = {
                 s: st.resume_at
                 for s, st in rec.services.items()
-                if st.resume_at is not None
-                and (only is None or s in only)
-                and self.time.is_past(st.resume_at)
+                if (only is None or s in only) and st.resume_due(self.time)
             }
             return self._plan(
                 rec, now, op_id, list(due),
