@@ -41,9 +41,11 @@ from locstatus.errors import InvalidInput, InvalidTransition, NotFound
 from locstatus.models import LocationStatus
 from locstatus.names import check_location
 
-from .app import ALL, Context, Op, authorize, bulk_response, context, corrupt_listing
+from .auth import authorize
+from .context import ALL, Context, Ctx, Op
 from .guard import BackbeatRoute
 from .problems import responses
+from .responses import bulk_response, corrupt_listing
 
 SERVICES: dict[str, str] = {
     "crr": "replication",
@@ -63,7 +65,6 @@ ServiceParam = Annotated[
 LocParam = Annotated[
     str, Path(description="Location name, or 'all'", examples=["us-east-1", "all"])
 ]
-Ctx = Annotated[Context, Depends(context)]
 StatusMap = dict[str, str]
 
 _HOURS_BODY: dict[str, Any] = {
