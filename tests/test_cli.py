@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -287,6 +288,44 @@ def test_schedule_all_schedules_paused_locations_and_skips_running_ones(synced: 
     synced.ok("resume", "dr-site-a")
     refused = synced("resume", "all", "--in", "1h")
     assert refused.exit_code == 1 and "no location" in refused.stderr
+
+
+def test_ctrl_c_during_a_bulk_wait_prints_what_was_done_and_exits_130(synced: Cli) -> None:
+    """A real ``locstatus pause all --wait`` in its own process, a live worker that never
+    applies it, and a SIGINT while it waits: the table of what was done (every location
+    written, the worker's ones still pausing), then exit 130, no traceback."""
+    register(synced.url, "worker-a")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "locstatus", "--backend", synced.url, "pause", "all",
+         "-s", "replication", "--wait", "120", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, "USER": "t"},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        with connect(synced.url) as mgr:
+            while not all(
+                r.services["replication"].state is State.PAUSING
+                for r in mgr.statuses() if "replication" in r.services
+            ):
+                assert time.monotonic() < deadline and proc.poll() is None, "no write seen"
+                time.sleep(0.05)
+        time.sleep(0.3)  # into the wait
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    results = {r["location"]: r for r in json.loads(out)}
+    has_replication = {loc for loc, svcs in load_sample().items() if "replication" in svcs}
+    assert {loc for loc, r in results.items() if r["result"] == "changed"} == has_replication
+    assert all(
+        r["status"]["services"]["replication"]["state"] == "pausing"
+        for loc, r in results.items() if loc in has_replication
+    )
 
 
 def test_all_with_no_locations_is_refused(cli: Cli) -> None:

@@ -5,13 +5,15 @@ or of ``all``.
 Why it is its own module: the native routes (:mod:`.routes`) and the Backbeat routes
 (:mod:`.backbeat`) both run their mutations through it, and the app factory (:mod:`.app`) builds
 it; keeping it below all three means no route module imports the app (no api/app <-> backbeat
-cycle).
+cycle). A mutation is a manager :class:`~locstatus.manager.Operation`: run on one location
+(:meth:`~locstatus.manager.Manager.apply`) or on ``all`` by the manager's one bulk operation
+(:meth:`~locstatus.manager.Manager.bulk`); this module maps the outcome to responses and
+counts it in the metrics.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,8 +23,14 @@ from fastapi import Depends, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from locstatus.errors import InvalidInput, LocstatusError, NotFound, PreconditionFailed
-from locstatus.manager import Manager
+from locstatus.errors import (
+    CorruptRecord,
+    InvalidInput,
+    LocstatusError,
+    NotFound,
+    PreconditionFailed,
+)
+from locstatus.manager import BulkItem, Manager, Operation, Outcome
 from locstatus.models import LocationStatus
 from locstatus.names import BULK_LOCATION, SERVICE_ALIASES, check_location
 
@@ -38,10 +46,6 @@ ALL = BULK_LOCATION
 
 _LOCAL = frozenset({"sqlite", "memory"})
 T = TypeVar("T")
-
-Op = Callable[[str, int | None], LocationStatus]
-"""``op(location, if_version) -> stored record``: one manager mutation."""
-
 
 @dataclass
 class CheckState:
@@ -107,15 +111,14 @@ class Context:
 
     def single(
         self,
-        event: str,
         location: str,
-        service: str | None,
-        op: Op,
+        operation: Operation,
         *,
         if_match: str | None = None,
         wait: float | None = None,
     ) -> LocationStatus:
-        """Apply ``op`` to one location; ``if_match`` is the raw header. Raises the
+        """Run ``operation`` on one location (:meth:`Manager.apply
+        <locstatus.manager.Manager.apply>`); ``if_match`` is the raw header. Raises the
         manager's errors (:class:`PreconditionFailed` on a stale If-Match)."""
         check_location(location)
         versions = parse_if_match(if_match) if if_match is not None else None
@@ -131,81 +134,66 @@ class Context:
                     f"location {location!r} is at version {before.version}, "
                     f"not one of {', '.join(map(str, versions))}"
                 )
+        event = operation.event
         try:
-            after = op(location, if_version)
+            after = self.mgr.apply(location, operation, if_version=if_version)
         except LocstatusError as exc:
             self.metrics.transition(event, type(exc).__name__)
             raise
         self.metrics.transition(event, "applied" if after.version != before.version else "noop")
         if wait is not None:
-            after = self.mgr.wait_settled(location, service, timeout=wait)
+            after = self.mgr.wait_settled(location, operation.service, timeout=wait)
         return after
 
     def bulk(
-        self,
-        event: str,
-        service: str | None,
-        op: Op,
-        *,
-        wait: float | None = None,
-        select: Callable[[LocationStatus], bool] | None = None,
+        self, operation: Operation, *, wait: float | None = None
     ) -> dict[str, LocationStatus | LocstatusError]:
-        """Apply ``op`` to every (non-removed) location that has ``service`` (every location
-        if None) and passes ``select``. Returns location -> stored record or error; every
+        """Run ``operation`` on every location that is not removed: the manager's one bulk
+        operation (:meth:`Manager.bulk <locstatus.manager.Manager.bulk>`). Returns location
+        -> stored record or error for every location the operation concerns: a location
+        without the service, or (a schedule) with nothing paused, is skipped and left out; a
         corrupt record is there as its :class:`CorruptRecord` (whether it has the service is
-        unknown). With ``wait``, every write is done first, then each location is waited for
-        until one shared deadline."""
-        found = self.mgr.listing()
-        records = [
-            r
-            for r in found.records
-            if (service is None or service in r.services) and (select is None or select(r))
-        ]
-        # A record that cannot be read may have the service, in any state: it is a failure
-        # of the operation, never silently outside it.
-        out: dict[str, LocationStatus | LocstatusError] = {c.location: c for c in found.corrupt}
-        for rec in records:
-            try:
-                after = op(rec.location, None)
-            except LocstatusError as exc:
-                self.metrics.transition(event, type(exc).__name__)
-                out[rec.location] = exc
-                continue
-            self.metrics.transition(event, "applied" if after.version != rec.version else "noop")
-            out[rec.location] = after
-        if wait is not None:
-            deadline = time.monotonic() + wait
-            for loc, value in out.items():
-                if isinstance(value, LocationStatus):
-                    try:
-                        out[loc] = self.mgr.wait_settled(
-                            loc, service, timeout=max(0.0, deadline - time.monotonic())
-                        )
-                    except LocstatusError as exc:
-                        out[loc] = exc
+        unknown: never silently outside). With ``wait``, every write is done first, then
+        every location is waited for until one shared deadline. Each location's write is
+        counted in the transition metrics as it is decided."""
+        event = operation.event
+
+        def count(item: BulkItem, _done: int, _total: int | None) -> None:
+            if item.outcome is Outcome.CHANGED:
+                self.metrics.transition(event, "applied")
+            elif item.outcome is Outcome.UNCHANGED:
+                self.metrics.transition(event, "noop")
+            elif item.outcome is Outcome.FAILED and not isinstance(item.error, CorruptRecord):
+                self.metrics.transition(event, type(item.error).__name__)
+
+        report = self.mgr.bulk(operation, wait=wait, progress=count)
+        out: dict[str, LocationStatus | LocstatusError] = {}
+        for item in report.items:
+            if item.error is not None:
+                out[item.location] = item.error
+            elif item.outcome is not Outcome.SKIPPED and item.status is not None:
+                out[item.location] = item.status
         return out
 
     def respond(
         self,
         request: Request,
-        event: str,
         location: str,
-        service: str | None,
-        op: Op,
+        operation: Operation,
         *,
         if_match: str | None,
         wait: float | None = None,
-        select: Callable[[LocationStatus], bool] | None = None,
         render: Callable[[LocationStatus], Any] | None = None,
         empty: str | None = None,
     ) -> Response:
-        """Run a native mutation for one location (ETag'd record) or ``all`` (bulk)."""
+        """Run a native mutation for one location (ETag'd record) or ``all`` (bulk); ``empty``:
+        the 409 detail when ``all`` concerns no location (a schedule with nothing paused)."""
         if location != ALL:
-            rec = self.single(event, location, service, op, if_match=if_match, wait=wait)
+            rec = self.single(location, operation, if_match=if_match, wait=wait)
             return location_response(rec)
         if if_match is not None:
             raise InvalidInput("If-Match cannot be used with location 'all' (one version each)")
-        results = self.bulk(event, service, op, wait=wait, select=select)
+        results = self.bulk(operation, wait=wait)
         if not results and empty is not None:
             return problems.problem(409, "invalid transition", empty, instance=request.url.path,
                                     type_="urn:locstatus:invalid-transition")

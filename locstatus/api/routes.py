@@ -13,7 +13,6 @@ and the app factory serves it by a plain Starlette route in front of this docume
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Annotated
 
@@ -22,7 +21,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from pydantic import TypeAdapter
 
-from locstatus.manager import worker_live
+from locstatus.manager import Operation, worker_live
 from locstatus.models import HistoryEntry, LocationStatus
 from locstatus.names import LOCATION_RE
 
@@ -147,12 +146,8 @@ def pause(
     if_match: IfMatch = None,
 ) -> Response:
     b = body or PauseBody()
-    svc = ctx.service_arg(service)
-
-    def op(loc: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.pause(loc, svc, reason=b.reason, actor=b.actor, if_version=if_version)
-
-    return ctx.respond(request, "pause", location, svc, op, if_match=if_match, wait=b.wait)
+    operation = Operation.pause(ctx.service_arg(service), reason=b.reason, actor=b.actor)
+    return ctx.respond(request, location, operation, if_match=if_match, wait=b.wait)
 
 
 @router.post(
@@ -172,32 +167,17 @@ def resume(
     if_match: IfMatch = None,
 ) -> Response:
     b = body or ResumeBody()
-    svc = ctx.service_arg(service)
     when: datetime | timedelta | None = b.at
     if b.in_seconds is not None:
         when = timedelta(seconds=b.in_seconds)
-    event = "resume" if when is None else "schedule_resume"
-
-    def op(loc: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.resume(
-            loc, svc, at=when, reason=b.reason, actor=b.actor, if_version=if_version
-        )
-
+    operation = Operation.resume(
+        ctx.service_arg(service), at=when, reason=b.reason, actor=b.actor
+    )
+    # Scheduling all targets the locations where the service is paused or pausing.
     return ctx.respond(
-        request, event, location, svc, op, if_match=if_match, wait=b.wait,
-        select=None if when is None else _has_paused(svc),
+        request, location, operation, if_match=if_match, wait=b.wait,
         empty=None if when is None else "no location has a paused service to schedule",
     )
-
-
-def _has_paused(service: str | None) -> Callable[[LocationStatus], bool]:
-    """Bulk scheduling targets locations where the service is paused (or pausing)."""
-
-    def select(rec: LocationStatus) -> bool:
-        names = [service] if service is not None else list(rec.services)
-        return any(rec.services[s].paused for s in names if s in rec.services)
-
-    return select
 
 
 @router.delete(
@@ -217,14 +197,10 @@ def cancel_schedule(
     if_match: IfMatch = None,
 ) -> Response:
     b = body or CancelBody()
-    svc = ctx.service_arg(service)
-
-    def op(loc: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.cancel_scheduled_resume(
-            loc, svc, reason=b.reason, actor=b.actor, if_version=if_version
-        )
-
-    return ctx.respond(request, "cancel_scheduled_resume", location, svc, op, if_match=if_match)
+    operation = Operation.cancel_scheduled_resume(
+        ctx.service_arg(service), reason=b.reason, actor=b.actor
+    )
+    return ctx.respond(request, location, operation, if_match=if_match)
 
 
 @router.get(

@@ -8,7 +8,6 @@ the exit code the worst of them.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,14 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from locstatus.errors import (
-    CorruptRecord,
     InvalidInput,
-    InvalidTransition,
-    LocstatusError,
-    NotFound,
-    SettleTimeout,
 )
-from locstatus.manager import Manager
+from locstatus.manager import BulkInterrupted, BulkItem, BulkReport, Manager, Operation, Outcome
 from locstatus.models import (
     LocationStatus,
     new_op_id,
@@ -108,6 +102,18 @@ class _Mutation:
         changed = [s for s, st in sorted(rec.services.items()) if st.op_id == op_id]
         return rec, changed
 
+    def operation(self) -> Operation:
+        """This mutation as the manager's :class:`~locstatus.manager.Operation`."""
+        if self.kind == "pause":
+            return Operation.pause(self.services, reason=self.reason, actor=self.actor)
+        if self.kind in ("resume", "schedule"):
+            return Operation.resume(
+                self.services, at=self.at, reason=self.reason, actor=self.actor
+            )
+        return Operation.cancel_scheduled_resume(
+            self.services, reason=self.reason, actor=self.actor
+        )
+
     def describe(self, location: str, rec: LocationStatus, changed: list[str]) -> str:
         if changed:
             names = ", ".join(changed)
@@ -171,99 +177,85 @@ def _run_mutation(ctx: typer.Context, location: str, m: _Mutation, as_json: bool
     console.print(location_table(rec, mgr.clock(), only=m.services))
 
 
-@dataclass
-class _BulkResult:
-    location: str
-    result: str  # changed | unchanged | skipped | error
-    detail: str
-    exit_code: int = 0
-    status: LocationStatus | None = None
+_RESULT = {
+    Outcome.CHANGED: "changed",
+    Outcome.UNCHANGED: "unchanged",
+    Outcome.SKIPPED: "skipped",
+    Outcome.FAILED: "error",
+}
+_STYLE = {"changed": "green", "unchanged": "", "skipped": "dim", "error": "bold red"}
 
 
 def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool) -> None:
-    results: list[_BulkResult] = []
-    pending: list[tuple[_BulkResult, list[str] | None]] = []
-    for item in mgr.scan():
-        if isinstance(item, CorruptRecord):
-            results.append(_BulkResult(item.location, "error", item.message, item.exit_code))
-            continue
-        if item.deleted:
-            continue
-        loc = item.location
-        targets: list[str] | None = None
-        if m.services is not None:
-            targets = [s for s in m.services if s in item.services]
-            if not targets:
-                results.append(
-                    _BulkResult(loc, "skipped", f"has no {', '.join(m.services)}", 0, item)
-                )
-                continue
-        try:
-            rec, changed = m.apply(mgr, loc, targets)
-        except InvalidTransition as exc:
-            if m.kind == "schedule":  # running locations simply have nothing to schedule
-                results.append(_BulkResult(loc, "skipped", "nothing paused to schedule", 0, item))
-                continue
-            results.append(_BulkResult(loc, "error", exc.message, exc.exit_code))
-            continue
-        except LocstatusError as exc:
-            results.append(_BulkResult(loc, "error", exc.message, exc.exit_code))
-            continue
-        res = _BulkResult(
-            loc,
-            "changed" if changed else "unchanged",
-            m.describe(loc, rec, changed).split(": ", 1)[1],
-            0,
-            rec,
+    """``LOCATION`` ``all``: the manager's one bulk operation (:meth:`Manager.bulk`), rendered
+    one row per location (docs/cli.md, "Bulk: `all`"). The detail of a written location says
+    what the write left (pausing until the workers applied it...), as for one location; the
+    exit code is the worst per-location one; a refused operation (no location stored, every
+    one skipped) exits 1 after the table. Ctrl-C prints what was done, then exits 130."""
+    details: dict[str, str] = {}
+
+    def progress(item: BulkItem, _done: int, _total: int | None) -> None:
+        if item.status is not None and item.outcome in (Outcome.CHANGED, Outcome.UNCHANGED):
+            details[item.location] = m.describe(
+                item.location, item.status, list(item.changed)
+            ).split(": ", 1)[1]
+
+    try:
+        report = mgr.bulk(m.operation(), wait=m.wait, progress=progress)
+    except BulkInterrupted as stop:
+        _show_bulk(m, stop.report, details, as_json)
+        fail(
+            f"{m.command} {ALL}: interrupted after {len(stop.report.items)} location(s); the "
+            "table shows what was done",
+            130,
         )
-        results.append(res)
-        pending.append((res, targets))
-    if m.wait is not None:
-        deadline = time.monotonic() + m.wait
-        for res, targets in pending:
-            try:
-                res.status = mgr.wait_settled(
-                    res.location, targets, timeout=max(0.0, deadline - time.monotonic())
-                )
-            except SettleTimeout as exc:
-                res.result, res.detail, res.exit_code = "error", exc.message, exc.exit_code
-    results.sort(key=lambda r: r.location)
-    if not results:
-        raise NotFound("no locations: import them first with 'locstatus locations sync FILE'")
+    if not report.items and report.refusal is not None:
+        raise report.refusal
+    _show_bulk(m, report, details, as_json)
+    errors = [i.error for i in report.items if i.error is not None]
+    for error in errors:
+        typer.echo(f"error: {escaped(error.message)}", err=True)
+    if errors:
+        raise typer.Exit(max(e.exit_code for e in errors))
+    if report.refusal is not None:
+        fail(report.refusal.message, report.refusal.exit_code)
+
+
+def _show_bulk(
+    m: _Mutation, report: BulkReport, details: dict[str, str], as_json: bool
+) -> None:
+    rows = [
+        (
+            item.location,
+            _RESULT[item.outcome],
+            item.why or (item.error.message if item.error is not None else "")
+            or details.get(item.location, ""),
+            item.status,
+        )
+        for item in report.items
+    ]
     if as_json:
         print_json(
             json.dumps(
                 [
                     {
-                        "location": r.location,
-                        "result": r.result,
-                        "detail": r.detail,
-                        "status": None if r.status is None else r.status.model_dump(mode="json"),
+                        "location": loc,
+                        "result": result,
+                        "detail": detail,
+                        "status": None if status is None else status.model_dump(mode="json"),
                     }
-                    for r in results
+                    for loc, result, detail, status in rows
                 ],
                 indent=2,
             )
         )
-    else:
-        table = Table(title=f"{m.command} {ALL}", title_justify="left")
-        for col in ("Location", "Result", "Detail"):
-            table.add_column(col)
-        style = {"changed": "green", "unchanged": "", "skipped": "dim", "error": "bold red"}
-        for r in results:
-            table.add_row(Text(r.location), Text(r.result, style=style[r.result]), plain(r.detail))
-        new_console().print(table)
-    errors = [r for r in results if r.result == "error"]
-    for r in errors:
-        typer.echo(f"error: {escaped(r.detail)}", err=True)
-    if errors:
-        raise typer.Exit(max(r.exit_code for r in errors))
-    if all(r.result == "skipped" for r in results):
-        what = ", ".join(m.services) if m.services else "service"
-        fail(
-            f"{m.command} {ALL}: no location had a {what} to act on (every location was skipped)",
-            1,
-        )
+        return
+    table = Table(title=f"{m.command} {ALL}", title_justify="left")
+    for col in ("Location", "Result", "Detail"):
+        table.add_column(col)
+    for loc, result, detail, _status in rows:
+        table.add_row(Text(loc), Text(result, style=_STYLE[result]), plain(detail))
+    new_console().print(table)
 
 
 @app.command()

@@ -15,8 +15,9 @@ Shaped for the fleet (issue 21: 100 000 locations, batched writes per backend):
 - **One report, one verdict.** :class:`BulkReport` says per location ``changed``,
   ``unchanged``, ``skipped`` (with why) or ``failed`` (with the error); a corrupt record is a
   failed location, never left out. Whether the operation as a whole was refused is decided
-  once, by :attr:`BulkReport.refusal` (no location stored, or every location skipped), and
-  every front end renders that decision (docs/cli.md and docs/http.md, "Bulk").
+  once, by :attr:`BulkReport.refusal` (no location stored, or every location skipped): the CLI
+  exits with it (docs/cli.md, "Bulk: `all`"); the sidecar leaves skipped locations out of its
+  answer and refuses only a schedule that no location takes (docs/http.md, "Bulk operations").
 - **``wait=``** waits for every changed location at once until one shared deadline
   (:func:`~.reconcile.wait_all`); a location still settling then fails with its
   :class:`~locstatus.errors.SettleTimeout`, naming its lagging (and stuck) workers.
@@ -123,10 +124,10 @@ class BulkReport:
 
     @property
     def refusal(self) -> LocstatusError | None:
-        """The one rule for an operation that acted on no location (docs/cli.md and
-        docs/http.md, "Bulk"): none stored is :class:`NotFound` (CLI exit 1, HTTP 404);
-        every one skipped is :class:`InvalidTransition` (exit 1, 409). None otherwise, and
-        for an interrupted operation (it did not look at every location)."""
+        """The one rule for an operation that acted on no location (docs/cli.md, "Bulk:
+        `all`"): none stored is :class:`NotFound` (CLI exit 1); every one skipped is
+        :class:`InvalidTransition` (exit 1). None otherwise, and for an interrupted operation
+        (it did not look at every location)."""
         if self.interrupted or any(i.outcome is not Outcome.SKIPPED for i in self.items):
             return None
         label = _LABELS[self.operation.event]

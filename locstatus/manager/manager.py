@@ -188,6 +188,24 @@ class Manager:
         op = operator.Operation.cancel_scheduled_resume(service, reason=reason, actor=actor)
         return operator.operate(self._core, location, op, if_version=if_version, op_id=op_id)
 
+    def apply(
+        self,
+        location: str,
+        operation: Operation,
+        *,
+        wait: float | None = None,
+        if_version: int | None = None,
+        op_id: str | None = None,
+    ) -> LocationStatus:
+        """Run ``operation`` (:class:`~.operator.Operation`) on one location: what
+        :meth:`pause`, :meth:`resume` and :meth:`cancel_scheduled_resume` do, for a front end
+        that holds the operation as a value (the sidecar's routes build one per request and
+        run it on one location here or on ``all`` with :meth:`bulk`). ``wait``,
+        ``if_version`` and ``op_id`` as :meth:`pause`; errors as the matching method."""
+        return operator.operate(
+            self._core, location, operation, wait=wait, if_version=if_version, op_id=op_id
+        )
+
     def bulk(
         self,
         operation: Operation,

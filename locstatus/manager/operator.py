@@ -96,8 +96,8 @@ class Operation:
 
     def checked(self, configured: tuple[str, ...], now: datetime) -> Operation:
         """This operation validated before any I/O: ``service`` as a tuple of canonical names
-        (or None), ``at`` as an aware datetime in UTC (a delay counted from ``now``). Raises
-        :class:`InvalidInput` naming what is wrong."""
+        (or None), ``at`` as an aware datetime in UTC (a delay counted from ``now``), which must
+        be later than ``now``. Raises :class:`InvalidInput` naming what is wrong."""
         check_free_text(self.reason, self.actor)
         if self.event not in ("pause", "resume", "schedule_resume", "cancel_scheduled_resume"):
             raise InvalidInput(f"unknown operation {self.event!r}")
@@ -107,6 +107,11 @@ class Operation:
             if self.at is None:
                 raise InvalidInput("a scheduled resume needs a time (at=)")
             at = resume_time(self.at, now)
+            if at <= now:  # the state machine's rule, once for every location before any I/O
+                raise InvalidInput(
+                    f"scheduled resume time {at.isoformat()} is not in the future "
+                    f"(now {now.isoformat()})"
+                )
         elif self.at is not None:
             raise InvalidInput(f"{self.event} takes no time (at=)")
         return replace(self, service=None if names is None else tuple(names), at=at)
