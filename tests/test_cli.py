@@ -132,6 +132,23 @@ def test_sync_removes_missing_locations_unless_kept_and_dry_run_writes_nothing(
     assert result.exit_code == 1 and "dr-site-a" in result.stderr
 
 
+def test_sync_dry_run_reports_exactly_what_the_sync_then_does(synced: Cli, tmp_path: Path) -> None:
+    """One implementation (Manager.sync_locations(dry_run=True)): the plan of a list that
+    adds, restores, adds services, keeps and removes is the report of the real sync."""
+    synced.ok("locations", "sync", str(sample_path("locations.txt")))  # every service
+    first = tmp_path / "first.txt"
+    first.write_text("us-east-1\ndr-site-a\n")
+    synced.ok("locations", "sync", str(first))  # removes the others
+    listing = tmp_path / "listing.txt"
+    listing.write_text("zz-new\neu-west-par\naa-new\nus-east-1\n")
+    plan = json.loads(synced.ok("locations", "sync", str(listing), "--dry-run", "--json").stdout)
+    done = json.loads(synced.ok("locations", "sync", str(listing), "--json").stdout)
+    assert plan.pop("dry_run") is True and done.pop("dry_run") is False
+    assert plan == done
+    assert done["added"] == ["aa-new", "zz-new"] and done["restored"] == ["eu-west-par"]
+    assert done["removed"] == ["dr-site-a"]
+
+
 # -- pause / resume / schedule / cancel --------------------------------------------------------
 
 

@@ -17,10 +17,6 @@ from locstatus.errors import (
     InvalidInput,
 )
 from locstatus.locations import load_locations, load_sample
-from locstatus.manager import SyncReport
-from locstatus.models import (
-    LocationStatus,
-)
 from locstatus.names import (
     MAX_ACTOR,
 )
@@ -92,21 +88,19 @@ def locations_sync(
     else:
         wanted = load_locations(file, location_config, services=configured)
     mgr = options_of(ctx).manager(create=True)
-    existing: dict[str, LocationStatus] = {}
-    for item in mgr.scan():
-        if isinstance(item, CorruptRecord):
-            if item.location in wanted:
-                raise CorruptRecord(
-                    item.location, f"{item.detail} (repair it with 'locstatus check' first)"
-                )
-            continue
-        existing[item.location] = item
-    if dry_run:
-        report = _plan_sync(existing, wanted, remove_missing=not keep_missing)
-    else:
-        report = mgr.sync_locations(
-            wanted, actor=actor or default_actor(), remove_missing=not keep_missing
-        )
+    who = actor or default_actor()
+    # One implementation: the dry run is the manager's (docs/cli.md, "Importing locations");
+    # a list that names a corrupt record is refused before anything is written.
+    report = mgr.sync_locations(wanted, actor=who, remove_missing=not keep_missing, dry_run=True)
+    for loc in report.corrupt:
+        try:
+            mgr.status(loc)
+        except CorruptRecord as exc:
+            raise CorruptRecord(
+                loc, f"{exc.detail} (repair it with 'locstatus check' first)"
+            ) from None
+    if not dry_run:
+        report = mgr.sync_locations(wanted, actor=who, remove_missing=not keep_missing)
     if as_json:
         print_json(
             json.dumps(
@@ -142,40 +136,8 @@ def locations_sync(
     for loc in report.removed:
         table.add_row(Text(loc), "", Text("removed", style="yellow"))
     new_console().print(table)
-    kept = (
-        sorted(loc for loc, rec in existing.items() if loc not in wanted and not rec.deleted)
-        if keep_missing
-        else []
-    )
-    if kept:
-        new_console().print(Text(f"kept (not in the list): {', '.join(kept)}"))
-
-
-def _plan_sync(
-    existing: dict[str, LocationStatus],
-    wanted: dict[str, tuple[str, ...]],
-    *,
-    remove_missing: bool,
-) -> SyncReport:
-    """What :meth:`Manager.sync_locations` would do, computed without writing."""
-    report = SyncReport()
-    for loc, svcs in wanted.items():
-        rec = existing.get(loc)
-        if rec is None:
-            report.added.append(loc)
-            continue
-        if rec.deleted:
-            report.restored.append(loc)
-        missing = [s for s in svcs if s not in rec.services]
-        if missing:
-            report.services_added[loc] = missing
-        if not rec.deleted and not missing:
-            report.unchanged.append(loc)
-    if remove_missing:
-        report.removed = sorted(
-            loc for loc, rec in existing.items() if loc not in wanted and not rec.deleted
-        )
-    return report
+    if report.kept:
+        new_console().print(Text(f"kept (not in the list): {', '.join(report.kept)}"))
 
 
 @locations_app.command("list")
