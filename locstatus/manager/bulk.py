@@ -246,14 +246,20 @@ def _source(
     """The operation's locations with their records, in order: every stored one that is not
     removed (``names`` None), a corrupt one as its :class:`CorruptRecord`; or each of
     ``names``, an unknown one as :class:`NotFound`. Today every record of the store is one
-    read (``read_all``) and a named one one ``read`` each; a paged read slots in here."""
+    read (``read_all``), whose records are let go as they are handed out, and a named one one
+    ``read`` each; a paged read slots in here."""
     if names is None:
-        found = [
-            item
-            for item in core.backend.read_all()
-            if isinstance(item, CorruptRecord) or not item.deleted
-        ]
-        return len(found), ((item.location, item) for item in found)
+        found = list(core.backend.read_all())  # our own list: a backend may keep its result
+        found.reverse()  # handed out from the end, so each record read is let go once decided
+        total = sum(1 for item in found if isinstance(item, CorruptRecord) or not item.deleted)
+
+        def stored() -> Iterator[tuple[str, _Entry]]:
+            while found:
+                item = found.pop()
+                if isinstance(item, CorruptRecord) or not item.deleted:
+                    yield item.location, item
+
+        return total, stored()
 
     def each() -> Iterator[tuple[str, _Entry]]:
         for name in names:
