@@ -78,9 +78,7 @@ def fire_due_resumes(
         due = {
             s: st.resume_at
             for s, st in rec.services.items()
-            if st.resume_at is not None
-            and (only is None or s in only)
-            and core.time.is_past(st.resume_at)
+            if (only is None or s in only) and st.resume_due(core.time)
         }
         return plan_events(
             rec, now, op_id, list(due),
