@@ -41,7 +41,9 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
 7. **Hints may coalesce.** :meth:`subscribe` delivers :class:`Hint` values on a backend thread;
    hints can be merged or dropped, never relied on for every intermediate version. A
    ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
-   return quickly and must not block the backend's thread.
+   return quickly and must not block the backend's thread. A callback that raises is logged
+   and skipped: neither the write that caused the hint nor the other subscribers notice
+   (:class:`~locstatus.backends.hints.Subscribers`, the one fan-out every backend uses).
 8. **Errors are locstatus errors.** Every failure met inside a call (a driver's exception, an
    OS error such as a full disk, a document the store cannot hold) reaches the caller as a
    :class:`~locstatus.errors.LocstatusError` naming what failed: :class:`BackendUnavailable`

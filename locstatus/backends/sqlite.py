@@ -16,7 +16,8 @@ Why it is shaped so:
   was written, and the same connection writes again once space is freed.
 - Change hints: every write appends to a small ``changes`` log in the same transaction; one
   poller thread per backend reads it every ``poll_interval`` seconds (default 0.05) and falls
-  back to a ``resync`` hint when it has fallen behind the pruned log.
+  back to a ``resync`` hint when it has fallen behind the pruned log. A subscriber that raises
+  is logged and skipped (:class:`~locstatus.backends.hints.Subscribers`), never the poller's end.
 
 - Time (docs/time.md): the store's clock is the kernel's, as it stamps a file beside the
   database (``<db>-clock``): :meth:`SQLiteBackend.probe_time` writes one byte to it and reads
@@ -42,6 +43,7 @@ from datetime import UTC, datetime, timedelta
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
+from locstatus.backends.hints import HintBatch, Subscribers
 from locstatus.backends.urls import Number, query_params, split_url
 from locstatus.errors import (
     AlreadyExists,
@@ -137,8 +139,8 @@ class SQLiteBackend(Backend):
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._closed = False
-        self._subscribers: list[HintCallback] = []
-        self._sub_lock = threading.Lock()
+        self._subscribers = Subscribers(url)
+        self._sub_lock = threading.Lock()  # starts the poller once
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -417,8 +419,9 @@ class SQLiteBackend(Backend):
     def subscribe(
         self, callback: HintCallback, *, kinds: Collection[str] | None = None
     ) -> Unsubscribe:
+        """Every kind is delivered (``kinds`` is advisory: every change is in the log anyway)."""
+        unsubscribe = self._subscribers.add(callback)
         with self._sub_lock:
-            self._subscribers.append(callback)
             if self._poller is None:
                 # Start from the log's current end now, so a write right after subscribe()
                 # is hinted (not swallowed by the poller's first tick).
@@ -430,19 +433,10 @@ class SQLiteBackend(Backend):
                     daemon=True,
                 )
                 self._poller.start()
-
-        def unsubscribe() -> None:
-            with self._sub_lock:
-                if callback in self._subscribers:
-                    self._subscribers.remove(callback)
-
         return unsubscribe
 
     def _emit(self, hint: Hint) -> None:
-        with self._sub_lock:
-            subscribers = list(self._subscribers)
-        for cb in subscribers:
-            cb(hint)
+        self._subscribers.emit(hint)
 
     def _poll_changes(self, start: int | None = None) -> None:
         last: int | None = start
@@ -461,12 +455,11 @@ class SQLiteBackend(Backend):
                 if int(rows[0][0]) > last + 1 and oldest > last + 1:  # type: ignore[call-overload]
                     self._emit(Hint(kind="resync"))
                 else:
-                    seen: set[tuple[str, str | None]] = set()
+                    batch = HintBatch()  # one hint per kind and location, in log order
                     for _, kind, loc in rows:
-                        key = (str(kind), None if loc is None else str(loc))
-                        if key not in seen:
-                            seen.add(key)
-                            self._emit(Hint(kind=key[0], location=key[1]))
+                        batch.add(Hint(kind=str(kind), location=None if loc is None else str(loc)))
+                    for hint in batch.take():
+                        self._emit(hint)
                 last = int(rows[-1][0])  # type: ignore[call-overload]
             except BackendUnavailable:
                 # keep ``last``: missed changes are hinted after recovery (or a resync fires
