@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
-from locstatus.backends.urls import check_url_text
+from locstatus.backends.urls import check_url_text, redact_url
 from locstatus.errors import InvalidInput
 
 DEFAULT_URL = "sqlite:///./locstatus.db"
@@ -37,7 +37,7 @@ def open_backend(url: str) -> Backend:
     """
     import importlib
 
-    check_url_text(url, "backend", "sqlite:///path/to/file.db", where=_no_userinfo(url))
+    check_url_text(url, "backend", "sqlite:///path/to/file.db", where=redact_url(url))
     match = _SCHEME_RE.match(url)
     scheme = match.group(1).lower() if match else ""
     target = _SCHEMES.get(scheme)
@@ -58,9 +58,12 @@ def open_backend(url: str) -> Backend:
     return backend
 
 
-def _no_userinfo(url: object) -> str:
-    """``url`` for an error message: whatever precedes an ``@`` after ``//`` hidden."""
-    return re.sub(r"//[^/]*@", "//***@", str(url))
-
-
-__all__ = ["DEFAULT_URL", "AckMap", "Backend", "HintCallback", "Unsubscribe", "open_backend"]
+__all__ = [
+    "DEFAULT_URL",
+    "AckMap",
+    "Backend",
+    "HintCallback",
+    "Unsubscribe",
+    "open_backend",
+    "redact_url",
+]

@@ -18,6 +18,8 @@ from datetime import datetime
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
 from locstatus.backends.hints import Subscribers
+from locstatus.backends.history import HistoryPage
+from locstatus.backends.versions import LIVES
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -97,7 +99,7 @@ class MemoryBackend(Backend):
             if loc in self._store.records:
                 raise AlreadyExists(f"location {loc!r} already exists")
             self._store.incarnation += 1
-            version = (self._store.incarnation - 1) << 20 | 1
+            version = LIVES.first(self._store.incarnation - 1)
             self._store.records[loc] = (version, codec.encode_record(record))
             stamped = codec.encode_history(codec.stamp(history, version))
             self._store.history[loc] = [(version, stamped)]
@@ -178,14 +180,9 @@ class MemoryBackend(Backend):
         self._check_open()
         with self._store.lock:
             writes = list(self._store.history.get(location, ()))
-        out: list[HistoryEntry] = []
-        for version, raw in reversed(writes):
-            if before_version is not None and version >= before_version:
-                continue
-            out.extend(reversed(codec.decode_history(location, raw, version)))
-            if len(out) >= limit:
-                break
-        return out
+        page = HistoryPage(location, limit, before=before_version)
+        page.take(reversed(writes))
+        return page.entries
 
     def history_write(self, location: str, version: int) -> list[HistoryEntry]:
         self._check_open()

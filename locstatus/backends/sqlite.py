@@ -44,7 +44,9 @@ from datetime import UTC, datetime, timedelta
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
 from locstatus.backends.hints import HintBatch, Subscribers
+from locstatus.backends.history import HistoryPage
 from locstatus.backends.urls import Number, query_params, split_url
+from locstatus.backends.versions import LIVES
 from locstatus.errors import (
     AlreadyExists,
     BackendFull,
@@ -90,7 +92,6 @@ CREATE TRIGGER IF NOT EXISTS changes_prune AFTER INSERT ON changes WHEN NEW.seq 
     BEGIN DELETE FROM changes WHERE seq < NEW.seq - 10000; END;
 """
 _KEEP_CHANGES = 10_000
-_INCARNATION_SHIFT = 20  # versions within one life of a record stay below 2**20 apart
 
 
 TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
@@ -250,7 +251,7 @@ class SQLiteBackend(Backend):
                 "INSERT OR REPLACE INTO incarnations (location, last) VALUES (?, ?)",
                 (loc, incarnation),
             )
-            version = (incarnation - 1) << _INCARNATION_SHIFT | 1
+            version = LIVES.first(incarnation - 1)
             db.execute(
                 "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)",
                 (loc, version, codec.encode_record(record)),
@@ -320,7 +321,7 @@ class SQLiteBackend(Backend):
     def history(
         self, location: str, *, limit: int = 50, before_version: int | None = None
     ) -> list[HistoryEntry]:
-        out: list[HistoryEntry] = []
+        page = HistoryPage(location, limit)
         upper = before_version if before_version is not None else 2**62
         want = max(1, limit)
         # Each row is one write (a record created without history has an empty one): fetch rows
@@ -332,14 +333,12 @@ class SQLiteBackend(Backend):
                 "typeof(version) NOT IN ('integer', 'real')) ORDER BY version DESC LIMIT ?",
                 (location, upper, want),
             )
-            for key, data in rows:
-                version = codec.write_version(location, key)  # the column is declared INTEGER
-                out.extend(reversed(codec.decode_history(location, data, version)))
-                if len(out) >= limit:
-                    return out
-                upper = version
-            if len(rows) < want:
-                return out
+            # a column declared INTEGER may hold anything (a hand edit): each key checked as read
+            if page.take((codec.write_version(location, key), data) for key, data in rows):
+                return page.entries
+            if len(rows) < want:  # no older write
+                return page.entries
+            upper = codec.write_version(location, rows[-1][0])
 
     def history_write(self, location: str, version: int) -> list[HistoryEntry]:
         rows = self._query(
@@ -527,7 +526,8 @@ class _ChunkedScan:
     memory.
 
     Each row brings the newest history write and, for a record written since it was created
-    (the low bits of its version above 1, see ``_INCARNATION_SHIFT``), up to four older ones
+    (the low bits of its version above 1, see :data:`~locstatus.backends.versions.LIVES`), up to
+    four older ones
     (a pause no worker watches is two writes, the pausing one and its settle: a paused service
     with a resume scheduled and a service added since is four writes past its create),
     each as ``version US data``, joined by RS (ASCII unit and record separators: characters
@@ -548,7 +548,7 @@ class _ChunkedScan:
     _SQL = (
         f"SELECT l.location, l.version, l.data, (SELECT {_HEAD} "
         "FROM history h WHERE h.location = l.location ORDER BY h.version DESC LIMIT 1), "
-        f"CASE WHEN (l.version & {(1 << _INCARNATION_SHIFT) - 1}) > 1 THEN "
+        f"CASE WHEN (l.version & {LIVES.seq_mask}) > 1 THEN "
         f"(SELECT group_concat(o.r, char(30)) FROM (SELECT {_ROW} r FROM history h "
         f"WHERE h.location = l.location ORDER BY h.version DESC LIMIT {_OLDER} OFFSET 1) o) END "
         "FROM locations l WHERE l.location > ? ORDER BY l.location LIMIT ?"
