@@ -144,6 +144,18 @@ def test_a_new_session_puts_registrations_back_before_arming_and_says_session_lo
     assert delivered(steps) == [Hint(kind="resync", session_lost=True)]
 
 
+def test_a_new_session_lost_again_before_it_was_handled_still_says_session_lost() -> None:
+    """The connection came back on a new session and broke again before the watcher handled
+    it: the round delivers nothing (not connected). The reconnection to that session that
+    follows must still tell subscribers the session was lost (agents acknowledge again what
+    they applied: their acknowledgements went with the old session)."""
+    machine = armed(WatchMachine(PATHS))
+    assert delivered(run(machine, [Connection(2), Connection(None)], live=False)) == []
+    steps = run(machine, [Connection(2)])
+    assert delivered(steps) == [Hint(kind="resync", session_lost=True)]
+    assert delivered(run(machine, [Connection(None), Connection(2)])) == [Hint(kind="resync")]
+
+
 def test_a_failed_restore_is_tried_again_every_round_until_it_succeeds() -> None:
     machine = armed(WatchMachine(PATHS))
     run(machine, [Connection(2)], Server(restore=False))
@@ -276,12 +288,20 @@ round_st = st.tuples(
 def test_every_round_keeps_the_orderings(rounds: list[Any]) -> None:
     """Whatever happens: nothing is delivered while not connected; a round restores before it
     arms; re-arming requests are sent before the hints and awaited after; once a failure may
-    have let a change slip by, the round that next arms every watch hints ``resync``."""
+    have let a change slip by, the round that next arms every watch hints ``resync``; a new
+    session's ``session_lost`` is said by the first resync delivered after it."""
     clock = Clock()
     machine = WatchMachine(PATHS, clock=clock)
     gap = False  # a change may have been missed since the last delivered resync
+    last_session: int | None = None
+    lost_unsaid = False
     for events, live, wants_acks, server in rounds:
         clock.now += 0.01
+        for event in events:
+            if isinstance(event, Connection) and event.session is not None:
+                if last_session is not None and event.session != last_session:
+                    lost_unsaid = True
+                last_session = event.session
         steps = run(machine, events, server, live=live, wants_acks=wants_acks)
         if not live:
             assert not any(isinstance(s, Deliver) for s in steps)
@@ -298,6 +318,9 @@ def test_every_round_keeps_the_orderings(rounds: list[Any]) -> None:
             assert resyncs, steps
         if resyncs:
             gap = False
+            if lost_unsaid:
+                assert resyncs[-1].session_lost, steps
+                lost_unsaid = False
         if any(
             (isinstance(s, ArmAll) and server.arm is False)
             or (isinstance(s, Send) and not server.send)

@@ -17,7 +17,9 @@ The orderings this keeps, each exercised by ``tests/test_zk_session.py``:
   (``session_lost`` when the session id changed);
 - on a **new session** this backend's registrations are put back (:class:`Restore`) before the
   watches are armed again, and again on every round until that succeeds;
-- nothing is delivered while **not connected** (a ``resync`` follows the reconnection);
+- nothing is delivered while **not connected** (a ``resync`` follows the reconnection); a new
+  session whose round found the connection broken again is still reported: the ``resync``
+  of the reconnection that follows says ``session_lost`` (``lost_unsaid``);
 - after watches could not be set (**missed**), the round that arms them again hints ``resync``
   after arming, so whatever changed while they were not set is re-read;
 - a **changed location's watch** is set again by reading it (its hint carries that record),
@@ -153,7 +155,8 @@ class WatchMachine:
     Fields (read by the watcher, written only here): ``session`` (the id last connected),
     ``need_restore`` (a new session's registrations are not back yet), ``armed`` (the watches
     are set), ``missed`` (changes may have been missed: ``resync`` once armed), ``acks_armed``
-    (acknowledgement nodes are watched), ``watched`` (the location names watched), ``acks_due``
+    (acknowledgement nodes are watched), ``lost_unsaid`` (a new session no delivered
+    ``resync`` has reported yet), ``watched`` (the location names watched), ``acks_due``
     (``acks/<loc>`` path -> the ``clock()`` time its watch is set again).
 
     Usage (what the watcher does)::
@@ -185,6 +188,7 @@ class WatchMachine:
         self.armed = False
         self.missed = False
         self.acks_armed = False
+        self.lost_unsaid = False
         self.watched: set[str] = set()
         self.acks_due: dict[str, float] = {}
 
@@ -213,10 +217,10 @@ class WatchMachine:
             if isinstance(event, Connection):
                 if event.session is not None:  # None: disconnected again already: wait
                     if self.session is not None:
-                        lost = event.session != self.session
-                        if lost:
+                        if event.session != self.session:
                             self.need_restore = True
-                        hints.resync(session_lost=lost)
+                            self.lost_unsaid = True
+                        hints.resync(session_lost=self.lost_unsaid)
                     self.session = event.session
                 yield from self._disarm()  # kazoo drops every watch when a connection breaks
                 continue
@@ -242,8 +246,7 @@ class WatchMachine:
             yield from self._arm_all(hints, wants_acks())
         else:
             yield from self._armed_round(hints, rearm, children_changed, wants_acks())
-        if hints:
-            yield Deliver(tuple(hints.take()))
+        yield from self._deliver(hints)
 
     # -- the parts of a round ----------------------------------------------------------------
 
@@ -291,8 +294,7 @@ class WatchMachine:
             yield from self._lost()
         for name, rec in records:
             hints.add(Hint(kind="location", location=name, record=rec))
-        if hints:
-            yield Deliver(tuple(hints.take()))
+        yield from self._deliver(hints)
         if not (yield AwaitRearm()):
             yield from self._lost()
         if self.armed:
@@ -332,6 +334,19 @@ class WatchMachine:
         if parent == pa.acks_root:
             return Hint(kind="acks", location=name), self.acks_armed and name in self.watched
         return None, False
+
+    def _deliver(self, hints: HintBatch) -> Round:
+        """Deliver what ``hints`` holds (nothing when empty). Whatever its cause, a ``resync``
+        delivered while a new session is unreported says ``session_lost``, and reports it."""
+        if not hints:
+            return
+        batch = hints.take()
+        if any(h.kind == "resync" for h in batch):
+            if self.lost_unsaid:
+                batch = [Hint(kind="resync", session_lost=True) if h.kind == "resync" else h
+                         for h in batch]
+            self.lost_unsaid = False
+        yield Deliver(tuple(batch))
 
     def _disarm(self) -> Round:
         self.armed = False
