@@ -7,14 +7,19 @@ them through every backend; these tests state their rules directly, with generat
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from locstatus.backends import codec, redact_url
+from locstatus.backends import Backend, codec, missing_store, open_backend, redact_url
 from locstatus.backends.hints import HintBatch
 from locstatus.backends.history import HistoryPage
+from locstatus.backends.mongo import MongoBackend
 from locstatus.backends.versions import LIVES, VersionScheme
+from locstatus.backends.zookeeper import ZooKeeperBackend
+from locstatus.errors import InvalidInput
 from locstatus.models import Hint, HistoryEntry, State
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -136,3 +141,35 @@ def test_a_lost_session_is_never_taken_back_by_a_later_resync(lost: list[bool]) 
         batch.add(Hint(kind="resync", session_lost=flag))
     (resync,) = batch.take()
     assert resync.kind == "resync" and resync.session_lost is any(lost)
+
+
+# -- what a front end asks a backend instead of reading its URL --------------------------------
+
+
+def test_a_missing_sqlite_file_is_named_and_nothing_is_created(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "typo.db"
+    assert missing_store(f"sqlite:///{db}") == str(db.resolve())
+    assert not db.exists() and not db.parent.exists()
+    backend = open_backend(f"sqlite:///{tmp_path / 'there.db'}")
+    backend.close()
+    assert missing_store(f"sqlite:///{tmp_path / 'there.db'}") is None
+    assert missing_store("memory://") is None  # no store to be missing
+
+
+def test_a_bad_url_is_refused_before_anything_is_looked_up() -> None:
+    with pytest.raises(InvalidInput, match="bogus"):
+        missing_store("bogus://x")
+    with pytest.raises(InvalidInput, match="timeout"):
+        missing_store("sqlite:///./x.db?timeout=-1")
+
+
+def test_reads_are_local_only_where_the_store_is_on_this_host(tmp_path: Path) -> None:
+    """The sidecar serves single reads on its event loop for these (docs/http.md)."""
+    for url in ("memory://", f"sqlite:///{tmp_path / 'l.db'}"):
+        backend = open_backend(url)
+        try:
+            assert backend.local_reads, url
+        finally:
+            backend.close()
+    assert not Backend.local_reads
+    assert not ZooKeeperBackend.local_reads and not MongoBackend.local_reads  # network stores

@@ -100,7 +100,6 @@ MAX_DELAY_SECONDS = 10 * 366 * 24 * 3600
 ALL = BULK_LOCATION
 """The location (and service) name that means "every one" in mutating routes."""
 
-_LOCAL = frozenset({"sqlite", "memory"})
 T = TypeVar("T")
 
 Op = Callable[[str, int | None], LocationStatus]
@@ -277,10 +276,10 @@ class Context:
         self.metrics = metrics
         self.reconciler = reconciler
         self.check = check
-        scheme = mgr.backend.url.split(":", 1)[0]
-        self.inline_reads = inline_reads if inline_reads is not None else scheme in _LOCAL
-        """Run single reads on the event loop: true for local backends (SQLite in WAL mode
-        never makes a reader wait for a writer; memory), false for network backends."""
+        local = mgr.backend.local_reads
+        self.inline_reads = inline_reads if inline_reads is not None else local
+        """Run single reads on the event loop: true for backends whose reads stay on this host
+        (:attr:`Backend.local_reads`: SQLite in WAL mode, memory), false for network ones."""
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call a quick backend read: inline for local backends, else in the thread pool."""
@@ -1076,7 +1075,8 @@ def create_app(
     - ``check``: where the periodic consistency check stores its result (``/v1/check``).
     - ``max_body``: largest request body in bytes (413 above).
     - ``inline_reads``: serve ``GET /v1/locations[/{location}]`` on the event loop instead of
-      the thread pool; default: yes for ``sqlite://`` and ``memory://``, no for network backends.
+      the thread pool; default: the backend's ``local_reads`` (SQLite, memory), not for network
+      backends.
     """
     from .backbeat import router as backbeat_router
 

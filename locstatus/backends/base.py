@@ -174,6 +174,22 @@ class Backend(ABC):
     """Seconds: how coarse the stamps :meth:`probe_time` returns are (ZooKeeper's ``mtime`` and
     MongoDB's ``localTime`` are milliseconds); added to the time source's uncertainty."""
 
+    local_reads: bool = False
+    """True when a single read is served on this host without a network round trip (an
+    in-process store, a database file on a local disk: memory, SQLite in WAL mode, where a
+    reader never waits for a writer): quick enough for an event loop to run it inline (the
+    sidecar does, docs/http.md "Performance"). False: a network store, whose reads belong in a
+    thread pool."""
+
+    @classmethod
+    def missing_store(cls, url: str) -> str | None:
+        """Where the store named by ``url`` should be and is not, for a backend that would
+        create it empty on open (a SQLite file): a front end refuses to open it then, so a
+        typo in a path does not look like an empty store. None when it exists, or when this
+        backend has no such store (a server, memory). Raises :class:`InvalidInput` for a
+        malformed URL of this backend."""
+        return None
+
     # -- location records -------------------------------------------------------------------
 
     @abstractmethod

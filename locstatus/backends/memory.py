@@ -63,6 +63,7 @@ class MemoryBackend(Backend):
 
     local_clock = True
     clock_resolution = 0.0
+    local_reads = True
 
     def __init__(self, url: str = "memory://") -> None:
         self.url = url

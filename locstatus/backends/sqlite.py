@@ -129,6 +129,15 @@ class SQLiteBackend(Backend):
 
     clock_resolution = 0.01
     """A write's stamp is the kernel's coarse clock: at most one tick (10 ms at HZ=100) old."""
+    local_reads = True
+    """A reader in WAL mode never waits for a writer, and the file is on this host."""
+
+    @classmethod
+    def missing_store(cls, url: str) -> str | None:
+        """The absolute path of the database file ``url`` names when it does not exist (opening
+        it would create an empty store there). Raises :class:`InvalidInput` for a bad URL."""
+        path, _ = parse_sqlite_url(url)
+        return None if os.path.exists(path) else os.path.realpath(path)
 
     def __init__(self, url: str = "sqlite:///./locstatus.db") -> None:
         self.url = url
