@@ -1,8 +1,8 @@
 """One kazoo session and its single error edge: every request of the backend goes through
 :class:`ZkClient`, which bounds it in time and turns kazoo's errors into locstatus errors.
 
-Why it is shaped so (the client line of kazoo's protocol/client split; MongoDB's ``_io`` is the
-same idea): a kazoo error means different things by where it happens, and deciding it in each
+Why it is shaped so (the client line of kazoo's protocol/client split; MongoDB's ``Store.io`` is
+the same idea): a kazoo error means different things by where it happens, and deciding it in each
 call had drifted. Here, once:
 
 - **Reads and idempotent writes** (:meth:`ZkClient.call`) are retried on connection errors only,
