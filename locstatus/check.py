@@ -14,7 +14,8 @@ reports, per finding kind (:data:`KINDS`):
 - ``history_mismatch``: the newest history entry of a service disagrees with the record
   (op_id, state, generation, resume_at), or the record's version has no history at all;
 - ``history_gap``: on a backend with two history copies (MongoDB), versions of the record's
-  life missing from its full history: restorable from the recent copy, or lost;
+  life missing from its full history: restorable from the recent copy (once the write is
+  ``stuck_after`` old: a younger one may still be in flight), or lost;
 - ``expired_worker``: a registration whose heartbeat lease has run out;
 - ``corrupt_worker``: a stored registration that does not parse or validate; it counts as a
   live worker applying everything (contract invariant 6), so it is removed only once the lease
@@ -370,7 +371,8 @@ def run_check(
       ``mgr.clock()`` (docs/time.md).
     - ``repair``: fix what is safe (see the module docstring); ``dry_run``: only plan the repairs
       (no write at all; findings with a repair are ``planned``).
-    - ``stuck_after``: seconds a service may stay ``pausing``/``resuming`` (>= 0).
+    - ``stuck_after``: seconds a service may stay ``pausing``/``resuming``, and a write may
+      stay out of the full history while its recent copy holds it (>= 0).
     - ``expected``: location -> services that should exist (as returned by
       :func:`locstatus.locations.load_locations`); None skips missing/unknown locations. An empty
       mapping is refused: it would remove every location.
@@ -988,16 +990,37 @@ class _Scan:
         gaps = self._gaps(rec.location)
         entered = self._compare(rec, newest)
         if entered is not None and gaps:
-            # Confirmed by a second look, after the comparison: a write that has just landed
-            # is copied by its writer within a round trip, and is not a gap.
+            # Confirmed by a second look, after the comparison, and only for writes old enough
+            # that their writer has stopped: a write between its writer's two writes is in
+            # flight, however long a loaded host keeps the writer from its history insert.
             again = self._gaps(rec.location)
-            restorable = sorted(set(gaps.restorable) & set(again.restorable))
+            restorable = self._stopped(
+                rec.location, sorted(set(gaps.restorable) & set(again.restorable))
+            )
             lost = sorted(set(gaps.lost) & set(again.lost))
             if restorable:
                 self._gap(rec, restorable, restorable=True)
             if lost:
                 self._gap(rec, lost, restorable=False)
         return entered
+
+    def _stopped(self, location: str, versions: list[int]) -> list[int]:
+        """Of the restorable ``versions`` (ascending), those written ``stuck_after`` or longer
+        ago by the backend's time (the write's entries' ``at``), as a stuck transition is
+        judged: a younger one may be a write in flight, whose writer has done its
+        ``findAndModify`` and not yet its history insert, and is no gap (docs/check.md,
+        "Finding kinds"). Read newest first, one write each: the versions below an old write were
+        written before it. A write with no entries to date it is taken as stopped."""
+        for i in range(len(versions) - 1, -1, -1):
+            try:
+                entries = self.backend.history_write(location, versions[i])
+            except NotFound:
+                return []
+            except CorruptRecord:
+                entries = []  # reported as corrupt when read; the gap stays visible
+            if not entries or self.now - max(e.at for e in entries) >= self.stuck_after:
+                return versions[: i + 1]
+        return []
 
     def _gap(self, rec: LocationStatus, versions: list[int], *, restorable: bool) -> None:
         listed = ", ".join(map(str, versions[:10])) + (", ..." if len(versions) > 10 else "")

@@ -393,7 +393,9 @@ def test_mongo_history_gap_is_restored_from_the_recent_copy_and_a_lost_one_repor
             versions.append(m.pause("us-east-1", "replication").version)
         coll = client[kit.database][f"{COLLECTION}_history"]  # type: ignore[attr-defined]
         assert coll.delete_one({"location": "us-east-1", "version": versions[-2]}).deleted_count
+        assert kinds(run_check(m)) == []  # as yet, a writer in flight (in test_mongo_backend)
 
+        clock.advance(300)  # the writer stopped: the write is as old as the default stuck_after
         report = run_check(m)
         gap = only(report, "history_gap")
         assert gap.id == "history_gap:us-east-1:-:restorable"

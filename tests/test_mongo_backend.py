@@ -29,7 +29,7 @@ from locstatus import BackendUnavailable, connect
 from locstatus.backends import open_backend
 from locstatus.backends.base import HistoryGaps
 from locstatus.backends.mongo import MongoBackend, parse_mongo_url
-from locstatus.check import run_check
+from locstatus.check import CheckReport, run_check
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -41,6 +41,7 @@ from locstatus.errors import (
 from locstatus.manager import Manager
 from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
+from support.fakeclock import FakeClock
 from support.kits_mongo import COLLECTION, fresh_database, kit_url
 from support.servers import MongoHandle, SecantusMongo, start_mongo
 
@@ -430,6 +431,46 @@ def test_a_record_written_before_the_copy_watermark_catches_up_on_its_next_write
     assert not b.history_gaps("loc")
     doc = coll.find_one({"_id": "loc"})
     assert doc is not None and isinstance(doc["history_copied"], int)
+
+
+def test_a_write_between_its_two_writes_is_in_flight_until_stuck_after_then_restored_once(
+    mongo_server: MongoHandle, db_name: str, raw: MongoClient[dict[str, Any]],
+    opened: Callable[[str], MongoBackend], before_command: BeforeCommand,
+) -> None:
+    """A writer between its ``findAndModify`` and its history insert is in flight: its write
+    is in the record's recent history and not yet in the collection. The check runs right
+    then (inside the writer's insert, so every time). Under load its two looks at the gaps,
+    milliseconds apart, both fell in that window, and it reported the write as a gap. Now it
+    reports it only once the write is ``stuck_after`` old (a writer stopped, like a stuck
+    transition); its repair then copies it, and the writer's own insert, when it comes, is a
+    duplicate the unique index skips: the write is in the collection once, as written."""
+    clock = FakeClock()
+    url = kit_url(mongo_server, db_name)
+    writer = Manager(opened(url), clock=clock)
+    checker = Manager(opened(url), clock=clock)
+    writer.sync_locations(["loc"])
+    reports: list[CheckReport] = []
+
+    def checks_meanwhile() -> None:
+        reports.append(run_check(checker, repair=True))
+        clock.advance(300)  # the check's default stuck_after: the writer looks stopped
+        reports.append(run_check(checker, repair=True))
+
+    before_command.arm("insert", f"{COLLECTION}_history", checks_meanwhile)
+    paused = writer.pause("loc", "replication")
+    assert before_command.fired and len(reports) == 2, "the check did not run in between"
+    in_flight, stopped = ([f for f in r.findings if f.kind == "history_gap"] for r in reports)
+    assert in_flight == [] and reports[0].repairs == [], reports[0].findings
+    (gap,) = stopped
+    assert gap.id == "history_gap:loc:-:restorable"
+    assert gap.evidence["missing_versions"] == [paused.version] and gap.state == "repaired"
+    hist = raw[db_name][f"{COLLECTION}_history"]
+    copies = list(hist.find({"location": "loc", "version": paused.version}))
+    assert len(copies) == 1
+    assert {e["op_id"] for e in copies[0]["entries"]} == {
+        e.op_id for e in writer.backend.history_write("loc", paused.version)
+    }
+    assert not checker.backend.history_gaps("loc")
 
 
 def test_leftovers_of_an_interrupted_purge_never_leak_into_the_new_life(

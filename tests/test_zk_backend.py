@@ -587,6 +587,13 @@ def test_a_worker_whose_session_expires_re_registers_resyncs_and_loses_no_acknow
 
         proxy.freeze()
         wait_until(lambda: raw.exists(path) is None, 30, what="the server to expire the worker's session")
+        # The operator's process learns of it from its own watch, a moment after another
+        # client may have: its workers list is a copy that watch drops (docs/zookeeper.md),
+        # and ZooKeeper does not promise two clients the same view at the same instant. Under
+        # load that moment was long enough for the resume below to see the worker still
+        # registered and stay resuming.
+        wait_until(lambda: all(w.worker_id != "w-1" for w in operator.workers()), 30,
+                   what="the operator to see the worker's registration gone")
         # the worker is gone: the operator's resume settles at once, and is acknowledged to them
         resumed = operator.resume("site-a", "replication", op_id="op-resume")
         assert resumed.services["replication"].state is State.RUNNING
