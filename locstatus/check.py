@@ -81,7 +81,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
@@ -89,6 +88,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from locstatus.backends import redact_url
 from locstatus.backends.base import AckMap, Backend, HistoryGaps
 from locstatus.clock import TimeSource
 from locstatus.errors import (
@@ -418,7 +418,7 @@ def run_check(
     else:
         status, code = ("repaired" if findings else "clean"), 0
     return CheckReport(
-        backend=_redact_url(mgr.backend.url),
+        backend=redact_url(mgr.backend.url),
         actor=actor,
         started_at=now,
         finished_at=mgr.clock(),
@@ -1806,17 +1806,6 @@ def _progress_bar(enabled: bool, total: int, label: str) -> Iterator[Callable[[]
                 bar.update(task, completed=count[0])
 
         yield advance
-
-
-def _redact_url(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable backend URL>"
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
 def _iso(value: datetime | None) -> str | None:
