@@ -41,22 +41,23 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request, Security
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import Match
 from starlette.types import Scope
 
-from locstatus.errors import InvalidInput, InvalidTransition, NotFound, Unauthorized
+from locstatus.errors import InvalidInput, InvalidTransition, NotFound
+from locstatus.manager import Operation
 from locstatus.models import LocationStatus
 from locstatus.names import check_location
 
-from .app import ALL, Context, Op, authorize, bulk_response, context, corrupt_listing
-from .backbeat_trust import TrustedPeers
+from .backbeat_trust import authorize_mutation
+from .context import ALL, Context, Ctx
 from .guard import BackbeatRoute
 from .problems import responses
+from .responses import bulk_response, corrupt_listing
 
 SERVICES: dict[str, str] = {
     "crr": "replication",
@@ -76,7 +77,6 @@ ServiceParam = Annotated[
 LocParam = Annotated[
     str, Path(description="Location name, or 'all'", examples=["us-east-1", "all"])
 ]
-Ctx = Annotated[Context, Depends(context)]
 StatusMap = dict[str, str]
 
 _HOURS_BODY: dict[str, Any] = {
@@ -125,32 +125,6 @@ class BackbeatPath(BackbeatRoute):
 
 
 _routes = APIRouter(tags=["backbeat"], route_class=BackbeatPath)
-
-
-_bearer = HTTPBearer(
-    auto_error=False,
-    description="LOCSTATUS_API_TOKEN; not needed from a --backbeat-trust network",
-)
-
-
-async def authorize_mutation(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
-) -> None:
-    """A Backbeat-route mutation: accepted without the token from a trusted peer
-    (:class:`TrustedPeers` in ``app.state.backbeat_trust``), else as :func:`authorize` decides
-    (401 without a bearer token, 403 for a wrong one). A request signed for CloudServer
-    (``AWS4-HMAC-SHA256``) from an untrusted peer is told why it is refused."""
-    peers: TrustedPeers = getattr(request.app.state, "backbeat_trust", TrustedPeers())
-    if peers.trusts(request.client.host if request.client else None):
-        return
-    scheme = request.headers.get("authorization", "").split(" ", 1)[0].lower()
-    if scheme.startswith("aws") and request.app.state.locstatus.token is not None:
-        raise Unauthorized(
-            "a request signed for CloudServer (AWS signature) is accepted only from a peer in "
-            "a --backbeat-trust network; this one needs the sidecar's bearer token"
-        )
-    await authorize(request, credentials)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -205,21 +179,18 @@ def _schedule(svc: str) -> Callable[[LocationStatus], str]:
 def _mutate(
     request: Request,
     ctx: Context,
-    event: str,
     loc: str,
-    svc: str,
-    op: Op,
+    operation: Operation,
     render: Callable[[LocationStatus], str],
-    *,
-    select: Callable[[LocationStatus], bool] | None = None,
 ) -> Response:
+    svc = operation.service
     if loc != ALL:
-        rec = ctx.single(event, loc, svc, op)
+        rec = ctx.single(loc, operation)
         if svc not in rec.services:  # pragma: no cover - the manager raised NotFound already
             raise NotFound(f"location {loc!r} has no service {svc}")
         return JSONResponse({rec.location: render(rec)})
-    results = ctx.bulk(event, svc, op, select=select)
-    if select is not None and not results:
+    results = ctx.bulk(operation)  # locations without the service (or nothing paused) skipped
+    if operation.schedules and not results:
         raise InvalidTransition(f"no location has {svc} paused: nothing to schedule a resume for")
     return bulk_response(request, results, render, flat=True)
 
@@ -271,20 +242,12 @@ def status_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam)
 
 def _pause(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-
-    def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.pause(location, svc, if_version=if_version)
-
-    return _mutate(request, ctx, "pause", loc, svc, op, _enabled(svc))
+    return _mutate(request, ctx, loc, Operation.pause(svc), _enabled(svc))
 
 
 def _resume(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-
-    def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.resume(location, svc, if_version=if_version)
-
-    return _mutate(request, ctx, "resume", loc, svc, op, _enabled(svc))
+    return _mutate(request, ctx, loc, Operation.resume(svc), _enabled(svc))
 
 
 @_routes.post("/pause", response_model=StatusMap, responses=_WRITE,
@@ -316,26 +279,13 @@ def _get_schedule(request: Request, ctx: Context, service: str, loc: str) -> Res
 async def _post_schedule(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
     hours = parse_hours(await request.body())
-    delay = timedelta(hours=hours)
-
-    def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.resume(location, svc, at=delay, if_version=if_version)
-
-    def select(rec: LocationStatus) -> bool:
-        return rec.services[svc].paused
-
-    return await run_in_threadpool(
-        _mutate, request, ctx, "schedule_resume", loc, svc, op, _schedule(svc), select=select
-    )
+    operation = Operation.resume(svc, at=timedelta(hours=hours))
+    return await run_in_threadpool(_mutate, request, ctx, loc, operation, _schedule(svc))
 
 
 def _cancel(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-
-    def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.cancel_scheduled_resume(location, svc, if_version=if_version)
-
-    return _mutate(request, ctx, "cancel_scheduled_resume", loc, svc, op, _schedule(svc))
+    return _mutate(request, ctx, loc, Operation.cancel_scheduled_resume(svc), _schedule(svc))
 
 
 @_routes.get("/resume", response_model=StatusMap, responses=_READ,
