@@ -319,3 +319,49 @@ def node_bytes(paused: bool, when: str | None) -> bytes:
 def js_date_in(seconds: float) -> str:
     from datetime import UTC, datetime
     return js_date(datetime.now(UTC) + timedelta(seconds=seconds))
+
+
+def test_the_bridge_command_runs_until_sigterm(site: Site, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/ls.db"  # the store of site.mgr (zenko, aws-location)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+    with site.processor(["zenko"]):
+        cmd = [sys.executable, "-m", "locstatus", "--backend", url, "bridge", "backbeat",
+               "--zookeeper", site.zk_hosts, "--redis", site.redis.url,
+               "--service", "replication", "--ack-wait", "1"]
+        bridge = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            deadline = time.monotonic() + 30
+            while "backbeat.replication.zenko" not in [w.worker_id for w in site.mgr.workers()]:
+                assert bridge.poll() is None, bridge.communicate()
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            site.mgr.pause("zenko", "replication")
+            wait_state(site, "zenko", State.PAUSED)
+            assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+        finally:
+            bridge.send_signal(signal.SIGTERM)
+            _out, err = bridge.communicate(timeout=30)
+        assert bridge.returncode == 0, err
+        assert b"bridging replication for 2 Backbeat worker(s)" in err
+
+
+def test_the_bridge_command_refuses_what_it_cannot_bridge(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from locstatus.cli import app
+
+    url = f"sqlite:///{tmp_path}/ls.db"
+    connect(url).close()
+    env = {"LOCSTATUS_BACKEND": None, "LOCSTATUS_SERVICES": None}
+    result = CliRunner().invoke(app, ["--backend", url, "bridge", "backbeat"], env=env)
+    assert result.exit_code == 2
+    assert "nothing to bridge" in result.stderr
+    result = CliRunner().invoke(app, ["--backend", url, "bridge", "backbeat", "--service",
+                                      "lifecycle", "--zookeeper", "127.0.0.1:1"], env=env)
+    assert result.exit_code == 2
+    assert "needs Backbeat's MongoDB" in result.stderr

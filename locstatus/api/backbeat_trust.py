@@ -16,10 +16,21 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from typing import Annotated
 
-from locstatus.errors import InvalidInput
+from fastapi import Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from locstatus.errors import InvalidInput, Unauthorized
+
+from .auth import authorize
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="LOCSTATUS_API_TOKEN; not needed from a --backbeat-trust network",
+)
 
 
 class TrustedPeers:
@@ -61,3 +72,23 @@ class TrustedPeers:
         if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
             addr = addr.ipv4_mapped
         return any(addr in net for net in self.networks)
+
+
+async def authorize_mutation(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+) -> None:
+    """A Backbeat-route mutation: accepted without the token from a trusted peer
+    (:class:`TrustedPeers` in ``app.state.backbeat_trust``), else as :func:`authorize` decides
+    (401 without a bearer token, 403 for a wrong one). A request signed for CloudServer
+    (``AWS4-HMAC-SHA256``) from an untrusted peer is told why it is refused."""
+    peers: TrustedPeers = getattr(request.app.state, "backbeat_trust", TrustedPeers())
+    if peers.trusts(request.client.host if request.client else None):
+        return
+    scheme = request.headers.get("authorization", "").split(" ", 1)[0].lower()
+    if scheme.startswith("aws") and request.app.state.locstatus.token is not None:
+        raise Unauthorized(
+            "a request signed for CloudServer (AWS signature) is accepted only from a peer in "
+            "a --backbeat-trust network; this one needs the sidecar's bearer token"
+        )
+    await authorize(request, credentials)
