@@ -11,7 +11,7 @@ state node says paused, then resumes them all. A site's latency runs from just b
 ``mgr.pause`` call (or its ``PUBLISH``) to the moment this process's kazoo watch sees its node
 say ``paused: true``: the same observer for both.
 
-    python bench/bridge.py [--rounds 20] [--json]
+    python bench/bridge.py [--rounds 20] [--store zk|sqlite] [--json]
 
 ZooKeeper (Debian's package, ``tests/support/servers.py``) and Redis (``redis-server``) are
 started locally in a temporary directory and stopped at the end; ``scripts/setup.sh`` installs
@@ -88,6 +88,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--store", choices=["sqlite", "zk"], default="sqlite",
+                    help="locstatus's own store: a SQLite file (the default store; hints "
+                    "polled every 50 ms), or the same ZooKeeper under /locstatus (watches)")
     args = ap.parse_args()
     bridged = [f"site-{i:02d}" for i in range(SITES)]
     raw = [f"raw-{i:02d}" for i in range(SITES)]
@@ -95,7 +98,9 @@ def main() -> int:
         tmp = Path(tmp_name)
         zk_server = start_zookeeper(tmp / "zk")
         redis_server = RedisServer(tmp / "redis").start()
-        mgr = connect(f"sqlite:///{tmp}/ls.db")
+        store = (f"zk://{zk_server.hosts}/locstatus" if args.store == "zk"
+                 else f"sqlite:///{tmp}/ls.db")
+        mgr = connect(store)
         zk = KazooClient(hosts=zk_server.hosts)
         zk.start(timeout=15)
         proc = LegacyProcessor(zk_server.hosts, f"127.0.0.1:{redis_server.port}",
@@ -149,7 +154,7 @@ def main() -> int:
             mgr.close()
             redis_server.close()
             zk_server.close()
-    result: dict[str, Any] = {"sites": SITES, "rounds": args.rounds}
+    result: dict[str, Any] = {"sites": SITES, "rounds": args.rounds, "store": args.store}
     for name, values in samples.items():
         result[name] = {"n": len(values), "p50_ms": round(statistics.median(values) * 1000, 2),
                         "p99_ms": round(pct(values, 0.99) * 1000, 2),
