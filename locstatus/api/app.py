@@ -1079,6 +1079,7 @@ def create_app(
       the thread pool; default: yes for ``sqlite://`` and ``memory://``, no for network backends.
     """
     from .backbeat import router as backbeat_router
+    from .workers import router as workers_router
 
     token = check_token(token) if token else None
     extra = list(allowed_hosts or ())
@@ -1094,7 +1095,10 @@ def create_app(
         openapi_url="/openapi.json",
         # The routes go straight into the app's router: FastAPI keeps an included router as a
         # nested level that every request walks through (about 15 us per request).
-        routes=[_fast_get_location(), *router.routes, *backbeat_router.routes],
+        routes=[
+            _fast_get_location(), *router.routes, *workers_router.routes,
+            *backbeat_router.routes,
+        ],
     )
     app.state.locstatus = Context(
         mgr,

@@ -41,6 +41,7 @@ import uvicorn
 from locstatus.api.app import CheckState, check_token, create_app
 from locstatus.api.guard import split_host
 from locstatus.api.problems import SECRETS, redact
+from locstatus.api.workers import close_hub
 from locstatus.client import connect
 from locstatus.errors import InvalidInput
 from locstatus.manager import Manager
@@ -142,6 +143,7 @@ def serve(
         if checker is not None:
             checker.stop()
         reconciler.stop()
+        close_hub(app)
         mgr.close()
         sock.close()
 
@@ -298,6 +300,7 @@ class BackgroundServer:
         config.setdefault("log_level", "warning")
         config.setdefault("lifespan", "off")
         self.sock = bind_socket(host, port)
+        self.app = app
         self.server = uvicorn.Server(uvicorn.Config(app, **config))
         self._thread: threading.Thread | None = None
         host_, port_ = self.sock.getsockname()[:2]
@@ -321,6 +324,8 @@ class BackgroundServer:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving and wait for the thread (idempotent)."""
         self.server.should_exit = True
+        if hasattr(getattr(self.app, "state", None), "locstatus"):
+            close_hub(self.app)  # open watch streams end, so the server can stop
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
