@@ -56,6 +56,7 @@ from rich.table import Table
 from rich.text import Text
 
 from locstatus import __version__
+from locstatus.audit import history_by_actor
 from locstatus.backends import DEFAULT_URL
 from locstatus.backends.sqlite import parse_sqlite_url
 from locstatus.client import connect
@@ -788,6 +789,10 @@ def history(
         str, typer.Option("--limit", metavar="N", help="Newest entries to show (1..10000).")
     ] = "50",
     as_json: JsonOpt = False,
+    actor: Annotated[
+        str | None,
+        typer.Option("--actor", metavar="NAME", help="Only the changes of this actor (audit)."),
+    ] = None,
 ) -> None:
     """Show the history of a location, newest first."""
     check_location(location)
@@ -797,7 +802,11 @@ def history(
         mgr.status(location)  # unknown location: refused (exit 1)
     except CorruptRecord as exc:  # the history of a corrupt record is what one wants to see
         typer.echo(f"warning: {_escaped(exc.message)}", err=True)
-    entries = mgr.history(location, limit=count)
+    entries = (
+        mgr.history(location, limit=count)
+        if actor is None
+        else history_by_actor(mgr, location, actor, limit=count)
+    )
     if as_json:
         _print_json(_HISTORY_LIST.dump_json(entries, indent=2).decode())
         return

@@ -35,7 +35,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import hmac
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
@@ -63,13 +62,13 @@ from starlette.routing import Match
 from starlette.routing import Route as StarletteRoute
 
 from locstatus import __version__
+from locstatus.audit import history_by_actor
 from locstatus.errors import (
     CorruptRecord,
     InvalidInput,
     LocstatusError,
     NotFound,
     PreconditionFailed,
-    Unauthorized,
 )
 from locstatus.manager import Manager, worker_live
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
@@ -86,6 +85,7 @@ from locstatus.names import (
 from . import page, problems
 from .guard import HostPolicy, NativeRoute
 from .metrics import Metrics
+from .principals import Principals, actor_for, check_secret, require
 from .problems import PROBLEM_MEDIA_TYPE, Problem, ProblemError, error_body, responses
 
 if TYPE_CHECKING:
@@ -271,9 +271,12 @@ class Context:
         reconciler: Reconciler | None,
         check: CheckState | None,
         inline_reads: bool | None = None,
+        principals: Principals | None = None,
     ) -> None:
         self.mgr = mgr
         self.token = token
+        self.principals = principals or Principals.from_settings(tokens_file=None, token=token)
+        """Who may call (docs/http.md "Callers and roles")."""
         self.metrics = metrics
         self.reconciler = reconciler
         self.check = check
@@ -519,8 +522,13 @@ def parse_if_match(value: str) -> list[int] | None:
 
 _bearer = HTTPBearer(
     auto_error=False,
-    description="LOCSTATUS_API_TOKEN; required on mutating routes when the sidecar has one",
+    description=(
+        "LOCSTATUS_API_TOKEN or a token of LOCSTATUS_API_TOKENS_FILE; required on mutating "
+        "routes when the sidecar has tokens (docs/http.md \"Callers and roles\")"
+    ),
 )
+bearer = _bearer
+"""The bearer-token security scheme (shared by every module's routes)."""
 
 
 async def context(request: Request) -> Context:
@@ -531,41 +539,21 @@ async def context(request: Request) -> Context:
 
 async def authorize(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None,
 ) -> None:
-    """Require ``Authorization: Bearer <token>`` when the app has a token: missing or not a
-    bearer token -> 401, wrong token -> 403. The token never appears in an answer."""
-    token = request.app.state.locstatus.token
-    if token is None:
-        return
-    if credentials is None or not credentials.credentials:
-        raise Unauthorized(
-            "this route needs an Authorization header with the sidecar's bearer token "
-            "(LOCSTATUS_API_TOKEN)"
-        )
-    if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
-        raise ProblemError(403, "forbidden", "the bearer token is not the sidecar's token")
+    """Require an operator's bearer token when the app has tokens (docs/http.md "Callers and
+    roles"): missing or not a bearer token -> 401, unknown token or a role that may not
+    operate -> 403. The token never appears in an answer; the principal is the actor."""
+    require(request, credentials, "operate")
 
 
 def check_token(token: str) -> str:
-    """Return ``token`` if a client can present it, else raise :class:`InvalidInput` saying
-    why (never showing it): a bearer token travels in an HTTP header, which carries visible
-    ASCII and inner spaces only; the server strips surrounding whitespace and decodes other
-    bytes differently, so such a token could never match."""
-    if token != token.strip():
-        raise InvalidInput(
-            "the API token (LOCSTATUS_API_TOKEN) has leading or trailing whitespace: no client "
-            "can send it (HTTP strips it from the header); remove it"
-        )
-    for i, char in enumerate(token):
-        if not " " <= char <= "~":
-            kind = "a non-ASCII" if ord(char) > 0x7F else "a control"
-            raise InvalidInput(
-                f"the API token (LOCSTATUS_API_TOKEN) has {kind} character at position {i}: a "
-                "bearer token is sent in an HTTP header and must be visible ASCII (letters, "
-                "digits and punctuation such as - . _ ~ + /)"
-            )
-    return token
+    """Return ``token`` if a client can present it and it is long enough to be a secret, else
+    raise :class:`InvalidInput` saying why (never showing it): a bearer token travels in an
+    HTTP header, which carries visible ASCII and inner spaces only; the server strips
+    surrounding whitespace and decodes other bytes differently, so such a token could never
+    match (:func:`~.principals.check_secret`)."""
+    return check_secret(token, "the API token (LOCSTATUS_API_TOKEN)")
 
 
 Ctx = Annotated[Context, Depends(context)]
@@ -678,9 +666,10 @@ def pause(
 ) -> Response:
     b = body or PauseBody()
     svc = ctx.service_arg(service)
+    actor = actor_for(request, b.actor)
 
     def op(loc: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.pause(loc, svc, reason=b.reason, actor=b.actor, if_version=if_version)
+        return ctx.mgr.pause(loc, svc, reason=b.reason, actor=actor, if_version=if_version)
 
     return ctx.respond(request, "pause", location, svc, op, if_match=if_match, wait=b.wait)
 
@@ -703,6 +692,7 @@ def resume(
 ) -> Response:
     b = body or ResumeBody()
     svc = ctx.service_arg(service)
+    actor = actor_for(request, b.actor)
     when: datetime | timedelta | None = b.at
     if b.in_seconds is not None:
         when = timedelta(seconds=b.in_seconds)
@@ -710,7 +700,7 @@ def resume(
 
     def op(loc: str, if_version: int | None) -> LocationStatus:
         return ctx.mgr.resume(
-            loc, svc, at=when, reason=b.reason, actor=b.actor, if_version=if_version
+            loc, svc, at=when, reason=b.reason, actor=actor, if_version=if_version
         )
 
     return ctx.respond(
@@ -748,10 +738,11 @@ def cancel_schedule(
 ) -> Response:
     b = body or CancelBody()
     svc = ctx.service_arg(service)
+    actor = actor_for(request, b.actor)
 
     def op(loc: str, if_version: int | None) -> LocationStatus:
         return ctx.mgr.cancel_scheduled_resume(
-            loc, svc, reason=b.reason, actor=b.actor, if_version=if_version
+            loc, svc, reason=b.reason, actor=actor, if_version=if_version
         )
 
     return ctx.respond(request, "cancel_scheduled_resume", location, svc, op, if_match=if_match)
@@ -769,9 +760,18 @@ def history(
     location: LocationPath,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 50,
     before_version: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    actor: Annotated[
+        str | None,
+        Query(min_length=1, max_length=MAX_ACTOR, description="Only the changes of this actor"),
+    ] = None,
 ) -> Response:
     ctx.mgr.status(location)  # 404 for an unknown location, not an empty list
-    entries = ctx.mgr.history(location, limit=limit, before_version=before_version)
+    if actor is not None:
+        entries = history_by_actor(
+            ctx.mgr, location, actor, limit=limit, before_version=before_version
+        )
+    else:
+        entries = ctx.mgr.history(location, limit=limit, before_version=before_version)
     return Response(_HISTORY.dump_json(entries), media_type="application/json")
 
 
@@ -1061,6 +1061,7 @@ def create_app(
     max_body: int = MAX_BODY,
     inline_reads: bool | None = None,
     allowed_hosts: Iterable[str] | None = None,
+    principals: Principals | None = None,
 ) -> FastAPI:
     """Build the sidecar app over ``mgr``.
 
@@ -1071,6 +1072,8 @@ def create_app(
       (127.0.0.0/8, ``::1``, ``localhost``, any port) or one of these names are served, others
       get a 421 (DNS rebinding, docs/http.md); ``["*"]`` serves every ``Host``. With a token
       every ``Host`` is served.
+    - ``principals``: named callers (:class:`~.principals.Principals`, e.g. from
+      ``LOCSTATUS_API_TOKENS_FILE``); ``token`` is then one more, the ``operator`` principal.
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
     - ``check``: where the periodic consistency check stores its result (``/v1/check``).
@@ -1082,8 +1085,11 @@ def create_app(
     from .workers import router as workers_router
 
     token = check_token(token) if token else None
+    if principals is not None and token is not None:
+        principals.legacy_token = token
+    principals = principals or Principals.from_settings(tokens_file=None, token=token)
     extra = list(allowed_hosts or ())
-    hosts = HostPolicy(allow_any=token is not None or "*" in extra, extra=extra)
+    hosts = HostPolicy(allow_any=principals.enabled or "*" in extra, extra=extra)
     metrics = Metrics(mgr, reconciler=lambda: reconciler)
     app = FastAPI(
         title="locstatus sidecar",
@@ -1107,6 +1113,7 @@ def create_app(
         reconciler=reconciler,
         check=check,
         inline_reads=inline_reads,
+        principals=principals,
     )
     problems.install(app)
     app.add_middleware(_Middleware, metrics=metrics, max_body=max_body, hosts=hosts)

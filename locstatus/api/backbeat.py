@@ -43,6 +43,7 @@ from locstatus.names import check_location
 
 from .app import ALL, Context, Op, authorize, bulk_response, context, corrupt_listing
 from .guard import BackbeatRoute
+from .principals import actor_for
 from .problems import responses
 
 SERVICES: dict[str, str] = {
@@ -213,7 +214,7 @@ def _pause(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
 
     def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.pause(location, svc, if_version=if_version)
+        return ctx.mgr.pause(location, svc, actor=actor_for(request, None), if_version=if_version)
 
     return _mutate(request, ctx, "pause", loc, svc, op, _enabled(svc))
 
@@ -222,7 +223,7 @@ def _resume(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
 
     def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.resume(location, svc, if_version=if_version)
+        return ctx.mgr.resume(location, svc, actor=actor_for(request, None), if_version=if_version)
 
     return _mutate(request, ctx, "resume", loc, svc, op, _enabled(svc))
 
@@ -259,7 +260,9 @@ async def _post_schedule(request: Request, ctx: Context, service: str, loc: str)
     delay = timedelta(hours=hours)
 
     def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.resume(location, svc, at=delay, if_version=if_version)
+        return ctx.mgr.resume(
+            location, svc, at=delay, actor=actor_for(request, None), if_version=if_version
+        )
 
     def select(rec: LocationStatus) -> bool:
         return rec.services[svc].paused
@@ -273,7 +276,9 @@ def _cancel(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
 
     def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.cancel_scheduled_resume(location, svc, if_version=if_version)
+        return ctx.mgr.cancel_scheduled_resume(
+            location, svc, actor=actor_for(request, None), if_version=if_version
+        )
 
     return _mutate(request, ctx, "cancel_scheduled_resume", loc, svc, op, _schedule(svc))
 

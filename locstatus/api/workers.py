@@ -29,8 +29,9 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request, Security
 from fastapi.responses import Response
+from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
@@ -40,8 +41,9 @@ from locstatus.manager import Manager, worker_live
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, WorkerInfo
 from locstatus.names import check_location
 
-from .app import Ctx, authorize
+from .app import Ctx, bearer
 from .guard import NativeRoute
+from .principals import require
 from .problems import ProblemError, responses
 from .watch import StaleCursor, WatchHub, location_payload
 
@@ -168,6 +170,29 @@ WorkerPath = Annotated[
 ]
 
 
+
+
+async def authorize_worker(
+    request: Request,
+    worker_id: WorkerPath,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None,
+) -> None:
+    """With tokens: a ``worker`` principal acting as itself (or an operator/admin); 401/403."""
+    require(request, credentials, "worker", worker_id)
+
+
+async def identify(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None,
+) -> None:
+    """A read: a token is not needed, but one that is presented must be valid (the stream
+    limits count per principal then)."""
+    if credentials is not None and credentials.credentials:
+        require(request, credentials, "read")
+    else:
+        request.state.principal = None
+
+
 router = APIRouter(route_class=NativeRoute)
 
 _PUT_ERRORS = responses(400, 401, 403, 404, 409, 413, 415, 422, 503)
@@ -178,7 +203,7 @@ _PUT_ERRORS = responses(400, 401, 403, 404, 409, 413, 415, 422, 503)
     response_model=Lease,
     tags=["workers"],
     summary="Register a worker or renew its lease (idempotent)",
-    dependencies=[Depends(authorize)],
+    dependencies=[Depends(authorize_worker)],
     responses=_PUT_ERRORS,
 )
 def register(
@@ -230,7 +255,7 @@ def register(
     response_model=Unregistered,
     tags=["workers"],
     summary="Unregister a worker (drops its acknowledgements: it no longer blocks a pause)",
-    dependencies=[Depends(authorize)],
+    dependencies=[Depends(authorize_worker)],
     responses=responses(400, 401, 403, 415, 503),
 )
 def unregister(request: Request, ctx: Ctx, worker_id: WorkerPath) -> Unregistered:
@@ -250,7 +275,7 @@ def unregister(request: Request, ctx: Ctx, worker_id: WorkerPath) -> Unregistere
         "(with the event's `remove_generation`). A 409 problem carries the record as it is now "
         "under `record` (null if gone): apply it, then acknowledge again."
     ),
-    dependencies=[Depends(authorize)],
+    dependencies=[Depends(authorize_worker)],
     responses=_PUT_ERRORS,
 )
 def acknowledge(
@@ -336,6 +361,7 @@ HeartbeatQuery = Annotated[
     summary="Watch what the worker handles (SSE: snapshot, changes, heartbeats)",
     response_class=Response,
     responses=_WATCH_RESPONSES,
+    dependencies=[Depends(authorize_worker)],
 )
 async def watch_worker(
     request: Request,
@@ -347,7 +373,9 @@ async def watch_worker(
     wid = _worker_id(worker_id)
     worker = await run_in_threadpool(_registration, ctx.mgr, wid)
     filt = None if worker.locations is None or worker.corrupt else frozenset(worker.locations)
-    return await _stream(request, f"worker:{wid}", filt, last_event_id, heartbeat)
+    who = getattr(request.state, "principal", None)
+    caller = f"principal:{who.name}" if who is not None else f"worker:{wid}"
+    return await _stream(request, caller, filt, last_event_id, heartbeat)
 
 
 @router.get(
@@ -355,13 +383,16 @@ async def watch_worker(
     tags=["locations"],
     summary="Watch every location (SSE; the same events as a worker's watch)",
     response_class=Response,
-    responses={**_WATCH_RESPONSES, **responses(400, 410, 429, 503)},
+    responses={**_WATCH_RESPONSES, **responses(400, 403, 410, 429, 503)},
+    dependencies=[Depends(identify)],
 )
 async def watch_all(
     request: Request, last_event_id: LastEventId = None, heartbeat: HeartbeatQuery = 15.0
 ) -> Response:
+    who = getattr(request.state, "principal", None)
     client = request.client.host if request.client else "?"
-    return await _stream(request, f"client:{client}", None, last_event_id, heartbeat)
+    caller = f"principal:{who.name}" if who is not None else f"client:{client}"
+    return await _stream(request, caller, None, last_event_id, heartbeat)
 
 
 async def _stream(
