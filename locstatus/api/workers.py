@@ -95,11 +95,11 @@ class Registration(_Body):
     """Services the worker applies (``crr`` = replication)."""
     locations: list[str] | None = Field(default=None, max_length=100_000)
     """Location filter; absent or null: every location."""
-    lease_seconds: float = Field(default=10.0, ge=MIN_LEASE, le=MAX_LEASE)
+    lease_seconds: float = Field(default=10.0, ge=MIN_LEASE, le=MAX_LEASE, strict=True)
     """Lease length in seconds: the worker stops counting for settle this long after its last
     renewal, judged on the backend's time (docs/time.md). Renew every third of it."""
     host: str = Field(default="", max_length=256)
-    pid: int = Field(default=0, ge=0, le=2**31)
+    pid: int = Field(default=0, ge=0, le=2**31, strict=True)
     errors: dict[str, str] = Field(default_factory=dict, max_length=100_000)
     """Last handler error per ``location/service``, published as a Python agent's are
     (``locstatus workers``); send the current set with every renewal (an absent key clears)."""
@@ -122,6 +122,11 @@ class Lease(BaseModel):
     fence_margin_seconds: float
 
 
+class UnregisterBody(_Body):
+    """``DELETE /v1/workers/{worker_id}``: no members (a JSON body is optional; the request
+    still needs ``Content-Type: application/json``, docs/http.md "Requests from browsers")."""
+
+
 class Unregistered(BaseModel):
     worker_id: str
     removed: bool
@@ -131,9 +136,9 @@ class Unregistered(BaseModel):
 class AckBody(_Body):
     """``PUT /v1/workers/{worker_id}/acks/{location}/{service}``."""
 
-    generation: int = Field(ge=0, le=2**62)
+    generation: int = Field(ge=0, le=2**62, strict=True)
     """The generation applied (the service's, or the event's ``remove_generation``)."""
-    if_version: int | None = Field(default=None, ge=0, le=2**62)
+    if_version: int | None = Field(default=None, ge=0, le=2**62, strict=True)
     """The record version whose state was applied: refused with 409 if the record moved on."""
 
 
@@ -237,7 +242,9 @@ def register(
         )
     except ValidationError as exc:
         raise InvalidInput(f"invalid registration: {exc.errors()[0].get('msg', exc)}") from None
-    mgr.backend.put_worker(info)
+    with hub.local_writes:
+        mgr.backend.put_worker(info)
+    hub.registrations[wid] = info
     margin = body.lease_seconds / 4
     return Lease(
         worker_id=wid,
@@ -256,12 +263,19 @@ def register(
     tags=["workers"],
     summary="Unregister a worker (drops its acknowledgements: it no longer blocks a pause)",
     dependencies=[Depends(authorize_worker)],
-    responses=responses(400, 401, 403, 415, 503),
+    responses=responses(400, 401, 403, 413, 415, 422, 503),
 )
-def unregister(request: Request, ctx: Ctx, worker_id: WorkerPath) -> Unregistered:
+def unregister(
+    request: Request,
+    ctx: Ctx,
+    worker_id: WorkerPath,
+    body: Annotated[UnregisterBody | None, Body()] = None,
+) -> Unregistered:
     wid = _worker_id(worker_id)
     removed = ctx.mgr.backend.remove_worker(wid)
-    hub_of(request.app).started_at.pop(wid, None)
+    hub = hub_of(request.app)
+    hub.started_at.pop(wid, None)
+    hub.registrations.pop(wid, None)
     return Unregistered(worker_id=wid, removed=removed)
 
 
@@ -296,7 +310,13 @@ def acknowledge(
         if canon is None:
             raise InvalidInput("acknowledge one service, not 'all'")
         svc = canon
-    worker = _registration(mgr, wid)
+    hub = hub_of(request.app)
+    # The registration this sidecar wrote last, while its lease holds (one read saved per
+    # acknowledgement); else the stored one (renewed through another sidecar, or lapsed).
+    known = hub.registrations.get(wid)
+    worker = known if known is not None and worker_live(known, mgr.time) else None
+    if worker is None:
+        worker = _registration(mgr, wid)
     if not worker_live(worker, mgr.time):
         raise ProblemError(
             409, "lease lapsed",
@@ -309,7 +329,8 @@ def acknowledge(
             f"worker {wid!r} does not apply {svc} at {loc!r} (its registration says so)"
         )
     try:
-        mgr.backend.ack(wid, loc, svc, body.generation, if_version=body.if_version)
+        with hub.local_writes:
+            mgr.backend.ack(wid, loc, svc, body.generation, if_version=body.if_version)
     except VersionConflict:
         current: LocationStatus | None
         try:
@@ -324,7 +345,7 @@ def acknowledge(
             record=None if current is None else current.model_dump(mode="json"),
         ) from None
     if svc != TOMBSTONE_ACK:
-        hub_of(request.app).settle_soon(loc)
+        hub.settle_soon(loc)
     return Acked(worker_id=wid, location=loc, service=svc, generation=body.generation)
 
 
