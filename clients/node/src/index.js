@@ -58,6 +58,7 @@ export class Worker {
    * @param {(loc: string, svc: string, status: object) => any} [o.onFence]
    * @param {{base?: number, cap?: number}} [o.retry] handler retry backoff (seconds)
    * @param {number} [o.heartbeatSeconds=5] heartbeat interval asked of the stream
+   * @param {number} [o.startTimeoutMs=30000] how long start() retries the registration
    * @param {(msg: string) => void} [o.log]
    */
   constructor(o) {
@@ -73,6 +74,7 @@ export class Worker {
     this.handlers = { pause: o.onPause, resume: o.onResume, remove: o.onRemove, fence: o.onFence };
     this.retry = { base: o.retry?.base ?? 0.2, cap: o.retry?.cap ?? 30 };
     this.heartbeatSeconds = o.heartbeatSeconds ?? 5;
+    this.startTimeoutMs = o.startTimeoutMs ?? 30000;
     this.log = o.log ?? (() => {});
 
     this.records = new Map(); // loc -> {record, removed, removeGeneration}
@@ -91,6 +93,7 @@ export class Worker {
     this.fenced = false;
     this.fenceWork = null;
     this.relistAfterFence = false;
+    this.relistPending = false;
     this.goodUntil = 0;
     this.started = false;
     this.stopping = false;
@@ -107,7 +110,20 @@ export class Worker {
   async start() {
     if (this.started) return this;
     this.started = true;
-    await this.#renewOrThrow();
+    // A sidecar busy with a fleet starting at once may answer late: retry the registration
+    // (not a refusal: a 4xx is thrown at once) for up to startTimeoutMs.
+    const deadline = performance.now() + this.startTimeoutMs;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.#renewOrThrow();
+        break;
+      } catch (e) {
+        const refused = e instanceof HttpError && e.status < 500 && e.status !== 429;
+        if (refused || performance.now() > deadline) throw e;
+        this.log(`registration failed, retrying: ${e.message}`);
+        await sleep(backoff(attempt, 0.2, 2) * 1000);
+      }
+    }
     this.#beatLoop();
     this.guard = setInterval(() => this.#checkLease(), 50);
     this.streamDone = this.#streamLoop();
@@ -189,10 +205,13 @@ export class Worker {
     this.goodUntil = sent + holds * 1000;
     this.renewEvery = lease.renew_every_seconds * 1000;
     this.metrics.renewals += 1;
-    if (this.fenced && !this.relistAfterFence) {
+    if (this.fenced && !this.relistPending) {
       // Back: lift the fence only after its handlers returned and every record was read
-      // again since the lease holds (docs/agent.md "Self-fencing").
+      // again since the lease holds (docs/agent.md "Self-fencing"). Asked again after each
+      // renewal until it happens (a snapshot that came while the lease did not hold yet
+      // does not lift it).
       this.relistAfterFence = true;
+      this.relistPending = true;
       this.#relist();
     }
   }
@@ -232,6 +251,7 @@ export class Worker {
     if (this.fenced) return;
     this.fenced = true;
     this.relistAfterFence = false;
+    this.relistPending = false;
     this.metrics.fences += 1;
     this.log(`self-fencing: ${why}`);
     const keys = [...this.running];
@@ -346,6 +366,7 @@ export class Worker {
         if (!seen.has(loc)) this.records.delete(loc); // purged meanwhile
       }
       for (const loc of new Set([...seen, ...this.touched])) this.#schedule(loc);
+      this.relistPending = false;
       if (this.relistAfterFence) this.#maybeUnfence();
     } else if (ev.event === 'location') {
       if (data.record === null) this.records.delete(data.location);

@@ -227,3 +227,17 @@ test('a worker cut off past its lease fences itself, and comes back from a fresh
     assert.deepEqual(calls, ['resume 0', 'fence', 'pause 1']);
     assert.equal(w.metrics.fences, 1);
   });
+
+test('start() keeps trying to register until the sidecar answers', async () => {
+  const port = await freePort();
+  await sidecar.stop();
+  const w = new Worker({ url: `http://127.0.0.1:${port}`, workerId: 'node-early',
+    services: ['replication'], heartbeatSeconds: 1, startTimeoutMs: 30000 });
+  cleanups.push(() => w.stop());
+  const started = w.start();
+  await sleep(1000); // refused connections meanwhile
+  sidecar = await startSidecar(backend, { port });
+  await started;
+  await waitFor(async () => (await getJson(sidecar.url, '/v1/workers'))
+    .some((x) => x.worker_id === 'node-early'), { what: 'registered' });
+});
