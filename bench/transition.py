@@ -8,7 +8,7 @@ ZooKeeper and MongoDB >= 0.8x), median/p99 latency, and where locstatus spends i
 (cProfile of one extra locstatus round, top functions by own time).
 
 A manager that wrote the record last plans its next write from that record (its *version
-hint*, see locstatus/manager.py) and skips the read; the raw side reads every time. So each
+hint*, see locstatus/manager/writes.py) and skips the read; the raw side reads every time. So each
 round also times the same calls with the hint dropped before each one ("reading every time":
 a manager that has not seen the record), and both ratios are printed.
 
@@ -149,7 +149,7 @@ def run(backend: str, url: str, rounds: int, ops: int, watched: bool = False) ->
     def ls_cold_op(i: int) -> None:
         # The same operation from a manager that has not seen the record (a fresh process,
         # or one whose version hint went stale): read + compare-and-set, like the raw side.
-        mgr._hints.drop("bench-ls")
+        mgr._core.writer.hints.drop("bench-ls")
         ls_op(i)
 
     timed(ls_op, 20), timed(raw_op, 20)  # warm up

@@ -29,7 +29,17 @@ from locstatus.errors import (
     Unauthorized,
     VersionConflict,
 )
-from locstatus.manager import Listing, Manager, RetryPolicy, SyncReport
+from locstatus.manager import (
+    BulkInterrupted,
+    BulkItem,
+    BulkReport,
+    Listing,
+    Manager,
+    Operation,
+    Outcome,
+    RetryPolicy,
+    SyncReport,
+)
 from locstatus.models import (
     Hint,
     HistoryEntry,
@@ -49,6 +59,9 @@ __all__ = [
     "Backend",
     "BackendFull",
     "BackendUnavailable",
+    "BulkInterrupted",
+    "BulkItem",
+    "BulkReport",
     "Client",
     "ConflictError",
     "CorruptRecord",
@@ -62,6 +75,8 @@ __all__ = [
     "LocstatusError",
     "Manager",
     "NotFound",
+    "Operation",
+    "Outcome",
     "PreconditionFailed",
     "RetryPolicy",
     "ServiceStatus",

@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic_core import SchemaValidator, core_schema
 
+from locstatus.clock import TimeSource
 from locstatus.names import LOCATION_RE, SERVICE_ALIASES, SERVICE_RE, check_location
 
 
@@ -142,13 +143,21 @@ class State(StrEnum):
 
     @property
     def transitional(self) -> bool:
-        """``pausing`` and ``resuming`` wait for worker acknowledgements before settling."""
-        return self in (State.PAUSING, State.RESUMING)
+        """``pausing`` and ``resuming`` wait for worker acknowledgements before settling
+        (docs/design.md §3): what every site that settles, reports a stuck transition or
+        waits for workers asks."""
+        return self in _TRANSITIONAL
 
     @property
     def desired_paused(self) -> bool:
         """True when the operator asked for the service to be paused."""
-        return self in (State.PAUSING, State.PAUSED)
+        return self in _DESIRED_PAUSED
+
+
+# Sets, not tuples: membership is a hash lookup, and the check's screen asks once per service
+# of every record (bench/check.py).
+_TRANSITIONAL = frozenset({State.PAUSING, State.RESUMING})
+_DESIRED_PAUSED = frozenset({State.PAUSING, State.PAUSED})
 
 
 class _Frozen(BaseModel):
@@ -177,6 +186,36 @@ class ServiceStatus(_Frozen):
     def paused(self) -> bool:
         """True when the desired state is paused (``pausing`` or ``paused``)."""
         return self.state.desired_paused
+
+    # "A resume is due" is decided here and nowhere else (docs/time.md, "What is decided on
+    # it"): the firers (the manager's fire_due_resumes, the sidecar's reconciler, an agent, the
+    # check's repair) act on resume_due; what only reports (the check's overdue_resume, the
+    # sidecar's gauges and page) uses resume_overdue.
+
+    @property
+    def scheduled_resume(self) -> datetime | None:
+        """When this service's scheduled resume is due (aware UTC), or None when none is
+        scheduled. A resume is scheduled only while the service is ``paused`` or ``pausing``,
+        the states the FSM's ``resume_due`` event leaves (docs/fsm.md); a ``resume_at`` on a
+        running or resuming service (no locstatus write leaves one; a hand edit can) would fire
+        nothing, so it is neither due nor counted."""
+        return self.resume_at if self.state in _DESIRED_PAUSED else None
+
+    def resume_due(self, time: TimeSource) -> bool:
+        """True when the scheduled resume must fire now: its time passed by the backend's time
+        beyond doubt (``time.is_past``, docs/time.md): never early, whatever this host's clock,
+        and never while ``time`` cannot tell the backend's time within its bound (it refuses
+        and counts the refusal; docs/time.md, "When the bound cannot be met")."""
+        at = self.scheduled_resume
+        return at is not None and time.is_past(at)
+
+    def resume_overdue(self, now: datetime) -> bool:
+        """True when the scheduled resume's time is at or before ``now`` (aware UTC: the
+        backend's time as this process estimates it, ``Manager.clock()``). For reporting
+        only ("overdue", docs/time.md: reporting, not acting); whoever fires asks
+        :meth:`resume_due`."""
+        at = self.scheduled_resume
+        return at is not None and at <= now
 
 
 class LocationStatus(_Frozen):

@@ -42,7 +42,7 @@ from datetime import datetime, timedelta
 
 from locstatus.errors import LocstatusError
 from locstatus.manager import Manager
-from locstatus.models import Hint, LocationStatus, State
+from locstatus.models import Hint, LocationStatus
 
 log = logging.getLogger("locstatus.reconciler")
 
@@ -147,7 +147,7 @@ class Reconciler:
         pending = 0
         for rec in records:
             report.scanned += 1
-            pending += sum(1 for s in rec.services.values() if s.resume_at is not None)
+            pending += sum(1 for s in rec.services.values() if s.scheduled_resume is not None)
             self._reconcile_record(rec, now, report)
         with self._lock:
             self._next_due = report.next_due
@@ -180,11 +180,7 @@ class Reconciler:
         if rec.deleted:
             return
         loc = rec.location
-        due = [
-            s
-            for s, st in rec.services.items()
-            if st.resume_at is not None and self.mgr.time.is_past(st.resume_at)
-        ]
+        due = [s for s, st in rec.services.items() if st.resume_due(self.mgr.time)]
         try:
             if due:
                 after = self.mgr.fire_due_resumes(loc, actor=self.actor)
@@ -196,7 +192,7 @@ class Reconciler:
                         st is not None
                         and st.actor == self.actor
                         and st.generation == before.generation + 1
-                        and st.state in (State.RESUMING, State.RUNNING)
+                        and not st.paused
                     ):
                         report.fired.append((loc, svc))
                         self.stats["fired"] += 1
@@ -222,10 +218,10 @@ class Reconciler:
             return
         self._logged.pop(loc, None)
         for st in rec.services.values():
-            at = st.resume_at
+            at = st.scheduled_resume
             if at is None:
                 continue
-            if at <= now:  # due by the estimate, not past beyond doubt (or the clock refused)
+            if st.resume_overdue(now):  # due by the estimate, not past beyond doubt (or refused)
                 retry = self.interval if self.mgr.time.problem() else _MIN_WAIT
                 at = now + timedelta(seconds=retry)
             if report.next_due is None or at < report.next_due:

@@ -387,7 +387,7 @@ end:
            mask = 0; w = 0
        }
 #else
-    /* check._Repairer._remove_worker: Backend.remove_worker(if_expires=), dropped only while
+    /* check.repair.Repairer._remove_worker: Backend.remove_worker(if_expires=), dropped only while
      * still the registration seen expired: one conditional write (or the session's expiry) */
     :: atomic {
            ANY_EXPIRED ->

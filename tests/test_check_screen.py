@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from locstatus import LocstatusError, Manager, ServiceStatus, WorkerInfo
 from locstatus.backends.sqlite import SQLiteBackend
 from locstatus.check import run_check
+from locstatus.check.scan import Scan
 
 from support.fakeclock import FakeClock
 
@@ -234,7 +235,7 @@ def test_the_screen_reports_exactly_what_the_full_comparison_reports(
     # and find damage in, writes older than the comparison needs. Here both runs page one write
     # at a time, so that they read exactly the writes each service needs: what differs between
     # them is only the screen and the history the scan brings.
-    monkeypatch.setattr("locstatus.check._HISTORY_PAGES", (1,))
+    monkeypatch.setattr("locstatus.check.scan.HISTORY_PAGES", (1,))
     path = store / f"{len(list(store.iterdir()))}.db"
     clock = FakeClock(START)
     mgr = Manager(SQLiteBackend(f"sqlite:///{path}"), clock=clock)
@@ -247,7 +248,7 @@ def test_the_screen_reports_exactly_what_the_full_comparison_reports(
         with monkeypatch.context() as m:
             # The oracle: every record takes the full path, and the scan brings no history (the
             # base Backend's scan), so the full path pages through Backend.history itself.
-            m.setattr("locstatus.check._Scan._quiet", lambda self, rec, head: False)
+            m.setattr("locstatus.check.screen.Screen.quiet", lambda self, rec, head: False)
             m.setattr(SQLiteBackend, "scan_with_history",
                       lambda self: [(rec, None) for rec in self.read_all()])
             full = report_of(mgr, expected)
@@ -278,13 +279,13 @@ def test_settled_records_that_agree_with_their_history_take_the_fast_path(
     clock.advance(3600.0)
 
     full_path: list[str] = []
-    real = __import__("locstatus.check", fromlist=["_Scan"])._Scan._record
+    real = Scan._record
 
     def counted(self: Any, rec: Any, newest: Any) -> None:
         full_path.append(rec.location)
         real(self, rec, newest)
 
-    monkeypatch.setattr("locstatus.check._Scan._record", counted)
+    monkeypatch.setattr(Scan, "_record", counted)
     report = run_check(mgr)
     assert [(f.kind.value, f.location) for f in report.findings] == [
         ("stuck_transition", "loc-059")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -129,6 +130,23 @@ def test_sync_removes_missing_locations_unless_kept_and_dry_run_writes_nothing(
     # a removed location refuses operator events: unknown location (exit 1)
     result = synced("pause", "dr-site-a")
     assert result.exit_code == 1 and "dr-site-a" in result.stderr
+
+
+def test_sync_dry_run_reports_exactly_what_the_sync_then_does(synced: Cli, tmp_path: Path) -> None:
+    """One implementation (Manager.sync_locations(dry_run=True)): the plan of a list that
+    adds, restores, adds services, keeps and removes is the report of the real sync."""
+    synced.ok("locations", "sync", str(sample_path("locations.txt")))  # every service
+    first = tmp_path / "first.txt"
+    first.write_text("us-east-1\ndr-site-a\n")
+    synced.ok("locations", "sync", str(first))  # removes the others
+    listing = tmp_path / "listing.txt"
+    listing.write_text("zz-new\neu-west-par\naa-new\nus-east-1\n")
+    plan = json.loads(synced.ok("locations", "sync", str(listing), "--dry-run", "--json").stdout)
+    done = json.loads(synced.ok("locations", "sync", str(listing), "--json").stdout)
+    assert plan.pop("dry_run") is True and done.pop("dry_run") is False
+    assert plan == done
+    assert done["added"] == ["aa-new", "zz-new"] and done["restored"] == ["eu-west-par"]
+    assert done["removed"] == ["dr-site-a"]
 
 
 # -- pause / resume / schedule / cancel --------------------------------------------------------
@@ -287,6 +305,44 @@ def test_schedule_all_schedules_paused_locations_and_skips_running_ones(synced: 
     synced.ok("resume", "dr-site-a")
     refused = synced("resume", "all", "--in", "1h")
     assert refused.exit_code == 1 and "no location" in refused.stderr
+
+
+def test_ctrl_c_during_a_bulk_wait_prints_what_was_done_and_exits_130(synced: Cli) -> None:
+    """A real ``locstatus pause all --wait`` in its own process, a live worker that never
+    applies it, and a SIGINT while it waits: the table of what was done (every location
+    written, the worker's ones still pausing), then exit 130, no traceback."""
+    register(synced.url, "worker-a")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "locstatus", "--backend", synced.url, "pause", "all",
+         "-s", "replication", "--wait", "120", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, "USER": "t"},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        with connect(synced.url) as mgr:
+            while not all(
+                r.services["replication"].state is State.PAUSING
+                for r in mgr.statuses() if "replication" in r.services
+            ):
+                assert time.monotonic() < deadline and proc.poll() is None, "no write seen"
+                time.sleep(0.05)
+        time.sleep(0.3)  # into the wait
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    results = {r["location"]: r for r in json.loads(out)}
+    has_replication = {loc for loc, svcs in load_sample().items() if "replication" in svcs}
+    assert {loc for loc, r in results.items() if r["result"] == "changed"} == has_replication
+    assert all(
+        r["status"]["services"]["replication"]["state"] == "pausing"
+        for loc, r in results.items() if loc in has_replication
+    )
 
 
 def test_all_with_no_locations_is_refused(cli: Cli) -> None:

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from locstatus.backends.codec import decode_record, encode_record
+from locstatus.clock import CallerClock
 from locstatus.errors import CorruptRecord
+from locstatus.fsm.machine import Event, transition
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
 from support import corrupt_shapes as shapes
@@ -214,3 +216,85 @@ def test_python_input_keeps_its_defaults() -> None:
     with pytest.raises(ValidationError, match="name the same service"):
         LocationStatus(location="x", services={"crr": ServiceStatus(),
                                                 "replication": ServiceStatus()})
+
+
+# -- "a resume is due" and "is transitional": decided here, once (docs/time.md) ------------------
+
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+class _Uncertain(CallerClock):
+    """The backend's time is ``T0 + elapsed``, known to within ``uncertainty`` seconds."""
+
+    def __init__(self, elapsed: float, uncertainty: float) -> None:
+        super().__init__(lambda: T0 + timedelta(seconds=elapsed))
+        self.uncertainty = uncertainty
+
+    def uncertainty_seconds(self) -> float:
+        return self.uncertainty
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    state=st.sampled_from(list(State)),
+    offset=st.one_of(st.none(), st.integers(-7200, 7200)),
+)
+def test_a_resume_is_scheduled_exactly_where_the_fsm_would_fire_it(
+    state: State, offset: int | None
+) -> None:
+    """``scheduled_resume`` is set exactly when the FSM's guarded ``resume_due`` event, given
+    the resume time read, makes a transition once that time has come: a ``resume_at`` on a
+    running or resuming service (a hand edit) is no scheduled resume."""
+    at = None if offset is None else T0 + timedelta(seconds=offset)
+    status = ServiceStatus(state=state, generation=1, resume_at=at)
+    fired = at is not None and transition(
+        "us-east-1", "replication", status, Event("resume_due", at=at),
+        now=max(at, T0), op_id="0" * 32,
+    ) is not None
+    assert (status.scheduled_resume is not None) is fired
+    assert status.scheduled_resume == (at if fired else None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    state=st.sampled_from(list(State)),
+    offset=st.one_of(st.none(), st.integers(-10_000, 10_000)),
+    uncertainty=st.integers(0, 5_000),
+)
+def test_a_resume_is_due_only_beyond_doubt_and_overdue_on_the_estimate(
+    state: State, offset: int | None, uncertainty: int
+) -> None:
+    """``resume_due`` (acting) holds only when the resume time passed even at the worst end of
+    the time source's bound; ``resume_overdue`` (reporting) compares with the estimate alone.
+    Neither holds without a scheduled resume. (Milliseconds, so the bounds are exact.)"""
+    at = None if offset is None else T0 + timedelta(milliseconds=offset)
+    status = ServiceStatus(state=state, resume_at=at)
+    due = status.resume_due(_Uncertain(0.0, uncertainty / 1000))
+    overdue = status.resume_overdue(T0)
+    if status.scheduled_resume is None:
+        assert not due and not overdue
+        return
+    assert offset is not None
+    assert due is (offset + uncertainty <= 0)
+    assert overdue is (offset <= 0)
+    assert overdue or not due  # what is due to fire is always reported overdue
+
+
+def test_nothing_is_due_while_the_time_source_refuses() -> None:
+    class Refusing(CallerClock):
+        asked = 0
+
+        def is_past(self, deadline: datetime) -> bool:
+            self.asked += 1
+            return False  # docs/time.md "When the bound cannot be met"
+
+    source = Refusing(lambda: T0)
+    status = ServiceStatus(state=State.PAUSED, resume_at=T0 - timedelta(hours=1))
+    assert not status.resume_due(source) and source.asked == 1
+    assert status.resume_overdue(T0)  # still reported
+
+
+def test_transitional_and_desired_paused_states() -> None:
+    assert {s for s in State if s.transitional} == {State.PAUSING, State.RESUMING}
+    assert {s for s in State if s.desired_paused} == {State.PAUSING, State.PAUSED}
+    assert [ServiceStatus(state=s).paused for s in State] == [s.desired_paused for s in State]

@@ -23,7 +23,7 @@ from locstatus.agent.lives import ask_lives
 from locstatus.agent.replica import Life
 from locstatus.agent.state import AgentState
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound
-from locstatus.models import Hint, LocationStatus
+from locstatus.models import Hint, LocationStatus, ServiceStatus
 
 if TYPE_CHECKING:
     from locstatus.manager import Manager
@@ -288,23 +288,30 @@ class Watcher:
 
     # -- scheduled resumes -----------------------------------------------------------------------
 
-    def _resume_dues(self) -> dict[str, datetime]:
-        """Earliest scheduled resume per watched location, among the services this worker
-        applies (a resume of another service is its own workers' or the sidecar's to fire)."""
-        dues: dict[str, datetime] = {}
+    def _scheduled(self) -> dict[str, list[ServiceStatus]]:
+        """Per watched location, the statuses of the services this worker applies that have a
+        resume scheduled, earliest first (a resume of another service is its own workers' or
+        the sidecar's to fire). Read under the lock; judged outside it (records are frozen, and
+        judging a deadline may probe the backend's time)."""
+        out: dict[str, list[ServiceStatus]] = {}
         with self.state.lock:
             for loc, rec in self.state.copy.records.items():
                 if rec.deleted:
                     continue
-                mine = [rec.services.get(svc) for svc in self.services]
-                ats = [
-                    x.resume_at
-                    for x in mine
-                    if x is not None and x.resume_at is not None and x.state.desired_paused
+                mine = [
+                    st
+                    for svc in self.services
+                    if (st := rec.services.get(svc)) is not None
+                    and st.scheduled_resume is not None
                 ]
-                if ats:
-                    dues[loc] = min(ats)
-        return dues
+                if mine:
+                    out[loc] = sorted(mine, key=_scheduled_at)
+        return out
+
+    def _resume_dues(self) -> dict[str, datetime]:
+        """Earliest scheduled resume per watched location, among the services this worker
+        applies (see :meth:`_scheduled`)."""
+        return {loc: _scheduled_at(mine[0]) for loc, mine in self._scheduled().items()}
 
     def _next_resume_due(self) -> float:
         """Seconds until the earliest scheduled resume this worker fires (inf if none)."""
@@ -320,7 +327,12 @@ class Watcher:
         return max(0.0, (min(dues.values()) - now).total_seconds())
 
     def _fire_due_resumes(self) -> None:
-        due = [loc for loc, at in self._resume_dues().items() if self.manager.time.is_past(at)]
+        time_source = self.manager.time
+        due = [
+            loc
+            for loc, mine in self._scheduled().items()
+            if any(st.resume_due(time_source) for st in mine)  # earliest first: usually one ask
+        ]
         for loc in sorted(due):
             try:
                 rec = self.manager.fire_due_resumes(
@@ -331,3 +343,9 @@ class Watcher:
                 continue
             with self.state.cond:
                 self.state.store_locked(rec)
+
+
+def _scheduled_at(st: ServiceStatus) -> datetime:
+    at = st.scheduled_resume
+    assert at is not None
+    return at

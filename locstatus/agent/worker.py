@@ -343,7 +343,7 @@ class Agent:
         st = rec.services.get(service)
         if st is None:
             st = self._service_status(rec, service)
-        return st.state is State.PAUSING or st.state is State.PAUSED
+        return st.paused
 
     def status(self, location: str, service: str) -> ServiceStatus:
         """The locally known :class:`ServiceStatus` (latest read). Raises :class:`NotFound`."""

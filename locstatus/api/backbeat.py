@@ -38,13 +38,16 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from locstatus.errors import InvalidInput, InvalidTransition, NotFound
+from locstatus.manager import Operation
 from locstatus.models import LocationStatus
 from locstatus.names import check_location
 
-from .app import ALL, Context, Op, authorize, bulk_response, context, corrupt_listing
+from .auth import authorize
+from .context import ALL, Context, Ctx
 from .guard import BackbeatRoute
 from .principals import actor_for
 from .problems import responses
+from .responses import bulk_response, corrupt_listing
 
 SERVICES: dict[str, str] = {
     "crr": "replication",
@@ -64,7 +67,6 @@ ServiceParam = Annotated[
 LocParam = Annotated[
     str, Path(description="Location name, or 'all'", examples=["us-east-1", "all"])
 ]
-Ctx = Annotated[Context, Depends(context)]
 StatusMap = dict[str, str]
 
 _HOURS_BODY: dict[str, Any] = {
@@ -144,21 +146,18 @@ def _schedule(svc: str) -> Callable[[LocationStatus], str]:
 def _mutate(
     request: Request,
     ctx: Context,
-    event: str,
     loc: str,
-    svc: str,
-    op: Op,
+    operation: Operation,
     render: Callable[[LocationStatus], str],
-    *,
-    select: Callable[[LocationStatus], bool] | None = None,
 ) -> Response:
+    svc = operation.service
     if loc != ALL:
-        rec = ctx.single(event, loc, svc, op)
+        rec = ctx.single(loc, operation)
         if svc not in rec.services:  # pragma: no cover - the manager raised NotFound already
             raise NotFound(f"location {loc!r} has no service {svc}")
         return JSONResponse({rec.location: render(rec)})
-    results = ctx.bulk(event, svc, op, select=select)
-    if select is not None and not results:
+    results = ctx.bulk(operation)  # locations without the service (or nothing paused) skipped
+    if operation.schedules and not results:
         raise InvalidTransition(f"no location has {svc} paused: nothing to schedule a resume for")
     return bulk_response(request, results, render, flat=True)
 
@@ -212,20 +211,14 @@ def status_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam)
 
 def _pause(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-
-    def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.pause(location, svc, actor=actor_for(request, None), if_version=if_version)
-
-    return _mutate(request, ctx, "pause", loc, svc, op, _enabled(svc))
+    operation = Operation.pause(svc, actor=actor_for(request, None))
+    return _mutate(request, ctx, loc, operation, _enabled(svc))
 
 
 def _resume(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-
-    def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.resume(location, svc, actor=actor_for(request, None), if_version=if_version)
-
-    return _mutate(request, ctx, "resume", loc, svc, op, _enabled(svc))
+    operation = Operation.resume(svc, actor=actor_for(request, None))
+    return _mutate(request, ctx, loc, operation, _enabled(svc))
 
 
 @router.post("/pause", response_model=StatusMap, responses=_WRITE,
@@ -257,30 +250,16 @@ def _get_schedule(request: Request, ctx: Context, service: str, loc: str) -> Res
 async def _post_schedule(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
     hours = parse_hours(await request.body())
-    delay = timedelta(hours=hours)
-
-    def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.resume(
-            location, svc, at=delay, actor=actor_for(request, None), if_version=if_version
-        )
-
-    def select(rec: LocationStatus) -> bool:
-        return rec.services[svc].paused
-
-    return await run_in_threadpool(
-        _mutate, request, ctx, "schedule_resume", loc, svc, op, _schedule(svc), select=select
+    operation = Operation.resume(
+        svc, at=timedelta(hours=hours), actor=actor_for(request, None)
     )
+    return await run_in_threadpool(_mutate, request, ctx, loc, operation, _schedule(svc))
 
 
 def _cancel(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-
-    def op(location: str, if_version: int | None) -> LocationStatus:
-        return ctx.mgr.cancel_scheduled_resume(
-            location, svc, actor=actor_for(request, None), if_version=if_version
-        )
-
-    return _mutate(request, ctx, "cancel_scheduled_resume", loc, svc, op, _schedule(svc))
+    operation = Operation.cancel_scheduled_resume(svc, actor=actor_for(request, None))
+    return _mutate(request, ctx, loc, operation, _schedule(svc))
 
 
 @router.get("/resume", response_model=StatusMap, responses=_READ,

@@ -181,9 +181,9 @@ class _StateCollector(Collector):
                 continue
             for svc, st in rec.services.items():
                 states[(svc, st.state.value)] += 1
-                if st.resume_at is not None:
+                if st.scheduled_resume is not None:
                     pending[svc] += 1
-                    if st.resume_at <= now:
+                    if st.resume_overdue(now):
                         overdue[svc] += 1
                 if st.state.transitional:
                     lagging[svc].update(

@@ -137,7 +137,9 @@ def _summary(
     time_source: TimeSource,
 ) -> str:
     states = Counter(st.state.value for r in records for st in r.services.values())
-    scheduled = sum(1 for r in records for st in r.services.values() if st.resume_at)
+    scheduled = sum(
+        1 for r in records for st in r.services.values() if st.scheduled_resume is not None
+    )
     alive = sum(1 for w in workers if worker_live(w, time_source))
     counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "no services"
     locations = f"{len(records) + corrupt} locations" + (f" ({corrupt} corrupt)" if corrupt else "")
@@ -174,8 +176,8 @@ def _services_table(
                 if st.state.transitional
                 else []
             )
-            if st.resume_at is not None:
-                when = _e(_iso(st.resume_at))
+            if st.scheduled_resume is not None:
+                when = _e(_iso(st.scheduled_resume))
                 resume = (
                     f'<td class="resume"><time class="resume-at" datetime="{when}">{when}</time> '
                     '<span class="relative"></span></td>'

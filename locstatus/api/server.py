@@ -39,7 +39,9 @@ from typing import Any
 
 import uvicorn
 
-from locstatus.api.app import CheckState, check_token, create_app
+from locstatus.api.app import create_app
+from locstatus.api.auth import check_token
+from locstatus.api.context import CheckState
 from locstatus.api.guard import split_host
 from locstatus.api.principals import Principals
 from locstatus.api.problems import SECRETS, redact

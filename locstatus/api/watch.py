@@ -153,7 +153,7 @@ class WatchHub:
         self.registrations: dict[str, WorkerInfo] = {}
         """worker id -> the registration this hub's app wrote last (acknowledgements check
         the worker's lease against it before reading the stored one)."""
-        local = mgr.backend.url.split(":", 1)[0] in ("sqlite", "memory")
+        local = mgr.backend.local_reads  # SQLite, memory: a store on this host
         self.local_writes: contextlib.AbstractContextManager[Any] = (
             threading.Lock() if local else contextlib.nullcontext()
         )

@@ -41,7 +41,8 @@ from locstatus.manager import Manager, worker_live
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, WorkerInfo
 from locstatus.names import check_location
 
-from .app import Ctx, bearer
+from .auth import bearer
+from .context import Ctx
 from .guard import NativeRoute
 from .principals import require
 from .problems import ProblemError, responses

@@ -70,7 +70,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from locstatus.api.app import create_app
+from locstatus.api import create_app
 from locstatus.api.problems import redact
 from locstatus.api.server import BackgroundServer
 from locstatus.client import connect

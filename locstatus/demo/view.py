@@ -135,8 +135,8 @@ class Dashboard:
                 continue
             text.append(f"{svc} ")
             text.append(st.state.value, style=_STATE_STYLE[st.state])
-            if st.resume_at is not None:
-                left = max(0.0, (st.resume_at - now).total_seconds())
+            if (at := st.scheduled_resume) is not None:
+                left = max(0.0, (at - now).total_seconds())
                 text.append(f" (resume in {math.ceil(left)}s)", style="cyan")
         return text
 

@@ -165,7 +165,7 @@ def test_a_reason_that_cannot_be_stored_is_invalid_input(tmp_path: Path, field: 
 def test_a_service_argument_of_the_wrong_type_is_invalid_input(tmp_path: Path) -> None:
     """A location of the wrong type is :class:`InvalidInput` (``tests/test_bad_input.py``
     ``pause-int``); a service of the wrong type raises ``TypeError: 'int' object is not
-    iterable`` from ``Manager._services_arg`` (found by ``test_hostile_input.py``)."""
+    iterable`` from ``Manager._services_arg`` (now ``locstatus.manager.plans.services_arg``; found by ``test_hostile_input.py``)."""
     from locstatus.errors import InvalidInput
 
     mgr = connect(f"sqlite:///{tmp_path}/locstatus.db")

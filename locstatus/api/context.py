@@ -1,0 +1,212 @@
+"""What every request handler of the sidecar shares: the per-app :class:`Context` (the manager,
+the token, metrics, the reconciler and the last check) and the mutation path of one location
+or of ``all``.
+
+Why it is its own module: the native routes (:mod:`.routes`) and the Backbeat routes
+(:mod:`.backbeat`) both run their mutations through it, and the app factory (:mod:`.app`) builds
+it; keeping it below all three means no route module imports the app (no api/app <-> backbeat
+cycle). A mutation is a manager :class:`~locstatus.manager.Operation`: run on one location
+(:meth:`~locstatus.manager.Manager.apply`) or on ``all`` by the manager's one bulk operation
+(:meth:`~locstatus.manager.Manager.bulk`); this module maps the outcome to responses and
+counts it in the metrics.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from fastapi import Depends, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from locstatus.errors import (
+    CorruptRecord,
+    InvalidInput,
+    LocstatusError,
+    NotFound,
+    PreconditionFailed,
+)
+from locstatus.manager import BulkItem, Manager, Operation, Outcome
+from locstatus.models import LocationStatus
+from locstatus.names import BULK_LOCATION, SERVICE_ALIASES, check_location
+
+from . import problems
+from .metrics import Metrics
+from .principals import Principals
+from .responses import bulk_response, dump, location_response, parse_if_match
+
+if TYPE_CHECKING:
+    from locstatus.reconciler import Reconciler
+
+ALL = BULK_LOCATION
+"""The location (and service) name that means "every one" in mutating routes."""
+
+T = TypeVar("T")
+
+@dataclass
+class CheckState:
+    """Where the server's periodic check stores its last outcome (read by ``/v1/check``)."""
+
+    result: Any = None
+    at: datetime | None = None
+    duration: float = 0.0
+    error: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+# -- the per-app context ----------------------------------------------------------------------
+
+
+class Context:
+    """What the routes share: the manager, the token, metrics and helpers. Every time is the
+    manager's (``mgr.time``, the backend's; docs/time.md)."""
+
+    def __init__(
+        self,
+        mgr: Manager,
+        *,
+        token: str | None,
+        metrics: Metrics,
+        reconciler: Reconciler | None,
+        check: CheckState | None,
+        inline_reads: bool | None = None,
+        principals: Principals | None = None,
+    ) -> None:
+        self.mgr = mgr
+        self.token = token
+        self.principals = principals or Principals.from_settings(tokens_file=None, token=token)
+        """Who may call (docs/http.md "Callers and roles")."""
+        self.metrics = metrics
+        self.reconciler = reconciler
+        self.check = check
+        local = mgr.backend.local_reads
+        self.inline_reads = inline_reads if inline_reads is not None else local
+        """Run single reads on the event loop: true for backends whose reads stay on this host
+        (:attr:`Backend.local_reads`: SQLite in WAL mode, memory), false for network ones."""
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call a quick backend read: inline for local backends, else in the thread pool."""
+        if self.inline_reads:
+            return fn(*args, **kwargs)
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+    # -- names ----------------------------------------------------------------------------
+
+    def service_arg(self, name: str) -> str | None:
+        """``all`` -> None (every service); else the canonical configured name.
+        Raises :class:`NotFound` for a service that is not configured."""
+        if name == ALL:
+            return None
+        canon = SERVICE_ALIASES.get(name, name)
+        if canon not in self.mgr.services:
+            shown = name if len(name) <= 64 else name[:61] + "..."
+            raise NotFound(
+                f"unknown service {shown!r}: expected one of {', '.join(self.mgr.services)}, "
+                "crr or all"
+            )
+        return canon
+
+    # -- mutations ------------------------------------------------------------------------
+
+    def single(
+        self,
+        location: str,
+        operation: Operation,
+        *,
+        if_match: str | None = None,
+        wait: float | None = None,
+    ) -> LocationStatus:
+        """Run ``operation`` on one location (:meth:`Manager.apply
+        <locstatus.manager.Manager.apply>`); ``if_match`` is the raw header. Raises the
+        manager's errors (:class:`PreconditionFailed` on a stale If-Match)."""
+        check_location(location)
+        versions = parse_if_match(if_match) if if_match is not None else None
+        before = self.mgr.status(location)
+        if_version: int | None = None
+        if versions:
+            if len(versions) == 1:
+                if_version = versions[0]
+            elif before.version in versions:
+                if_version = before.version  # still checked by the compare-and-set
+            else:
+                raise PreconditionFailed(
+                    f"location {location!r} is at version {before.version}, "
+                    f"not one of {', '.join(map(str, versions))}"
+                )
+        event = operation.event
+        try:
+            after = self.mgr.apply(location, operation, if_version=if_version)
+        except LocstatusError as exc:
+            self.metrics.transition(event, type(exc).__name__)
+            raise
+        self.metrics.transition(event, "applied" if after.version != before.version else "noop")
+        if wait is not None:
+            after = self.mgr.wait_settled(location, operation.service, timeout=wait)
+        return after
+
+    def bulk(
+        self, operation: Operation, *, wait: float | None = None
+    ) -> dict[str, LocationStatus | LocstatusError]:
+        """Run ``operation`` on every location that is not removed: the manager's one bulk
+        operation (:meth:`Manager.bulk <locstatus.manager.Manager.bulk>`). Returns location
+        -> stored record or error for every location the operation concerns: a location
+        without the service, or (a schedule) with nothing paused, is skipped and left out; a
+        corrupt record is there as its :class:`CorruptRecord` (whether it has the service is
+        unknown: never silently outside). With ``wait``, every write is done first, then
+        every location is waited for until one shared deadline. Each location's write is
+        counted in the transition metrics as it is decided."""
+        event = operation.event
+
+        def count(item: BulkItem, _done: int, _total: int | None) -> None:
+            if item.outcome is Outcome.CHANGED:
+                self.metrics.transition(event, "applied")
+            elif item.outcome is Outcome.UNCHANGED:
+                self.metrics.transition(event, "noop")
+            elif item.outcome is Outcome.FAILED and not isinstance(item.error, CorruptRecord):
+                self.metrics.transition(event, type(item.error).__name__)
+
+        report = self.mgr.bulk(operation, wait=wait, progress=count)
+        out: dict[str, LocationStatus | LocstatusError] = {}
+        for item in report.items:
+            if item.error is not None:
+                out[item.location] = item.error
+            elif item.outcome is not Outcome.SKIPPED and item.status is not None:
+                out[item.location] = item.status
+        return out
+
+    def respond(
+        self,
+        request: Request,
+        location: str,
+        operation: Operation,
+        *,
+        if_match: str | None,
+        wait: float | None = None,
+        render: Callable[[LocationStatus], Any] | None = None,
+        empty: str | None = None,
+    ) -> Response:
+        """Run a native mutation for one location (ETag'd record) or ``all`` (bulk); ``empty``:
+        the 409 detail when ``all`` concerns no location (a schedule with nothing paused)."""
+        if location != ALL:
+            rec = self.single(location, operation, if_match=if_match, wait=wait)
+            return location_response(rec)
+        if if_match is not None:
+            raise InvalidInput("If-Match cannot be used with location 'all' (one version each)")
+        results = self.bulk(operation, wait=wait)
+        if not results and empty is not None:
+            return problems.problem(409, "invalid transition", empty, instance=request.url.path,
+                                    type_="urn:locstatus:invalid-transition")
+        return bulk_response(request, results, render or dump)
+
+
+async def context(request: Request) -> Context:
+    """The app's :class:`Context` (an ``async`` dependency: no thread-pool hop)."""
+    ctx: Context = request.app.state.locstatus
+    return ctx
+
+
+Ctx = Annotated[Context, Depends(context)]

@@ -1,0 +1,240 @@
+"""``check``, ``serve`` and ``demo``: commands implemented in other modules, imported only when
+they run, so a missing optional dependency only breaks that command (exit 2, with the reason).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+import typer.core
+
+from locstatus.errors import (
+    InvalidInput,
+)
+from locstatus.locations import load_locations
+
+from .app import (
+    JsonOpt,
+    app,
+    fail,
+    options_of,
+)
+from .parsing import (
+    interval_seconds,
+    parse_duration,
+    parse_number,
+    parse_port,
+)
+from .rendering import (
+    new_console,
+    print_json,
+)
+
+
+def _feature(
+    module: str, command: str, *names: str, extra: str | None = None
+) -> list[Callable[..., Any]]:
+    """Import ``names`` from ``module`` for ``command``; a failed import of a command that needs
+    a package extra (``server``) says which one to install."""
+    try:
+        mod = importlib.import_module(module)
+        return [getattr(mod, n) for n in names]
+    except (ImportError, AttributeError) as exc:
+        hint = (
+            f" (install the {extra} extra: pip install 'locstatus[{extra}]')"
+            if extra is not None and isinstance(exc, ImportError)
+            else ""
+        )
+        fail(f"'locstatus {command}' is not available: cannot import {module} ({exc}){hint}", 2)
+
+
+@app.command()
+def check(
+    ctx: typer.Context,
+    repair: Annotated[bool, typer.Option("--repair", help="Fix what is safe to fix.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Plan the repairs --repair would make; write nothing."),
+    ] = False,
+    as_json: JsonOpt = False,
+    stuck_after: Annotated[
+        str,
+        typer.Option(
+            "--stuck-after", metavar="DURATION", help="Report pausing/resuming older than this."
+        ),
+    ] = "5m",
+    tombstone_ttl: Annotated[
+        str,
+        typer.Option(
+            "--tombstone-ttl", metavar="DURATION", help="Purge removed locations older than this."
+        ),
+    ] = "24h",
+    locations: Annotated[
+        str | None,
+        typer.Option(
+            "--locations", metavar="FILE", help="Expected location list (as for 'locations sync')."
+        ),
+    ] = None,
+    location_config: Annotated[
+        str | None,
+        typer.Option(
+            "--location-config",
+            metavar="FILE",
+            help="Backbeat locationConfig.json for --locations.",
+        ),
+    ] = None,
+    metrics_file: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-file", metavar="PATH", help="Write Prometheus metrics (textfile collector)."
+        ),
+    ] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    max_skew: Annotated[
+        float,
+        typer.Option(
+            "--max-skew",
+            metavar="SECONDS",
+            min=0.0,
+            help="Report a worker (or this host) whose clock is off the backend's by more.",
+        ),
+    ] = 1.0,
+) -> None:
+    """Consistency check (docs/design.md §5.4): exit 0 clean, 1 findings left, 2 could not run."""
+    stuck = parse_duration(stuck_after, option="--stuck-after")
+    ttl = parse_duration(tombstone_ttl, option="--tombstone-ttl")
+    if location_config is not None and locations is None:
+        raise InvalidInput(
+            f"--location-config {location_config!r} needs --locations (the Backbeat config.json)"
+        )
+    expected = (
+        load_locations(locations, location_config, services=options_of(ctx).services)
+        if locations is not None
+        else None
+    )
+    if metrics_file is not None:
+        _check_writable(metrics_file, "--metrics-file")  # before the scan, not after it
+    run_check, render_report, write_metrics = _feature(
+        "locstatus.check", "check", "run_check", "render_report", "write_metrics"
+    )
+    mgr = options_of(ctx).manager()
+    report = run_check(
+        mgr,
+        repair=repair,
+        dry_run=dry_run,
+        stuck_after=stuck,
+        expected=expected,
+        tombstone_ttl=ttl,
+        progress=not no_progress and not as_json,
+        max_skew=max_skew,
+    )
+    if as_json:
+        print_json(json.dumps(report.as_dict()))
+    else:
+        render_report(report, new_console())
+    if metrics_file is not None:
+        write_metrics(report, metrics_file)
+    raise typer.Exit(int(report.exit_code))
+
+
+def _check_writable(path: str, option: str) -> None:
+    """Refuse (InvalidInput, exit 2) a file that cannot be written: its directory is missing or
+    not writable, or it is a directory itself."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InvalidInput(f"{option} {path!r} is a directory")
+    if not os.path.isdir(directory):
+        raise InvalidInput(f"{option} {path!r}: directory {directory!r} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InvalidInput(f"{option} {path!r}: directory {directory!r} is not writable")
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[str, typer.Option("--port", metavar="PORT")] = "8080",
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="Allow a non-loopback bind without a token.")
+    ] = False,
+    reconcile_interval: Annotated[
+        str,
+        typer.Option(
+            "--reconcile-interval",
+            metavar="SECONDS",
+            help="How often to fire due resumes and settle.",
+        ),
+    ] = "1.0",
+    check_interval: Annotated[
+        str | None,
+        typer.Option(
+            "--check-interval", metavar="SECONDS", help="Run the consistency check this often."
+        ),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Without a token, also serve requests for this Host name (repeatable); "
+            "loopback names are always served.",
+        ),
+    ] = None,
+) -> None:
+    """Run the HTTP sidecar (docs/design.md §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
+    logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
+    port_number = parse_port(port)
+    reconcile = interval_seconds("--reconcile-interval", reconcile_interval)
+    check_every = interval_seconds("--check-interval", check_interval)
+    (serve_fn,) = _feature("locstatus.api.server", "serve", "serve", extra="server")
+    serve_fn(
+        options_of(ctx).backend,
+        host=host,
+        port=port_number,
+        token=os.environ.get("LOCSTATUS_API_TOKEN") or None,
+        insecure=insecure,
+        reconcile_interval=reconcile,
+        check_interval=check_every,
+        allowed_hosts=tuple(allow_host or ()),
+    )
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    keep: Annotated[bool, typer.Option(
+            "--keep",
+            help="Stay up after the scenario (sidecar and workers) until Ctrl-C; keeps the "
+            "demo's files.",
+        ),] = False,
+    workers: Annotated[
+        str, typer.Option("--workers", metavar="N", help="Worker processes (1..64).")
+    ] = "3",
+    duration: Annotated[str, typer.Option("--duration", metavar="SECONDS")] = "20",
+    port: Annotated[str, typer.Option("--port", metavar="PORT")] = "8080",
+) -> None:
+    """A self-contained demo: workers, a sidecar and scripted operator actions. Uses its own
+    temporary store unless --backend is given on the command line."""
+    n_workers = int(parse_number("--workers", workers, low=1, high=64, integer=True))
+    seconds = interval_seconds("--duration", duration)
+    port_number = parse_port(port)
+    (run_demo,) = _feature("locstatus.demo", "demo", "run_demo", extra="server")
+    opts = options_of(ctx)
+    raise SystemExit(
+        run_demo(
+            backend_url=opts.backend if opts.backend_given else None,
+            keep=keep,
+            workers=n_workers,
+            duration=seconds,
+            port=port_number,
+            services=opts.services,
+        )
+    )
+
+

@@ -1,0 +1,169 @@
+"""``locations sync`` and ``locations list``: importing a location list into the store
+(docs/cli.md, docs/design.md §5.2).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+import typer.core
+from rich.table import Table
+from rich.text import Text
+
+from locstatus.errors import (
+    CorruptRecord,
+    InvalidInput,
+)
+from locstatus.locations import load_locations, load_sample
+from locstatus.names import (
+    MAX_ACTOR,
+)
+
+from .app import (
+    ActorOpt,
+    JsonOpt,
+    locations_app,
+    options_of,
+)
+from .parsing import (
+    check_option_text,
+    default_actor,
+)
+from .rendering import (
+    STATUS_LIST,
+    iso,
+    new_console,
+    print_json,
+    report_corrupt,
+)
+
+
+@locations_app.command("sync")
+def locations_sync(
+    ctx: typer.Context,
+    file: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="FILE",
+            help="Plain list (one name per line), Backbeat config.json or locationConfig.json.",
+            show_default=False,
+        ),
+    ] = None,
+    location_config: Annotated[
+        str | None,
+        typer.Option(
+            "--location-config",
+            metavar="FILE",
+            help="Backbeat locationConfig.json (its keys get lifecycle).",
+        ),
+    ] = None,
+    keep_missing: Annotated[
+        bool, typer.Option("--keep-missing", help="Do not remove locations absent from FILE.")
+    ] = False,
+    sample: Annotated[
+        bool,
+        typer.Option(
+            "--sample",
+            help="Use the packaged sample config.json and locationConfig.json instead of FILE.",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would change; write nothing.")
+    ] = False,
+    actor: ActorOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make the stored locations match a location list: add missing locations and services,
+    restore removed ones, and remove (tombstone) locations the list no longer has."""
+    configured = options_of(ctx).services
+    check_option_text("--actor", actor, MAX_ACTOR)
+    if sample:
+        if file is not None or location_config is not None:
+            raise InvalidInput(f"--sample takes no FILE or --location-config (got {file!r})")
+        wanted = load_sample(configured)
+    elif file is None:
+        raise InvalidInput("missing FILE (or --sample)")
+    else:
+        wanted = load_locations(file, location_config, services=configured)
+    mgr = options_of(ctx).manager(create=True)
+    who = actor or default_actor()
+    # One implementation: the dry run is the manager's (docs/cli.md, "Importing locations");
+    # a list that names a corrupt record is refused before anything is written.
+    report = mgr.sync_locations(wanted, actor=who, remove_missing=not keep_missing, dry_run=True)
+    for loc in report.corrupt:
+        try:
+            mgr.status(loc)
+        except CorruptRecord as exc:
+            raise CorruptRecord(
+                loc, f"{exc.detail} (repair it with 'locstatus check' first)"
+            ) from None
+    if not dry_run:
+        report = mgr.sync_locations(wanted, actor=who, remove_missing=not keep_missing)
+    if as_json:
+        print_json(
+            json.dumps(
+                {
+                    "dry_run": dry_run,
+                    "added": report.added,
+                    "restored": report.restored,
+                    "removed": report.removed,
+                    "services_added": report.services_added,
+                    "unchanged": report.unchanged,
+                    "locations": {k: list(v) for k, v in wanted.items()},
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table(
+        title="locations sync" + (" (dry run: nothing written)" if dry_run else ""),
+        title_justify="left",
+    )
+    for col in ("Location", "Services", "Change"):
+        table.add_column(col)
+    for loc, svcs in wanted.items():
+        if loc in report.added:
+            change = Text("added", style="green")
+        elif loc in report.restored:
+            change = Text("restored", style="green")
+        elif loc in report.services_added:
+            change = Text("services added: " + ", ".join(report.services_added[loc]), style="green")
+        else:
+            change = Text("unchanged", style="dim")
+        table.add_row(Text(loc), Text(", ".join(svcs)), change)
+    for loc in report.removed:
+        table.add_row(Text(loc), "", Text("removed", style="yellow"))
+    new_console().print(table)
+    if report.kept:
+        new_console().print(Text(f"kept (not in the list): {', '.join(report.kept)}"))
+
+
+@locations_app.command("list")
+def locations_list(
+    ctx: typer.Context,
+    as_json: JsonOpt = False,
+) -> None:
+    """List every stored location (removed ones included) with its services."""
+    mgr = options_of(ctx).manager()
+    records, corrupt = mgr.listing(include_removed=True)
+    if as_json:
+        print_json(STATUS_LIST.dump_json(records, indent=2).decode())
+    else:
+        table = Table(title="locations", title_justify="left")
+        for col in ("Location", "Services", "Version", "Removed"):
+            table.add_column(col)
+        for rec in records:
+            table.add_row(
+                Text(rec.location),
+                Text(", ".join(sorted(rec.services))),
+                str(rec.version),
+                Text(iso(rec.deleted_at), style="yellow") if rec.deleted else "",
+            )
+        for bad in corrupt:
+            table.add_row(Text(bad.location), Text("CORRUPT", style="bold red"), "", "")
+        new_console().print(table)
+    report_corrupt(corrupt)
+
+

@@ -1,0 +1,326 @@
+"""One bulk operation for every location (``all``) or any list of them: the CLI's ``pause all``,
+the sidecar's ``/v1/locations/all/...`` and the Backbeat routes all run this and only render it.
+
+Shaped for the fleet (issue 21: 100 000 locations, batched writes per backend):
+
+- **Streamed.** Records come from the store one batch at a time (:func:`_source`); each batch is
+  planned per location purely (:meth:`~.operator.Operation.plan`, from the record just read,
+  so the first compare-and-set needs no second read), then written through
+  :meth:`~.writes.Writer.write_batch`, whose results stream back per location. Each location
+  stays its own compare-and-set on its own version with its history in the same write;
+  a conflict re-reads and re-applies that location only. A backend that batches (many
+  locations per SQLite transaction, pipelined ZooKeeper operations, MongoDB ``bulk_write``)
+  changes the write step and :data:`BATCH` alone, never a caller. What is held is one batch of
+  plans and one compact :class:`BulkItem` per location, never the store twice.
+- **One report, one verdict.** :class:`BulkReport` says per location ``changed``,
+  ``unchanged``, ``skipped`` (with why) or ``failed`` (with the error); a corrupt record is a
+  failed location, never left out. Whether the operation as a whole was refused is decided
+  once, by :attr:`BulkReport.refusal` (no location stored, or every location skipped): the CLI
+  exits with it (docs/cli.md, "Bulk: `all`"); the sidecar leaves skipped locations out of its
+  answer and refuses only a schedule that no location takes (docs/http.md, "Bulk operations").
+- **``wait=``** waits for every changed location at once until one shared deadline
+  (:func:`~.reconcile.wait_all`); a location still settling then fails with its
+  :class:`~locstatus.errors.SettleTimeout`, naming its lagging (and stuck) workers.
+- **Progress and Ctrl-C.** ``progress(item, done, total)`` is called as each location is
+  decided; a :class:`KeyboardInterrupt` stops the operation cleanly and raises
+  :class:`BulkInterrupted` (a ``KeyboardInterrupt``) carrying the report of what was done, the
+  locations whose write was in flight reported as failed with an outcome that is unknown
+  (look for the operation's op_id in their history).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from itertools import islice
+
+from locstatus.errors import (
+    AmbiguousCommit,
+    CorruptRecord,
+    InvalidInput,
+    InvalidTransition,
+    LocstatusError,
+    NotFound,
+)
+from locstatus.models import LocationStatus, new_op_id
+from locstatus.names import check_location
+
+from .core import Core
+from .operator import Operation
+from .plans import check_op_id, check_wait
+from .reconcile import settle_unwatched, wait_all
+from .writes import WriteRequest
+
+BATCH = 1
+"""Locations per write batch. One today: the write step is one compare-and-set per location,
+so an interrupted operation knows exactly which location was in flight. A batching backend
+raises it (issue 21)."""
+
+
+class Outcome(StrEnum):
+    """What a bulk operation did at one location."""
+
+    CHANGED = "changed"
+    """This operation changed at least one service (its op_id is in the record)."""
+    UNCHANGED = "unchanged"
+    """Nothing to change (already paused, nothing scheduled...): nothing written."""
+    SKIPPED = "skipped"
+    """Outside the operation: the location has none of the services, or (a scheduled resume)
+    nothing paused to take it. ``why`` says which."""
+    FAILED = "failed"
+    """The operation failed here (``error``): a corrupt record, a conflict that did not
+    resolve, an unreachable backend, a wait that ran out..."""
+
+
+@dataclass(frozen=True, slots=True)
+class BulkItem:
+    """One location's outcome (:class:`Outcome`).
+
+    ``status``: the record after the operation (after the wait, with ``wait=``); for a skipped
+    location the record as read; None when no record could be read. ``changed``: the services
+    this operation changed. ``why``: for a skipped location. ``error``: for a failed one.
+    """
+
+    location: str
+    outcome: Outcome
+    status: LocationStatus | None = None
+    changed: tuple[str, ...] = ()
+    why: str | None = None
+    error: LocstatusError | None = None
+
+
+Progress = Callable[[BulkItem, int, int | None], None]
+"""``progress(item, done, total)``: called once per location as it is decided (before any
+wait); ``total`` is None when the source cannot tell in advance."""
+
+
+@dataclass
+class BulkReport:
+    """Every location's outcome of one bulk operation, sorted by location.
+
+    ``operation`` as checked (canonical services, an absolute resume time); ``op_id``: the one
+    operation id every write of it carries (look for it in a location's history);
+    ``interrupted``: the operation was stopped (Ctrl-C) before every location was reached.
+    """
+
+    operation: Operation
+    op_id: str
+    items: list[BulkItem] = field(default_factory=list)
+    interrupted: bool = False
+
+    def of(self, outcome: Outcome) -> list[BulkItem]:
+        """The items with this outcome."""
+        return [i for i in self.items if i.outcome is outcome]
+
+    @property
+    def failed(self) -> list[BulkItem]:
+        return self.of(Outcome.FAILED)
+
+    @property
+    def ok(self) -> bool:
+        """No location failed and the operation was not refused or interrupted."""
+        return not self.interrupted and self.refusal is None and not self.failed
+
+    @property
+    def refusal(self) -> LocstatusError | None:
+        """The one rule for an operation that acted on no location (docs/cli.md, "Bulk:
+        `all`"): none stored is :class:`NotFound` (CLI exit 1); every one skipped is
+        :class:`InvalidTransition` (exit 1). None otherwise, and for an interrupted operation
+        (it did not look at every location)."""
+        if self.interrupted or any(i.outcome is not Outcome.SKIPPED for i in self.items):
+            return None
+        label = _LABELS[self.operation.event]
+        if not self.items:
+            return NotFound(
+                f"{label}: no locations to act on (none is stored: import them first with "
+                "'locstatus locations sync FILE')"
+            )
+        names = self.operation.names()
+        what = " or ".join(names) if names else "service"
+        if self.operation.schedules:
+            return InvalidTransition(
+                f"{label}: no location has a {what} paused to schedule a resume for "
+                "(every location was skipped)"
+            )
+        return InvalidTransition(
+            f"{label}: no location has a {what} to act on (every location was skipped)"
+        )
+
+
+class BulkInterrupted(KeyboardInterrupt):
+    """A bulk operation stopped by Ctrl-C: ``report`` holds what was done (its
+    ``interrupted`` is True). A :class:`KeyboardInterrupt`, so a caller that does not look
+    at the report still stops."""
+
+    def __init__(self, report: BulkReport) -> None:
+        super().__init__(f"interrupted after {len(report.items)} locations")
+        self.report = report
+
+
+_LABELS = {
+    "pause": "pause",
+    "resume": "resume",
+    "schedule_resume": "scheduled resume",
+    "cancel_scheduled_resume": "cancel of the scheduled resume",
+}
+
+_Entry = LocationStatus | LocstatusError
+"""What the source yields per location: its record, or why it could not be read."""
+
+
+def run(
+    core: Core,
+    operation: Operation,
+    locations: Iterable[str] | None = None,
+    *,
+    wait: float | None = None,
+    progress: Progress | None = None,
+    op_id: str | None = None,
+) -> BulkReport:
+    """See :meth:`Manager.bulk <locstatus.manager.Manager.bulk>`."""
+    op = operation.checked(core.services, core.clock())
+    check_wait(wait)
+    op_id = new_op_id() if op_id is None else check_op_id(op_id)
+    names = None if locations is None else _names(locations)
+    report = BulkReport(op, op_id)
+    inflight: dict[str, WriteRequest] = {}
+    try:
+        total, source = _source(core, names)
+        done = 0
+        for batch in _batched(source, BATCH):
+            requests: list[WriteRequest] = []
+            for location, entry in batch:
+                decided = _decide(op, op_id, location, entry)
+                if isinstance(decided, WriteRequest):
+                    requests.append(decided)
+                    inflight[location] = decided
+                    continue
+                report.items.append(decided)
+                done += 1
+                if progress is not None:
+                    progress(decided, done, total)
+            for req, result in core.writer.write_batch(requests):
+                item = _written(op, op_id, req, result)
+                report.items.append(item)
+                del inflight[req.location]
+                if item.outcome is Outcome.CHANGED and item.status is not None:
+                    settled = settle_unwatched(core, item.status, op_id, op.actor, op.reason)
+                    report.items[-1] = replace(item, status=settled)
+                done += 1
+                if progress is not None:
+                    progress(report.items[-1], done, total)
+        if wait is not None and op.event in ("pause", "resume"):
+            _wait(core, report, wait)
+    except KeyboardInterrupt:
+        for location in inflight:
+            report.items.append(
+                BulkItem(
+                    location,
+                    Outcome.FAILED,
+                    error=AmbiguousCommit(
+                        f"location {location!r}: interrupted while writing: the write may or "
+                        f"may not have been applied: look for op_id {op_id} in the history"
+                    ),
+                )
+            )
+        report.interrupted = True
+        report.items.sort(key=lambda i: i.location)
+        raise BulkInterrupted(report) from None
+    report.items.sort(key=lambda i: i.location)
+    return report
+
+
+def _names(locations: Iterable[str]) -> list[str]:
+    if isinstance(locations, str):
+        raise InvalidInput("locations must be a list of names (or None for every location)")
+    names = list(dict.fromkeys(check_location(name) for name in locations))
+    if not names:
+        raise InvalidInput("no location given")
+    return names
+
+
+def _source(
+    core: Core, names: Sequence[str] | None
+) -> tuple[int | None, Iterator[tuple[str, _Entry]]]:
+    """The operation's locations with their records, in order: every stored one that is not
+    removed (``names`` None), a corrupt one as its :class:`CorruptRecord`; or each of
+    ``names``, an unknown one as :class:`NotFound`. Today every record of the store is one
+    read (``read_all``), whose records are let go as they are handed out, and a named one one
+    ``read`` each; a paged read slots in here."""
+    if names is None:
+        found = list(core.backend.read_all())  # our own list: a backend may keep its result
+        found.reverse()  # handed out from the end, so each record read is let go once decided
+        total = sum(1 for item in found if isinstance(item, CorruptRecord) or not item.deleted)
+
+        def stored() -> Iterator[tuple[str, _Entry]]:
+            while found:
+                item = found.pop()
+                if isinstance(item, CorruptRecord) or not item.deleted:
+                    yield item.location, item
+
+        return total, stored()
+
+    def each() -> Iterator[tuple[str, _Entry]]:
+        for name in names:
+            try:
+                yield name, core.writer.read(name)
+            except (NotFound, CorruptRecord) as exc:
+                yield name, exc
+
+    return len(names), each()
+
+
+def _batched(items: Iterator[tuple[str, _Entry]], size: int) -> Iterator[list[tuple[str, _Entry]]]:
+    while batch := list(islice(items, size)):
+        yield batch
+
+
+def _decide(op: Operation, op_id: str, location: str, entry: _Entry) -> WriteRequest | BulkItem:
+    """Pure: the write request of one location, or its outcome when there is nothing to write
+    (a record that cannot be read, a location without any targeted service)."""
+    if isinstance(entry, LocstatusError):
+        return BulkItem(location, Outcome.FAILED, error=entry)
+    wanted = op.names()
+    present = None if wanted is None else [s for s in wanted if s in entry.services]
+    if present is not None and not present:
+        return BulkItem(location, Outcome.SKIPPED, entry, why=f"has no {', '.join(wanted or ())}")
+    return WriteRequest(location, op.plan(op_id, present), op_id, known=entry)
+
+
+def _written(
+    op: Operation, op_id: str, req: WriteRequest, result: LocationStatus | LocstatusError
+) -> BulkItem:
+    """One location's outcome from its write."""
+    if isinstance(result, InvalidTransition) and op.schedules:
+        # a location with nothing paused simply has nothing to schedule
+        return BulkItem(req.location, Outcome.SKIPPED, req.known, why="nothing paused to schedule")
+    if isinstance(result, LocstatusError):
+        return BulkItem(req.location, Outcome.FAILED, error=result)
+    changed = tuple(s for s, st in sorted(result.services.items()) if st.op_id == op_id)
+    return BulkItem(
+        req.location, Outcome.CHANGED if changed else Outcome.UNCHANGED, result, changed
+    )
+
+
+def _wait(core: Core, report: BulkReport, wait: float) -> None:
+    """Wait for every written location still pausing/resuming, one shared deadline."""
+    names = report.operation.names()
+    pending: dict[str, list[str] | None] = {}
+    for item in report.items:
+        rec = item.status
+        if item.outcome in (Outcome.CHANGED, Outcome.UNCHANGED) and rec is not None:
+            chosen = sorted(rec.services) if names is None else [
+                s for s in names if s in rec.services
+            ]
+            if any(rec.services[s].state.transitional for s in chosen):
+                pending[item.location] = chosen
+    if not pending:
+        return
+    settled = wait_all(core, pending, timeout=wait)
+    for i, item in enumerate(report.items):
+        outcome = settled.get(item.location)
+        if isinstance(outcome, LocationStatus):
+            report.items[i] = replace(item, status=outcome)
+        elif isinstance(outcome, LocstatusError):
+            report.items[i] = replace(item, outcome=Outcome.FAILED, error=outcome)

@@ -1,0 +1,246 @@
+"""Reconcile primitives: settle what every live worker applied, fire the scheduled resumes that
+are due, settle right after a write what no live worker applies, and wait for a change to settle.
+
+Agents, the sidecar's reconciler, the check job's repairs and ``wait=`` loops call these; each is
+one compare-and-set write through :mod:`.writes`, planned purely (:mod:`.plans`) from the record
+and, for a settle, from the worker list and acks read after it (the ``prepare`` step of the
+write loop: model/README.md, finding 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from locstatus.errors import LocstatusError
+from locstatus.fsm import Event
+from locstatus.models import LocationStatus, new_op_id
+from locstatus.names import check_location
+
+from .core import Core
+from .liveness import lagging_workers, settle_timeout, worker_live
+from .plans import NOTHING, Decision, Plan, Refuse, ServiceArg, plan_events, services_arg, targets
+
+log = logging.getLogger("locstatus.manager")
+
+
+def settle(core: Core, location: str, service: ServiceArg = None) -> LocationStatus:
+    """Settle pausing -> paused / resuming -> running for the targeted services whose current
+    generation every live worker has acknowledged (see :meth:`Manager.settle`)."""
+    check_location(location)
+    names = services_arg(service, core.services)
+    op_id = new_op_id()
+
+    def prepare(rec: LocationStatus) -> Plan:
+        chosen = targets(rec, names)
+        if isinstance(chosen, LocstatusError):
+            error = chosen
+            return lambda _rec, _now: Refuse(error)
+        pending = [s for s in chosen if rec.services[s].state.transitional]
+        if not pending:
+            return lambda _rec, _now: NOTHING  # nothing to settle: no workers or acks read
+        workers = core.backend.workers()
+        acks = core.backend.acks(location)
+
+        def plan(rec: LocationStatus, now: datetime) -> Decision:
+            ready = [
+                s
+                for s in pending
+                if not lagging_workers(
+                    location, s, rec.services[s].generation, workers, acks, core.time
+                )
+            ]
+            return plan_events(
+                rec, now, op_id, ready,
+                lambda s: Event("settle", generation=rec.services[s].generation, acked=True),
+            )
+
+        return plan
+
+    return core.writer.write(location, prepare=prepare, op_id=op_id)
+
+
+def fire_due_resumes(
+    core: Core, location: str, services: ServiceArg = None, *, actor: str = "scheduler"
+) -> LocationStatus:
+    """Fire the scheduled resumes of ``location`` that are due, then settle what no live worker
+    applies (see :meth:`Manager.fire_due_resumes`)."""
+    check_location(location)
+    only = services_arg(services, core.services)
+    op_id = new_op_id()
+
+    def plan(rec: LocationStatus, now: datetime) -> Decision:
+        if rec.deleted:
+            return NOTHING
+        due = {
+            s: st.resume_at
+            for s, st in rec.services.items()
+            if (only is None or s in only) and st.resume_due(core.time)
+        }
+        return plan_events(
+            rec, now, op_id, list(due),
+            lambda s: Event("resume_due", at=due[s], actor=actor, reason="scheduled resume"),
+        )
+
+    fired = core.writer.write(location, plan, op_id=op_id)
+    return settle_unwatched(core, fired, op_id, actor, "scheduled resume")
+
+
+def settle_unwatched(
+    core: Core, stored: LocationStatus, op_id: str, actor: str | None, reason: str | None
+) -> LocationStatus:
+    """After a write of this call (``op_id``) left services pausing/resuming: settle those
+    no live worker (:func:`~.liveness.worker_live`) applies, in a write of their own, and return
+    the record as it then is (docs/design.md §3: no live worker counts as all). The settle's
+    history rows name this call's ``actor`` and ``reason`` (docs/cli.md, "Reading state").
+
+    The worker list is read *after* the transitional record is visible, never in the planning
+    of the write that made it (the ``one_write_settle`` finding of model/README.md): a worker
+    registering after that read reads the pausing record, not the one before it; one
+    registered before it is listed (the backend's
+    :meth:`~locstatus.backends.base.Backend.workers` is as fresh as the write). A service
+    another write touched since (its ``op_id`` is no longer ours) is left to that write or to a
+    later :func:`settle`. Returned: the record this call's settle wrote; when another process
+    settled or changed it first (a sidecar's reconciler woken by the write), the record this
+    call's own write stored, as after a lost reply: the caller still sees its ``op_id`` and
+    version."""
+    location = stored.location
+    mine = [
+        s
+        for s, st in sorted(stored.services.items())
+        if st.op_id == op_id and st.state.transitional
+    ]
+    if not mine or stored.deleted:
+        return stored
+    try:
+        return _settle_mine(core, stored, mine, op_id, actor, reason)
+    except LocstatusError as exc:
+        # The call's own write landed: report that, not this error. What stays
+        # transitional is settled by the next settle() (reconciler, check --repair,
+        # wait=), as for any write whose settle did not happen.
+        log.warning(
+            "location %s: op %s left %s pausing/resuming and could not settle it (%s); "
+            "the next settle does (sidecar reconciler, check --repair, wait=)",
+            location, op_id, ", ".join(mine), exc,
+        )
+        return stored
+
+
+def _settle_mine(
+    core: Core,
+    stored: LocationStatus,
+    mine: Sequence[str],
+    op_id: str,
+    actor: str | None,
+    reason: str | None,
+) -> LocationStatus:
+    location = stored.location
+    live = [w for w in core.backend.workers() if worker_live(w, core.time)]
+    unwatched = {
+        s: stored.services[s].generation
+        for s in mine
+        if not any(w.applies(location, s) for w in live)
+    }
+    if not unwatched:
+        return stored
+
+    def plan(rec: LocationStatus, now: datetime) -> Decision:
+        if rec.deleted:
+            return NOTHING
+        ready = [
+            s
+            for s, generation in unwatched.items()
+            if (st := rec.services.get(s)) is not None
+            and st.op_id == op_id
+            and st.generation == generation
+            and st.state.transitional
+        ]
+        return plan_events(
+            rec, now, op_id, ready,
+            lambda s: Event(
+                "settle", generation=unwatched[s], acked=True, actor=actor, reason=reason
+            ),
+        )
+
+    after = core.writer.write(location, plan, op_id=op_id, use_hint=True)
+    if any(
+        (st := after.services.get(s)) is not None and st.op_id == op_id
+        and not st.state.transitional
+        for s in unwatched
+    ):
+        return after  # settled by this call
+    return stored  # settled or changed by another call first: what this call wrote
+
+
+def wait_settled(
+    core: Core, location: str, service: ServiceArg = None, *, timeout: float
+) -> LocationStatus:
+    """Block until the targeted services of ``location`` are no longer pausing/resuming (see
+    :meth:`Manager.wait_settled`)."""
+    names = services_arg(service, core.services)
+    outcome = wait_all(core, {location: names}, timeout=timeout)[location]
+    if isinstance(outcome, LocstatusError):
+        raise outcome
+    return outcome
+
+
+def wait_all(
+    core: Core, pending: Mapping[str, Sequence[str] | None], *, timeout: float
+) -> dict[str, LocationStatus | LocstatusError]:
+    """Wait for several locations at once until one shared deadline, ``timeout`` seconds from
+    now on this process's monotonic clock: ``pending`` maps each location to the services to
+    wait for (canonical names, or None: all of the location's). Each round settles every
+    location still pending (:func:`settle`), then sleeps until a change hint or at most 0.25 s.
+    Returns location -> its settled record, or the error it ended with: a
+    :class:`SettleTimeout` naming its lagging (and stuck) workers when the deadline passed, or
+    what the settle raised (:class:`NotFound` for a location removed from the store...)."""
+    deadline = time.monotonic() + timeout
+    woken = threading.Event()
+    left = dict(pending)
+    out: dict[str, LocationStatus | LocstatusError] = {}
+    unsubscribe = core.backend.subscribe(lambda _hint: woken.set())
+    try:
+        while left:
+            woken.clear()
+            late: dict[str, tuple[LocationStatus, list[str]]] = {}
+            for location, names in list(left.items()):
+                try:
+                    rec = settle(core, location, names)
+                except LocstatusError as exc:
+                    out[location] = exc
+                    del left[location]
+                    continue
+                chosen = targets(rec, names)
+                if isinstance(chosen, LocstatusError):
+                    out[location] = chosen
+                    del left[location]
+                    continue
+                still = [s for s in chosen if rec.services[s].state.transitional]
+                if not still:
+                    out[location] = rec
+                    del left[location]
+                else:
+                    late[location] = (rec, still)
+            if not left:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                workers = core.backend.workers()
+                for location, (rec, still) in late.items():
+                    try:
+                        acks = core.backend.acks(location)
+                    except LocstatusError as exc:
+                        out[location] = exc
+                        continue
+                    out[location] = settle_timeout(
+                        rec, still, timeout, workers, acks, core.time
+                    )
+                break
+            woken.wait(min(remaining, 0.25))
+    finally:
+        unsubscribe()
+    return out
+

@@ -1,0 +1,339 @@
+"""The compare-and-set write loop: the one short function every mutation goes through.
+
+:meth:`Writer.write` is the loop of docs/design.md §3.1 and §3.2, the way kazoo's counter recipe
+reads:
+
+1. read the record and its version;
+2. plan purely (:mod:`.plans`: a :data:`~.plans.Decision`, never I/O);
+3. write with ``compare_and_set(expected_version)``, history in the same write;
+4. on :class:`VersionConflict` re-read and re-apply under a bounded, jittered retry policy
+   (tenacity), then raise :class:`ConflictError`;
+5. on :class:`AmbiguousCommit` (connection lost after send) re-read and look for the
+   operation's op_id in the history write at the version it would have produced before trying
+   again, never retrying blindly (:func:`_landed`).
+
+Nothing is trusted between calls but one thing: a *known record*, either the version hint
+(:class:`VersionHints`: the last record of a location this process read or wrote) or the record
+a bulk operation's scan just read. The loop may skip step 1 and plan from it, but only to make a
+write: that write's compare-and-set succeeds only if the record is still at that version (so the
+known record was the current one), and any other decision (a conflict, a refusal, a no-op, a
+precondition) is decided again from a fresh read. A process that pauses and resumes the same
+locations (the sidecar, an operator script, ``wait=`` loops) so saves a read per write.
+
+Some plans need more than the record (a settle needs the worker list and the acks, read *after*
+the record: model/README.md, finding 1): they come as a ``prepare(record) -> plan`` step, the I/O
+done by the loop between the read and the pure plan.
+
+:meth:`Writer.write_batch` is the shape a bulk operation writes through: many locations, each its
+own compare-and-set on its own version, results in order. Today it runs :meth:`Writer.write` per
+location; a backend that can batch (many locations per SQLite transaction, pipelined ZooKeeper
+operations, MongoDB ``bulk_write``) slots in here without changing a caller.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from locstatus.backends.base import Backend
+from locstatus.clock import Clock
+from locstatus.errors import (
+    AmbiguousCommit,
+    BackendUnavailable,
+    ConflictError,
+    CorruptRecord,
+    LocstatusError,
+    NotFound,
+    PreconditionFailed,
+    VersionConflict,
+)
+from locstatus.models import LocationStatus
+
+from .plans import Plan, Refuse, Write
+
+Prepare = Callable[[LocationStatus], Plan]
+"""``prepare(record) -> plan``: the reads a plan needs beside the record, done after reading it
+(one call per attempt); the plan it returns is pure."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded, jittered retry of compare-and-set conflicts (docs/design.md §3.1).
+
+    ``max_attempts`` attempts or ``max_seconds`` seconds, whichever comes first; waits are
+    random exponential between 0 and ``min(cap, base * 2**n)`` seconds.
+    """
+
+    max_attempts: int = 60
+    max_seconds: float = 15.0
+    base: float = 0.002
+    cap: float = 0.2
+
+
+class VersionHints:
+    """The last record of each location this manager read or wrote (at most ``size``, least
+    recently used dropped first). Only ever the *expected version* of a first compare-and-set
+    attempt: never returned to a caller, never a reason to skip a write (see the module
+    docstring). Thread-safe (the sidecar calls one manager from many threads)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._records: OrderedDict[str, LocationStatus] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, location: str) -> LocationStatus | None:
+        with self._lock:
+            return self._records.get(location)
+
+    def put(self, rec: LocationStatus) -> None:
+        with self._lock:
+            old = self._records.get(rec.location)
+            if old is not None and old.version > rec.version:
+                return  # a newer one is known already
+            self._records[rec.location] = rec
+            self._records.move_to_end(rec.location)
+            if len(self._records) > self.size:
+                self._records.popitem(last=False)
+
+    def drop(self, location: str) -> None:
+        with self._lock:
+            self._records.pop(location, None)
+
+
+@dataclass
+class _Ambiguity:
+    """Writes of one operation whose outcome was unknown: version they would have produced ->
+    the record they sent (docs/design.md §3.2)."""
+
+    sent: dict[int, LocationStatus] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRequest:
+    """One location's write in a batch (:meth:`Writer.write_batch`); fields as the arguments
+    of :meth:`Writer.write`."""
+
+    location: str
+    plan: Plan
+    op_id: str
+    known: LocationStatus | None = None
+    use_hint: bool = False
+
+
+class Writer:
+    """Runs plans against ``backend`` under ``retry``; counts what it did in ``stats``
+    (``writes``, ``conflicts``, ``ambiguous``, ``stale_hints``: the manager's ``stats``)."""
+
+    def __init__(self, backend: Backend, clock: Clock, retry: RetryPolicy) -> None:
+        self.backend = backend
+        self.clock = clock
+        self.retry = retry
+        self.hints = VersionHints()
+        self.stats = {"writes": 0, "conflicts": 0, "ambiguous": 0, "stale_hints": 0}
+
+    def read(self, location: str) -> LocationStatus:
+        """The stored record (and remember it as the location's hint). Raises as
+        :meth:`Backend.read`."""
+        rec = self.backend.read(location)
+        self.hints.put(rec)
+        return rec
+
+    def write(
+        self,
+        location: str,
+        plan: Plan | None = None,
+        *,
+        op_id: str,
+        prepare: Prepare | None = None,
+        if_version: int | None = None,
+        use_hint: bool = False,
+        known: LocationStatus | None = None,
+    ) -> LocationStatus:
+        """Read, plan, compare-and-set; retry conflicts; resolve ambiguity by op_id. Returns
+        the stored record (the one read when the plan decided nothing).
+
+        ``plan`` or ``prepare`` (exactly one) decides each attempt. ``if_version``: refuse with
+        :class:`PreconditionFailed` unless the record read is at that version. ``known`` (or
+        the version hint, with ``use_hint``): plan the first attempt from it instead of a
+        read (see the module docstring). The first read attempt runs outside the retry policy
+        (no contention is the common case); after a conflict, attempts continue under the
+        bounded, jittered policy. Raises the plan's refusal, :class:`NotFound`,
+        :class:`ConflictError`, :class:`AmbiguousCommit`, :class:`BackendUnavailable`."""
+        prep = _prepared(plan, prepare)
+        ambiguity = _Ambiguity()
+        if known is None and use_hint:
+            known = self.hints.get(location)
+        if known is not None and (if_version is None or known.version == if_version):
+            try:
+                stored = self._from_known(known, prep, op_id, ambiguity)
+            except VersionConflict:
+                if not ambiguity.sent:
+                    self.stats["stale_hints"] += 1
+            except BackendUnavailable as exc:
+                _raise_unresolved(exc, op_id, ambiguity)
+            else:
+                if stored is not None:
+                    return stored
+        try:
+            return self._attempt(location, prep, op_id, if_version, ambiguity)
+        except VersionConflict:
+            pass
+        except BackendUnavailable as exc:
+            _raise_unresolved(exc, op_id, ambiguity)
+        policy = self.retry
+        retrying = Retrying(
+            retry=retry_if_exception_type(VersionConflict),
+            stop=stop_after_attempt(policy.max_attempts - 1) | stop_after_delay(policy.max_seconds),
+            wait=wait_random_exponential(multiplier=policy.base, max=policy.cap),
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._attempt(location, prep, op_id, if_version, ambiguity)
+        except BackendUnavailable as exc:
+            _raise_unresolved(exc, op_id, ambiguity)
+        except RetryError as exc:
+            raise ConflictError(
+                f"location {location!r}: compare-and-set kept conflicting "
+                f"({exc.last_attempt.attempt_number + 1} attempts); try again"
+            ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def write_batch(
+        self, requests: Sequence[WriteRequest]
+    ) -> Iterator[tuple[WriteRequest, LocationStatus | LocstatusError]]:
+        """Write many locations, each its own :meth:`write` (its own version, its own
+        conflicts and ambiguity), yielding each request with its stored record or the
+        :class:`LocstatusError` it ended with, in order, as each completes. What a caller sees
+        is the contract a batching backend keeps too: a conflict or error at one location never
+        fails another."""
+        for req in requests:
+            try:
+                stored = self.write(
+                    req.location, req.plan, op_id=req.op_id, known=req.known,
+                    use_hint=req.use_hint,
+                )
+            except LocstatusError as exc:
+                yield req, exc
+            else:
+                yield req, stored
+
+    def _from_known(
+        self, known: LocationStatus, prepare: Prepare, op_id: str, ambiguity: _Ambiguity
+    ) -> LocationStatus | None:
+        """The zeroth attempt, planned from a known record: the stored record when its plan was
+        a write that landed, None when the plan decided anything else (decided again on a
+        fresh read). Raises VersionConflict when the known record was stale."""
+        decision = prepare(known)(known, self.clock())
+        if not isinstance(decision, Write):
+            return None  # "nothing to do" or a refusal is only true of a fresh read
+        return self._cas(known, decision, ambiguity, count_conflict=False)
+
+    def _attempt(
+        self,
+        location: str,
+        prepare: Prepare,
+        op_id: str,
+        if_version: int | None,
+        ambiguity: _Ambiguity,
+    ) -> LocationStatus:
+        """One read-plan-write. Raises VersionConflict to be retried (also after an ambiguous
+        commit, which records what was sent so the next read first looks for ``op_id``)."""
+        try:
+            rec = self.backend.read(location)
+        except NotFound:
+            self.hints.drop(location)
+            raise
+        self.hints.put(rec)
+        if ambiguity.sent:
+            landed = _landed(self.backend, rec, op_id, ambiguity)
+            if landed is not None:
+                return landed
+        if if_version is not None and rec.version != if_version:
+            raise PreconditionFailed(
+                f"location {location!r} is at version {rec.version}, not {if_version}"
+            )
+        decision = prepare(rec)(rec, self.clock())
+        if isinstance(decision, Refuse):
+            raise decision.error
+        if not isinstance(decision, Write):
+            return rec
+        return self._cas(rec, decision, ambiguity, count_conflict=True)
+
+    def _cas(
+        self, rec: LocationStatus, write: Write, ambiguity: _Ambiguity, *, count_conflict: bool
+    ) -> LocationStatus:
+        new = write.record
+        try:
+            stored = self.backend.compare_and_set(new, rec.version, write.entries)
+        except VersionConflict:
+            if count_conflict:
+                self.stats["conflicts"] += 1
+            raise
+        except AmbiguousCommit as exc:
+            self.stats["ambiguous"] += 1
+            ambiguity.sent[rec.version + 1] = new.model_copy(update={"version": rec.version + 1})
+            raise VersionConflict(f"ambiguous commit, resolving: {exc}") from exc
+        self.stats["writes"] += 1
+        self.hints.put(stored)
+        return stored
+
+
+def _prepared(plan: Plan | None, prepare: Prepare | None) -> Prepare:
+    if prepare is not None:
+        assert plan is None, "give plan or prepare, not both"
+        return prepare
+    assert plan is not None, "give plan or prepare"
+    return lambda _rec: plan
+
+
+def _raise_unresolved(exc: BackendUnavailable, op_id: str, ambiguity: _Ambiguity) -> NoReturn:
+    """After an ambiguous commit, an unreachable backend leaves the outcome unknown: say so,
+    with the op_id to look for (docs/design.md §3.2), rather than a plain 'unavailable'."""
+    if ambiguity.sent and not isinstance(exc, AmbiguousCommit):
+        raise AmbiguousCommit(
+            f"{exc}; the write may or may not have been applied: look for op_id {op_id} "
+            "in the history"
+        ) from exc
+    raise exc
+
+
+def _landed(
+    backend: Backend, rec: LocationStatus, op_id: str, ambiguity: _Ambiguity
+) -> LocationStatus | None:
+    """After an ambiguous commit: the record our write stored if it landed, else None.
+
+    Each write whose outcome was unknown would have produced one version: it landed if and
+    only if the history write at exactly that version carries ``op_id`` (Backend invariant 9),
+    however many writes followed it, so the answer never depends on how far back a search
+    looks. Found as the current record: that record. Found in an older write: the record
+    exactly as our write stored it, so the caller still sees its op_id and version
+    (docs/design.md §3.2). A version above the record's was not written (yet)."""
+    for version in sorted(ambiguity.sent):
+        if version > rec.version:
+            continue
+        if version == rec.version and any(s.op_id == op_id for s in rec.services.values()):
+            return rec  # our write is the current record
+        try:
+            entries = backend.history_write(rec.location, version)
+        except CorruptRecord as exc:
+            raise AmbiguousCommit(
+                f"location {rec.location!r}: the history write at version {version} does "
+                f"not parse ({exc.detail}): the write may or may not have been applied: "
+                f"look for op_id {op_id} in the history"
+            ) from exc
+        if any(e.op_id == op_id for e in entries):
+            return ambiguity.sent[version]
+    return None
