@@ -23,7 +23,7 @@ from locstatus.errors import InvalidInput
 from support.fakeclock import FakeClock
 from support.kits import Kit
 
-TOKEN = "bb-token-7d21c9"
+TOKEN = "bb-token-7d21c9-routes"
 START = datetime(2030, 6, 28, 5, 40, 20, 600000, tzinfo=UTC)
 LOCATIONS = {
     "aws-location": ["replication", "lifecycle"],

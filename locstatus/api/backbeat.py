@@ -56,6 +56,7 @@ from locstatus.names import check_location
 from .backbeat_trust import authorize_mutation
 from .context import ALL, Context, Ctx
 from .guard import BackbeatRoute
+from .principals import actor_for
 from .problems import responses
 from .responses import bulk_response, corrupt_listing
 
@@ -242,12 +243,14 @@ def status_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam)
 
 def _pause(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    return _mutate(request, ctx, loc, Operation.pause(svc), _enabled(svc))
+    operation = Operation.pause(svc, actor=actor_for(request, None))
+    return _mutate(request, ctx, loc, operation, _enabled(svc))
 
 
 def _resume(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    return _mutate(request, ctx, loc, Operation.resume(svc), _enabled(svc))
+    operation = Operation.resume(svc, actor=actor_for(request, None))
+    return _mutate(request, ctx, loc, operation, _enabled(svc))
 
 
 @_routes.post("/pause", response_model=StatusMap, responses=_WRITE,
@@ -279,13 +282,16 @@ def _get_schedule(request: Request, ctx: Context, service: str, loc: str) -> Res
 async def _post_schedule(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
     hours = parse_hours(await request.body())
-    operation = Operation.resume(svc, at=timedelta(hours=hours))
+    operation = Operation.resume(
+        svc, at=timedelta(hours=hours), actor=actor_for(request, None)
+    )
     return await run_in_threadpool(_mutate, request, ctx, loc, operation, _schedule(svc))
 
 
 def _cancel(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    return _mutate(request, ctx, loc, Operation.cancel_scheduled_resume(svc), _schedule(svc))
+    operation = Operation.cancel_scheduled_resume(svc, actor=actor_for(request, None))
+    return _mutate(request, ctx, loc, operation, _schedule(svc))
 
 
 @_routes.get("/resume", response_model=StatusMap, responses=_READ,

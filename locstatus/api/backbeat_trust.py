@@ -84,9 +84,10 @@ async def authorize_mutation(
     (``AWS4-HMAC-SHA256``) from an untrusted peer is told why it is refused."""
     peers: TrustedPeers = getattr(request.app.state, "backbeat_trust", TrustedPeers())
     if peers.trusts(request.client.host if request.client else None):
+        request.state.principal = None  # no principal: the change's actor is left unset
         return
     scheme = request.headers.get("authorization", "").split(" ", 1)[0].lower()
-    if scheme.startswith("aws") and request.app.state.locstatus.token is not None:
+    if scheme.startswith("aws") and request.app.state.locstatus.principals.enabled:
         raise Unauthorized(
             "a request signed for CloudServer (AWS signature) is accepted only from a peer in "
             "a --backbeat-trust network; this one needs the sidecar's bearer token"
