@@ -186,7 +186,9 @@ def parse_zk_url(url: str) -> ZkParams:
 
     Raises :class:`InvalidInput` naming the bad part.
     """
-    parts = split_url(url, "ZooKeeper", "zk://host:port/chroot", where=_redact(str(url)))
+    parts = split_url(
+        url, "ZooKeeper", "zk://host:port/chroot", where=_redact(str(url)), port=DEFAULT_PORT
+    )
     if parts.scheme != "zk":
         raise InvalidInput(f"invalid ZooKeeper URL {url!r}: expected zk://host:port/chroot")
     userinfo, _, hostlist = parts.netloc.rpartition("@")
