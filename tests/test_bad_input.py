@@ -409,6 +409,7 @@ BAD_URLS: list[tuple[str, object, str]] = [
     ("sqlite-poll-zero", "sqlite:///{tmp}/x.db?poll_interval=0",
      "poll_interval=0 in 'sqlite:///"),
     ("sqlite-poll-huge", "sqlite:///{tmp}/x.db?poll_interval=1e308", "0.01..60 seconds"),
+    ("sqlite-timeout-zero", "sqlite:///{tmp}/x.db?timeout=0", "more than 0, at most 3600"),
     ("sqlite-timeout-negative", "sqlite:///{tmp}/x.db?timeout=-1",
      "timeout=-1 in 'sqlite:///"),
     ("zk-timeout-nan", "zk://127.0.0.1:1/x?timeout=nan", "timeout=nan"),
