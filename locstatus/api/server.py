@@ -39,6 +39,7 @@ from typing import Any
 
 import uvicorn
 
+from locstatus import monotonic
 from locstatus.api.app import create_app
 from locstatus.api.auth import check_token
 from locstatus.api.backbeat_trust import TrustedPeers
@@ -346,7 +347,7 @@ class BackgroundServer:
         while not self.server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"server at {self.url} did not start")
-            time.sleep(0.01)
+            monotonic.sleep(0.01)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
