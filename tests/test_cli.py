@@ -785,6 +785,8 @@ def test_serve_and_demo_wiring(
         "s3.zenko.local",
         "--allow-host",
         "cloudserver",
+        "--backbeat-trust",
+        "10.100.0.0/16",
         env={"LOCSTATUS_API_TOKEN": "s3cret"},
     )
     assert result.exit_code == 0, result.stderr
@@ -797,6 +799,7 @@ def test_serve_and_demo_wiring(
         "reconcile_interval": 1.0,
         "check_interval": 30.0,
         "allowed_hosts": ("s3.zenko.local", "cloudserver"),
+        "backbeat_trust": ("10.100.0.0/16",),
     }
     assert synced("serve", "--port", "65536").exit_code == 2
     assert synced("serve", "--port", "-1").exit_code == 2

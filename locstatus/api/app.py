@@ -42,6 +42,7 @@ from locstatus.manager import Manager
 from . import problems
 from .auth import check_token
 from .backbeat import router as backbeat_router
+from .backbeat_trust import TrustedPeers
 from .context import CheckState, Context
 from .guard import HostPolicy
 from .metrics import Metrics
@@ -83,6 +84,7 @@ def create_app(
     max_body: int = MAX_BODY,
     inline_reads: bool | None = None,
     allowed_hosts: Iterable[str] | None = None,
+    backbeat_trust: Iterable[str] = (),
     principals: Principals | None = None,
 ) -> FastAPI:
     """Build the sidecar app over ``mgr``.
@@ -99,6 +101,8 @@ def create_app(
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
     - ``check``: where the periodic consistency check stores its result (``/v1/check``).
+    - ``backbeat_trust``: networks (CIDR) whose peers may call the Backbeat mutations without
+      the token (:class:`~.backbeat_trust.TrustedPeers`; InvalidInput for a bad one).
     - ``max_body``: largest request body in bytes (413 above).
     - ``inline_reads``: serve ``GET /v1/locations[/{location}]`` on the event loop instead of
       the thread pool; default: yes for ``sqlite://`` and ``memory://``, no for network backends.
@@ -127,6 +131,7 @@ def create_app(
             *backbeat_router.routes,
         ],
     )
+    app.state.backbeat_trust = TrustedPeers(backbeat_trust)
     app.state.locstatus = Context(
         mgr,
         token=token,

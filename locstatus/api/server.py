@@ -42,6 +42,7 @@ import uvicorn
 from locstatus import monotonic
 from locstatus.api.app import create_app
 from locstatus.api.auth import check_token
+from locstatus.api.backbeat_trust import TrustedPeers
 from locstatus.api.context import CheckState
 from locstatus.api.guard import split_host
 from locstatus.api.principals import Principals
@@ -66,6 +67,7 @@ def serve(
     reconcile_interval: float,
     check_interval: float | None,
     allowed_hosts: Sequence[str] = (),
+    backbeat_trust: Sequence[str] = (),
 ) -> None:
     """Run the sidecar until interrupted (SIGINT/SIGTERM).
 
@@ -77,6 +79,9 @@ def serve(
     - ``check_interval``: seconds between read-only consistency checks, or None for none.
     - ``allowed_hosts``: ``Host`` names served besides loopback ones when there is no token
       (e.g. the name a local proxy forwards); see :func:`~locstatus.api.app.create_app`.
+    - ``backbeat_trust``: networks (CIDR) whose peers may call the Backbeat-route mutations
+      without the token: where CloudServer connects from (docs/http.md, "Putting locstatus
+      where Backbeat's API server was").
 
     Raises :class:`InvalidInput` for a non-loopback bind without a token, a token no client
     could send, a bad port, interval or host name, or an address that cannot be bound;
@@ -93,6 +98,7 @@ def serve(
                 f"invalid --allow-host {name!r}: expected a host name or address such as "
                 "s3.zenko.local (any port is served)"
             )
+    TrustedPeers(backbeat_trust)  # a bad network is refused before anything starts
     if not host:
         raise InvalidInput("empty --host: give an address such as 127.0.0.1")
     if not 0 <= port <= 65535:
@@ -121,6 +127,7 @@ def serve(
         mgr, token=token, reconciler=reconciler, check=check_state, principals=principals,
         # --insecure on a non-loopback address serves the network on purpose: any Host
         allowed_hosts=["*"] if insecure and not loopback else allowed_hosts,
+        backbeat_trust=backbeat_trust,
     )
     reconciler.observer = app.state.locstatus.metrics.transition
     checker = (
@@ -128,7 +135,11 @@ def serve(
         if check_interval is not None and check_state is not None
         else None
     )
-    config = uvicorn.Config(app, log_level="info", server_header=False, lifespan="off")
+    # proxy_headers off: the peer is the socket's address, never a client's X-Forwarded-For
+    # (the --backbeat-trust rule trusts the peer).
+    config = uvicorn.Config(
+        app, log_level="info", server_header=False, lifespan="off", proxy_headers=False
+    )
     _install_redaction()
     bound = sock.getsockname()
     log.info(
@@ -316,6 +327,7 @@ class BackgroundServer:
     ) -> None:
         config.setdefault("log_level", "warning")
         config.setdefault("lifespan", "off")
+        config.setdefault("proxy_headers", False)  # as serve(): the peer is the socket's
         self.sock = bind_socket(host, port)
         self.app = app
         self.server = uvicorn.Server(uvicorn.Config(app, **config))

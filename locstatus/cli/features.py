@@ -1,5 +1,7 @@
 """``check``, ``serve`` and ``demo``: commands implemented in other modules, imported only when
 they run, so a missing optional dependency only breaks that command (exit 2, with the reason).
+The ``import`` and ``bridge`` groups (Backbeat, docs/backbeat.md) are defined in their own
+packages and registered here; they import their drivers (kazoo, pymongo, redis) only when run.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Annotated, Any
 import typer
 import typer.core
 
+from locstatus.bridge.command import bridge_app
 from locstatus.errors import (
     InvalidInput,
 )
+from locstatus.importers.command import import_app
 from locstatus.locations import load_locations
 
 from .app import (
@@ -186,6 +190,15 @@ def serve(
             "loopback names are always served.",
         ),
     ] = None,
+    backbeat_trust: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backbeat-trust",
+            metavar="CIDR",
+            help="Peers in this network (repeatable) may call the Backbeat-route mutations "
+            "without the token: where CloudServer connects from (docs/http.md).",
+        ),
+    ] = None,
 ) -> None:
     """Run the HTTP sidecar (docs/design.md §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
@@ -202,6 +215,7 @@ def serve(
         reconcile_interval=reconcile,
         check_interval=check_every,
         allowed_hosts=tuple(allow_host or ()),
+        backbeat_trust=tuple(backbeat_trust or ()),
     )
 
 
@@ -238,3 +252,5 @@ def demo(
     )
 
 
+app.add_typer(import_app, name="import")
+app.add_typer(bridge_app, name="bridge")
