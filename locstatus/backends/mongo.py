@@ -64,6 +64,7 @@ import contextlib
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -94,6 +95,7 @@ from pymongo.errors import (
 
 from locstatus.backends import codec
 from locstatus.backends.base import (
+    DOWN_GRACE,
     GAPS_LISTED,
     AckMap,
     Backend,
@@ -298,11 +300,14 @@ class MongoBackend(Backend):
         self._armed = threading.Event()
         self.hint_mode: str | None = None
         """``changestream`` or ``poll`` once hints are armed (for operators and tests)."""
+        self._reached = False
+        self._down_seen: tuple[float, str] | None = None  # (monotonic, why) of a failed ping
         try:
             self._ensure_indexes()
         except BaseException:
             self._client.close()
             raise
+        self._reached = True  # from now on, no selectable server means "known down"
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -314,6 +319,7 @@ class MongoBackend(Backend):
         integer beyond BSON's 8 bytes) was never sent: :class:`InvalidInput` naming ``what``."""
         if self._closed:
             raise BackendUnavailable(f"MongoDB backend {self.settings.where} is closed")
+        self._fail_fast(what)
         try:
             yield
         except DocumentTooLarge as exc:  # refused by the driver: nothing was sent
@@ -366,6 +372,36 @@ class MongoBackend(Backend):
                 f"MongoDB at {self.settings.where} failed during {what} "
                 f"({type(exc).__name__}: {_short(exc)})"
             ) from exc
+
+    def _fail_fast(self, what: str) -> None:
+        """While the driver knows no selectable server (once one was reached: a server that
+        went down, or a replica set without a primary), make sure one answers within
+        :data:`DOWN_GRACE` seconds before the operation waits out ``serverSelectionTimeoutMS``;
+        the ping's server selection asks the driver to check every server now, so the first
+        call after the server is back finds it. Raises :class:`BackendUnavailable`, nothing
+        sent (docs/reliability.md, "Failing fast while the backend is down")."""
+        if not self._reached:
+            return
+        if self._client.topology_description.has_writable_server():
+            return
+        failed = self._down_seen
+        if failed is not None and time.monotonic() - failed[0] < DOWN_GRACE:
+            raise BackendUnavailable(self._down_message(what, failed[1]))  # asked just now
+        try:
+            # the driver's server selection waits in steps of 0.5 s whatever its budget: half
+            # the grace still asks for one check of every server, and answers within it
+            with pymongo.timeout(DOWN_GRACE / 2):
+                self._client.admin.command("ping")
+        except PyMongoError as exc:
+            self._down_seen = (time.monotonic(), _short(exc, 200))
+            raise BackendUnavailable(self._down_message(what, self._down_seen[1])) from exc
+        self._down_seen = None
+
+    def _down_message(self, what: str, why: str) -> str:
+        return (
+            f"MongoDB at {self.settings.where} is unreachable ({what}): no server selectable, "
+            f"none answered within {DOWN_GRACE:g}s; is mongod running? [{why}]"
+        )
 
     @property
     def _mt(self) -> int:

@@ -32,10 +32,13 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
   error decides (:class:`VersionConflict`, :class:`NotFound`, ...).
 - **Ambiguity.** A multi-op sent while connected whose answer is lost (ConnectionLoss,
   SessionExpired, timeout) raises :class:`AmbiguousCommit`; the manager re-reads and looks for the
-  op_id (docs/design.md §3.2). Writes are only submitted while connected: in SUSPENDED they wait
-  (bounded by ``timeout``) and then fail with :class:`BackendUnavailable`, nothing sent. Reads and
-  idempotent writes (registration, acks) use a bounded :class:`~kazoo.retry.KazooRetry` that
-  retries connection errors only.
+  op_id (docs/design.md §3.2). Writes are only submitted while connected. While the connection
+  is known down (SUSPENDED or LOST) every call waits for it at most until
+  :data:`~locstatus.backends.base.DOWN_GRACE` seconds after it went down, then fails with
+  :class:`BackendUnavailable`, nothing sent: a blip is ridden through, an outage answered at
+  once. Reads and idempotent writes (registration, acks) use a bounded
+  :class:`~kazoo.retry.KazooRetry` that retries connection errors only, each attempt under the
+  same rule.
 - **Sessions.** Workers and acks are ephemeral nodes. When the session is lost, the backend
   re-creates the ephemerals it wrote on the new session, re-arms every watch and emits a
   ``resync`` hint. The kazoo state listener only enqueues: all of this runs on the backend's
@@ -62,8 +65,9 @@ Why it is shaped so (``docs/zookeeper.md`` has the long version):
   connection; writes are measured first and refused with :class:`InvalidInput` above
   ``max_bytes`` (default 1 000 000).
 
-URL query parameters: ``timeout`` (seconds to connect, and to wait for a connection or an answer
-before :class:`BackendUnavailable`; default 10), ``session_timeout`` (seconds; default 10),
+URL query parameters: ``timeout`` (seconds to connect, and to wait for an answer before
+:class:`BackendUnavailable`; default 10; a connection known down fails a call after
+:data:`~locstatus.backends.base.DOWN_GRACE` instead), ``session_timeout`` (seconds; default 10),
 ``world_read`` (true|false, with credentials; default true), ``max_bytes``.
 """
 
@@ -107,7 +111,14 @@ from kazoo.security import ACL, make_acl, make_digest_acl
 from pydantic import TypeAdapter
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe, stale_ack
+from locstatus.backends.base import (
+    DOWN_GRACE,
+    AckMap,
+    Backend,
+    HintCallback,
+    Unsubscribe,
+    stale_ack,
+)
 from locstatus.backends.urls import Number, query_params, split_url
 from locstatus.errors import (
     AlreadyExists,
@@ -171,7 +182,8 @@ class ZkParams:
 
 
 TIMEOUT = Number("timeout", 10.0, 0, 3600, low_open=True)
-"""Seconds to connect, and to wait for a lost connection or an answer."""
+"""Seconds to connect, and to wait for an answer (a connection known down is not waited for
+longer than :data:`~locstatus.backends.base.DOWN_GRACE`)."""
 SESSION_TIMEOUT = Number("session_timeout", 10.0, 0.4, 3600)
 """ZooKeeper session timeout, in seconds (the server bounds it further)."""
 MAX_BYTES = Number("max_bytes", DEFAULT_MAX_BYTES, 1024, 1_048_000, unit="bytes", integer=True)
@@ -409,6 +421,7 @@ class ZooKeeperBackend(Backend):
             command_retry=KazooRetry(max_tries=0),
         )
         self._live = threading.Event()
+        self._down_since: float | None = None  # monotonic time the connection went down
         self._closed = False
         self._lock = threading.Lock()
         self._subscribers: list[tuple[HintCallback, frozenset[str] | None]] = []
@@ -485,6 +498,12 @@ class ZooKeeperBackend(Backend):
         """Run ``fn`` (a read, or an idempotent write) retrying connection errors only, for at
         most ``timeout`` seconds; then :class:`BackendUnavailable`."""
         self._check_open()
+        self._wait_live(what)
+
+        def attempt() -> T:
+            self._wait_live(what)
+            return fn()
+
         try:
             try:
                 return fn()  # the common case: no retry machinery
@@ -493,21 +512,33 @@ class ZooKeeperBackend(Backend):
                     max_tries=-1, delay=0.02, backoff=2, max_delay=0.5, max_jitter=0.3,
                     deadline=self.params.timeout, ignore_expire=True,
                 )
-                return cast(T, retry(fn))
+                return cast(T, retry(attempt))
         except LocstatusError:
             raise
         except (KazooException, KazooTimeoutError, RetryFailedError) as exc:
             raise self._unavailable(what, exc) from exc
 
     def _wait_connected(self, what: str) -> None:
-        """Block until connected (at most ``timeout`` seconds): writes are never queued while
+        """Block until connected (:meth:`_wait_live`): writes are never queued while
         SUSPENDED. Raises :class:`BackendUnavailable` (nothing was sent)."""
         self._check_open()
-        if not self._live.is_set() and not self._live.wait(self.params.timeout):
-            raise BackendUnavailable(
-                f"not connected to ZooKeeper {self.params.hosts} for {self.params.timeout:g}s "
-                f"(connection {self._client.state}); {what}: nothing was written"
-            )
+        self._wait_live(what, written=True)
+
+    def _wait_live(self, what: str, *, written: bool = False) -> None:
+        """Return at once while connected; while the connection is known down, wait for it
+        until :data:`DOWN_GRACE` seconds after it went down, then raise
+        :class:`BackendUnavailable` (nothing was sent)."""
+        if self._live.is_set():
+            return
+        since = self._down_since
+        left = DOWN_GRACE if since is None else since + DOWN_GRACE - time.monotonic()
+        if left > 0 and self._live.wait(left):
+            return
+        down = 0.0 if since is None else time.monotonic() - since
+        raise BackendUnavailable(
+            f"not connected to ZooKeeper {self.params.hosts} (connection {self._client.state} "
+            f"for {down:.1f}s); {what}: " + ("nothing was written" if written else "not sent")
+        )
 
     def _commit(self, what: str, txn: _Txn) -> tuple[str, Exception] | None:
         """Send a transaction once. Returns the failing (label, error) or None on success.
@@ -1294,8 +1325,11 @@ class ZooKeeperBackend(Backend):
     def _on_state(self, state: str) -> None:
         """kazoo's connection thread: note the state, hand the rest to our thread, return."""
         if state == KazooState.CONNECTED:
+            self._down_since = None
             self._live.set()
         else:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
             self._live.clear()
         self._forget_workers()
         self._events.put(("state", state))
