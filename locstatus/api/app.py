@@ -48,6 +48,7 @@ from .metrics import Metrics
 from .middleware import MAX_BODY, Middleware, Scope
 from .problems import Problem
 from .routes import get_location, router
+from .series import DEFAULT_LIMIT, CheckView
 
 if TYPE_CHECKING:
     from locstatus.reconciler import Reconciler
@@ -81,6 +82,7 @@ def create_app(
     max_body: int = MAX_BODY,
     inline_reads: bool | None = None,
     allowed_hosts: Iterable[str] | None = None,
+    location_series: int = DEFAULT_LIMIT,
 ) -> FastAPI:
     """Build the sidecar app over ``mgr``.
 
@@ -93,7 +95,10 @@ def create_app(
       every ``Host`` is served.
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
-    - ``check``: where the periodic consistency check stores its result (``/v1/check``).
+    - ``check``: where the periodic consistency check stores its result (``/v1/check``, and
+      the ``locstatus_check_*`` series of ``/metrics``).
+    - ``location_series``: at most this many per-location series in ``/metrics``, the oldest
+      services not running (0: none; docs/http.md "Metrics to alert on").
     - ``max_body``: largest request body in bytes (413 above).
     - ``inline_reads``: serve ``GET /v1/locations[/{location}]`` on the event loop instead of
       the thread pool; default: yes for ``sqlite://`` and ``memory://``, no for network backends.
@@ -103,7 +108,17 @@ def create_app(
     token = check_token(token) if token else None
     extra = list(allowed_hosts or ())
     hosts = HostPolicy(allow_any=token is not None or "*" in extra, extra=extra)
-    metrics = Metrics(mgr, reconciler=lambda: reconciler)
+    def check_view() -> CheckView | None:
+        if check is None:
+            return None
+        with check.lock:
+            if check.result is None and check.error is None:
+                return None  # not run yet
+            return CheckView(report=check.result, error=check.error)
+
+    metrics = Metrics(
+        mgr, reconciler=lambda: reconciler, check=check_view, location_series=location_series
+    )
     app = FastAPI(
         title="locstatus sidecar",
         version=__version__,
