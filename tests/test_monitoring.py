@@ -224,6 +224,9 @@ def test_per_location_series_are_capped_transitions_first(tmp_path: Path) -> Non
                 if line.startswith("locstatus_service_seconds_in_state{")]
         assert len(rows) == 5
         assert any('location="loc-29"' in r and 'state="pausing"' in r for r in rows)
+        paused = sorted(re.search(r'location="(loc-\d+)"', r).group(1)  # type: ignore[union-attr]
+                        for r in rows if 'state="paused"' in r)
+        assert paused == ["loc-00", "loc-01", "loc-02", "loc-03"]  # the oldest
         assert "locstatus_location_series_omitted 25.0" in text
         assert "locstatus_service_seconds_in_state{" not in Metrics(
             mgr, location_series=0
