@@ -132,8 +132,8 @@ def check(
     )
     if metrics_file is not None:
         _check_writable(metrics_file, "--metrics-file")  # before the scan, not after it
-    run_check, render_report, write_metrics, log_report = _feature(
-        "locstatus.check", "check", "run_check", "render_report", "write_metrics", "log_report"
+    run_check, render_report, write_metrics = _feature(
+        "locstatus.check", "check", "run_check", "render_report", "write_metrics"
     )
     if fmt == "json":
         configure_logging(fmt)
@@ -155,6 +155,7 @@ def check(
     if metrics_file is not None:
         write_metrics(report, metrics_file)
     if fmt == "json":
+        (log_report,) = _feature("locstatus.check", "check", "log_report")
         log_report(report)
     raise typer.Exit(int(report.exit_code))
 

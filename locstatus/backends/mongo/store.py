@@ -40,6 +40,12 @@ from pymongo.errors import (
     WriteConcernError,
     WTimeoutError,
 )
+from pymongo.monitoring import (
+    ServerHeartbeatFailedEvent,
+    ServerHeartbeatListener,
+    ServerHeartbeatStartedEvent,
+    ServerHeartbeatSucceededEvent,
+)
 
 from locstatus.backends.base import DOWN_GRACE
 from locstatus.backends.mongo.url import MongoSettings
@@ -51,6 +57,27 @@ Doc = dict[str, Any]
 _INDEX_OPTIONS_CONFLICT = {85, 86}
 CLOSE_TIMEOUT = 0.5
 """Seconds the driver may spend ending its server sessions when the backend closes."""
+
+
+class _Heartbeats(ServerHeartbeatListener):
+    """Whether the driver's last check of some server failed (its monitor's heartbeat), as
+    opposed to a request's connection that broke: what makes the backend "known down"."""
+
+    def __init__(self) -> None:
+        self._failed: set[tuple[str, int | None]] = set()
+
+    @property
+    def failing(self) -> bool:
+        return bool(self._failed)
+
+    def started(self, event: ServerHeartbeatStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: ServerHeartbeatSucceededEvent) -> None:
+        self._failed.discard(event.connection_id)
+
+    def failed(self, event: ServerHeartbeatFailedEvent) -> None:
+        self._failed.add(event.connection_id)
 
 
 def short(exc: BaseException, limit: int = 300) -> str:
@@ -73,9 +100,11 @@ class Store:
 
     def __init__(self, settings: MongoSettings, url: str) -> None:
         self.settings = s = settings
+        self.heartbeats = _Heartbeats()
         try:
             self.client: MongoClient[Doc] = MongoClient(
-                s.client_url, tz_aware=True, connect=False, **s.client_options
+                s.client_url, tz_aware=True, connect=False,
+                event_listeners=[self.heartbeats], **s.client_options,
             )
         except (ConfigurationError, ValueError, TypeError) as exc:
             raise InvalidInput(f"invalid MongoDB URL {redact_url(url)}: {short(exc)}") from None
@@ -196,14 +225,20 @@ class Store:
         self.reached = True  # from now on, no selectable server means "known down"
 
     def fail_fast(self, what: str) -> None:
-        """While the driver knows no selectable server (once one was reached: a server that
-        went down, or a replica set without a primary), make sure one answers within
+        """While the backend is known down (once a server was reached, the driver's own check
+        of a server failed since its last success, and it knows no selectable server: a server
+        that went down, a replica set without a primary), make sure one answers within
         :data:`DOWN_GRACE` seconds before the operation waits out ``serverSelectionTimeoutMS``;
         the ping's server selection asks the driver to check every server now, so the first
         call after the server is back finds it. A second call within the grace of a failed
-        ping fails without one. Raises :class:`BackendUnavailable`, nothing sent
-        (docs/reliability.md, "Failing fast while the backend is down")."""
-        if not self.reached or self.client.topology_description.has_writable_server():
+        ping fails without one. A request whose connection broke (a lost answer) is no
+        outage until the driver's check fails too: the op_id lookup after an ambiguous write
+        still waits for the server as before (docs/design.md §3.2). Raises
+        :class:`BackendUnavailable`, nothing sent (docs/reliability.md, "Failing fast while
+        the backend is down")."""
+        if not self.reached or not self.heartbeats.failing:
+            return
+        if self.client.topology_description.has_writable_server():
             return
         failed = self._down_seen
         if failed is not None and time.monotonic() - failed[0] < DOWN_GRACE:
