@@ -25,19 +25,23 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from locstatus import connect
 from locstatus.api.metrics import Metrics
+from locstatus.api.series import location_series
 from locstatus.check import KINDS
 from locstatus.client import Client
+from locstatus.models import LocationStatus, ServiceStatus, State
 
 from support.servers import free_ports
 
@@ -334,3 +338,70 @@ def test_a_worker_agent_logs_json_lines_naming_worker_location_service_op_id_and
         json_lines(log_path.read_text())  # every line, to the last one
     finally:
         mgr.close()
+
+
+# -- the series limit, as a property -----------------------------------------------------------
+
+
+class _Now:
+    """A time source that calls no lease past (the series only ask about workers)."""
+
+    def is_past(self, at: datetime) -> bool:
+        return False
+
+
+_AGES = st.integers(min_value=0, max_value=10**6)
+_SERVICE = st.tuples(st.sampled_from(list(State)), _AGES)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    locations=st.lists(st.lists(_SERVICE, min_size=1, max_size=3), min_size=0, max_size=40),
+    limit=st.integers(min_value=0, max_value=50),
+)
+def test_the_limit_keeps_every_transition_first_then_the_oldest_and_counts_the_rest(
+    locations: list[list[tuple[State, int]]], limit: int
+) -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    names = ["replication", "lifecycle", "ingestion"]
+    records = [
+        LocationStatus(
+            location=f"loc-{i}",
+            services={
+                names[j]: ServiceStatus(state=state, generation=1,
+                                        updated_at=now - timedelta(seconds=age))
+                for j, (state, age) in enumerate(svcs)
+            },
+        )
+        for i, svcs in enumerate(locations)
+    ]
+    fams = {f.name: f for f in location_series(records, [], {}, now, _Now(), names, limit)}  # type: ignore[arg-type]
+    not_running = [
+        (state, age, f"loc-{i}", names[j])
+        for i, svcs in enumerate(locations) for j, (state, age) in enumerate(svcs)
+        if state is not State.RUNNING
+    ]
+    kept = {(s.labels["location"], s.labels["service"]): s.value
+            for s in fams["locstatus_service_seconds_in_state"].samples}
+    assert len(kept) == min(limit, len(not_running))
+    assert fams["locstatus_location_series_omitted"].samples[0].value == len(not_running) - len(kept)
+    moving = [x for x in not_running if x[0].transitional]
+    resting = [x for x in not_running if not x[0].transitional]
+    kept_moving = [x for x in moving if (x[2], x[3]) in kept]
+    assert len(kept_moving) == min(limit, len(moving))  # transitions first
+    if kept_moving != moving:  # a transition left out: no resting service kept
+        assert not any((x[2], x[3]) in kept for x in resting)
+    dropped = [x[1] for x in resting if (x[2], x[3]) not in kept]
+    held = [x[1] for x in resting if (x[2], x[3]) in kept]
+    assert not dropped or not held or min(held) >= max(dropped)  # the oldest kept
+    for (loc, svc), age in kept.items():
+        assert any(x[2] == loc and x[3] == svc and x[1] == age for x in not_running)
+    longest = {(s.labels["service"], s.labels["state"]): s.value
+               for s in fams["locstatus_service_seconds_in_state_max"].samples}
+    for svc in names:
+        for state in State:
+            if state is State.RUNNING:
+                assert (svc, state.value) not in longest
+                continue
+            ages = [x[1] for x in not_running if x[3] == svc and x[0] is state]
+            assert longest[(svc, state.value)] == max(ages, default=0)
