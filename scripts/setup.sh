@@ -2,9 +2,9 @@
 # Set up a development environment: system packages the tests need (Debian's zookeeper,
 # chromium for the status-page test, faketime (libfaketime) for the clock-skew tests, spin and
 # gcc for the protocol model in model/, Node.js for clients/node/ and for the stand-in Backbeat
-# processor of the bridge tests, redis-server for those tests), the npm packages of that
-# processor (tests/node, from its lock file), a virtualenv in .venv and the package with its
-# dev extra.
+# processor of the bridge tests, redis-server for those tests, prometheus for promtool to check
+# deploy/prometheus/), the npm packages of that processor (tests/node, from its lock file), a
+# virtualenv in .venv and the package with its dev extra.
 # Idempotent; safe to run on a fresh machine (as root, or with sudo available).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,7 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc)      # model/check.sh compiles spi
 command -v node >/dev/null 2>&1 || need+=(nodejs)  # clients/node (Node >= 18) and its tests
 command -v npm >/dev/null 2>&1 || need+=(npm)  # tests/node: the stand-in Backbeat processor
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)  # the Backbeat bridge tests
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)  # promtool checks deploy/prometheus
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq

@@ -47,9 +47,11 @@ from locstatus.api.context import CheckState
 from locstatus.api.guard import split_host
 from locstatus.api.principals import Principals
 from locstatus.api.problems import SECRETS, redact
+from locstatus.api.series import DEFAULT_LIMIT
 from locstatus.api.workers import close_hub
 from locstatus.client import connect
 from locstatus.errors import InvalidInput
+from locstatus.logs import check_log_format, configure_logging
 from locstatus.manager import Manager
 from locstatus.reconciler import Reconciler
 from locstatus.settings import Settings
@@ -68,6 +70,8 @@ def serve(
     check_interval: float | None,
     allowed_hosts: Sequence[str] = (),
     backbeat_trust: Sequence[str] = (),
+    location_series: int = DEFAULT_LIMIT,
+    log_format: str = "text",
 ) -> None:
     """Run the sidecar until interrupted (SIGINT/SIGTERM).
 
@@ -82,6 +86,9 @@ def serve(
     - ``backbeat_trust``: networks (CIDR) whose peers may call the Backbeat-route mutations
       without the token: where CloudServer connects from (docs/http.md, "Putting locstatus
       where Backbeat's API server was").
+    - ``location_series``: at most this many per-location series in ``/metrics`` (0: none).
+    - ``log_format``: ``text`` or ``json`` (one object per line, :mod:`locstatus.logs`), for
+      the sidecar's own records and uvicorn's.
 
     Raises :class:`InvalidInput` for a non-loopback bind without a token, a token no client
     could send, a bad port, interval or host name, or an address that cannot be bound;
@@ -107,6 +114,9 @@ def serve(
         raise InvalidInput(f"reconcile interval must be > 0 seconds, got {reconcile_interval}")
     if check_interval is not None and not check_interval > 0:
         raise InvalidInput(f"check interval must be > 0 seconds, got {check_interval}")
+    log_format = check_log_format(log_format)
+    if location_series < 0:
+        raise InvalidInput(f"--location-series must be >= 0, got {location_series}")
     loopback = is_loopback(host)
     if not loopback and not principals.enabled and not insecure:
         raise InvalidInput(
@@ -128,6 +138,7 @@ def serve(
         # --insecure on a non-loopback address serves the network on purpose: any Host
         allowed_hosts=["*"] if insecure and not loopback else allowed_hosts,
         backbeat_trust=backbeat_trust,
+        location_series=location_series,
     )
     reconciler.observer = app.state.locstatus.metrics.transition
     checker = (
@@ -135,10 +146,15 @@ def serve(
         if check_interval is not None and check_state is not None
         else None
     )
+    if log_format == "json":
+        # uvicorn's records go to the root logger's JSON handler instead of its own config
+        configure_logging("json")
+        logging.getLogger("kazoo").setLevel(logging.WARNING)
     # proxy_headers off: the peer is the socket's address, never a client's X-Forwarded-For
     # (the --backbeat-trust rule trusts the peer).
     config = uvicorn.Config(
-        app, log_level="info", server_header=False, lifespan="off", proxy_headers=False
+        app, log_level="info", server_header=False, lifespan="off", proxy_headers=False,
+        log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
     )
     _install_redaction()
     bound = sock.getsockname()
@@ -253,6 +269,8 @@ class _CheckRunner:
             self._thread.join(10)
 
     def _loop(self, run_check: Any) -> None:
+        log_report = getattr(importlib.import_module("locstatus.check"), "log_report", None)
+        known: set[str] = set()
         while not self._stop.is_set():
             start = time.monotonic()
             try:
@@ -264,6 +282,9 @@ class _CheckRunner:
                     self.state.error = message
                     self.state.at = self.mgr.clock()
             else:
+                if log_report is not None:  # new findings, the repairs and a summary
+                    log_report(result, known=known)
+                    known = {f.id for f in result.findings}
                 with self.state.lock:
                     self.state.result = result
                     self.state.error = None

@@ -22,6 +22,7 @@ from locstatus.errors import (
 )
 from locstatus.importers.command import import_app
 from locstatus.locations import load_locations
+from locstatus.logs import check_log_format, configure_logging
 
 from .app import (
     JsonOpt,
@@ -109,8 +110,19 @@ def check(
             help="Report a worker (or this host) whose clock is off the backend's by more.",
         ),
     ] = 1.0,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            envvar="LOCSTATUS_LOG_FORMAT",
+            metavar="text|json",
+            help="json: also log every finding and repair as one JSON object per line on "
+            "stderr (location, service, worker, kind); text: the report only.",
+        ),
+    ] = None,
 ) -> None:
     """Consistency check (docs/design.md §5.4): exit 0 clean, 1 findings left, 2 could not run."""
+    fmt = check_log_format(log_format) if log_format is not None else None
     stuck = parse_duration(stuck_after, option="--stuck-after")
     ttl = parse_duration(tombstone_ttl, option="--tombstone-ttl")
     if location_config is not None and locations is None:
@@ -127,6 +139,8 @@ def check(
     run_check, render_report, write_metrics = _feature(
         "locstatus.check", "check", "run_check", "render_report", "write_metrics"
     )
+    if fmt == "json":
+        configure_logging(fmt)
     mgr = options_of(ctx).manager()
     report = run_check(
         mgr,
@@ -144,6 +158,9 @@ def check(
         render_report(report, new_console())
     if metrics_file is not None:
         write_metrics(report, metrics_file)
+    if fmt == "json":
+        (log_report,) = _feature("locstatus.check", "check", "log_report")
+        log_report(report)
     raise typer.Exit(int(report.exit_code))
 
 
@@ -199,12 +216,33 @@ def serve(
             "without the token: where CloudServer connects from (docs/http.md).",
         ),
     ] = None,
+    location_series: Annotated[
+        str,
+        typer.Option(
+            "--location-series",
+            metavar="N",
+            help="At most N per-location series in /metrics: the services not running that "
+            "changed longest ago (0: none; fleet-wide series are always there).",
+        ),
+    ] = "1000",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            envvar="LOCSTATUS_LOG_FORMAT",
+            metavar="text|json",
+            help="json: one JSON object per line (location, service, op_id, actor when known).",
+        ),
+    ] = "text",
 ) -> None:
     """Run the HTTP sidecar (docs/design.md §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
     port_number = parse_port(port)
     reconcile = interval_seconds("--reconcile-interval", reconcile_interval)
     check_every = interval_seconds("--check-interval", check_interval)
+    series = int(parse_number("--location-series", location_series, low=0, high=1_000_000,
+                              integer=True))
+    log_format = check_log_format(log_format)
     (serve_fn,) = _feature("locstatus.api.server", "serve", "serve", extra="server")
     serve_fn(
         options_of(ctx).backend,
@@ -216,6 +254,8 @@ def serve(
         check_interval=check_every,
         allowed_hosts=tuple(allow_host or ()),
         backbeat_trust=tuple(backbeat_trust or ()),
+        location_series=series,
+        log_format=log_format,
     )
 
 
