@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from locstatus import BackendUnavailable, Client, State, connect
-from locstatus.agent import Agent
+from locstatus.agent import Agent, HandlerRetry
 from locstatus.models import WorkerInfo
 
 from support.agent_worker import Partition
@@ -319,6 +319,110 @@ def test_the_fence_lifts_only_once_the_records_were_read_again_after_the_lease_c
     eventually(lambda: agent.metrics()["fenced"] == 0, timeout=10)
     eventually(lambda: acked(mgr, "w1") == 1, timeout=10)
     assert calls == ["resume", "fence", "pause"]
+
+
+def test_the_fence_lifts_only_once_a_location_removed_meanwhile_ran_its_on_remove(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """The hostile review's freeze across a removal: the worker fenced while running a
+    location; before its fence handler stopped it, the location was removed, purged, created
+    again and paused (settled without the worker once its lease lapsed). Before: finding the
+    location gone dropped its keys from the fence as soon as its on_remove was queued, so the
+    fence lifted at the next renewal while the old location's consumers still ran (its fence
+    handler and on_remove came after): a live, unfenced worker running where the record read
+    paused. It comes back only once its on_remove returned, then applies the new pause."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC])
+    link = RenewalsRefused(kit.open())
+    agent = Client(link).agent(
+        "w1", services=[SVC], lease_seconds=3, heartbeat_interval=0.5, resync_interval=60
+    )
+    agents.append(agent)
+    release = threading.Event()
+    calls: list[tuple[str, int]] = []  # (event, the fenced gauge when it ran)
+
+    def fenced() -> int:
+        return agent.metrics()["fenced"]
+
+    agent.on_pause(SVC)(lambda location: calls.append(("pause", fenced())))
+    agent.on_resume(SVC)(lambda location: calls.append(("resume", fenced())))
+    agent.on_remove(lambda location: calls.append(("remove", fenced())))
+
+    @agent.on_fence(SVC)
+    def fence(location: str) -> None:
+        calls.append(("fence", fenced()))
+        assert release.wait(30), "the test never released the fence handler"
+
+    agent.start()
+    assert calls == [("resume", 0)]
+    try:
+        link.cut()
+        eventually(lambda: calls == [("resume", 0), ("fence", 1)], timeout=10)
+        mgr.remove_location(LOC)
+        mgr.purge_location(LOC, mgr.backend.read(LOC).version)
+        mgr.add_location(LOC)  # a new life of the location ...
+        mgr.pause(LOC, SVC)  # ... paused: settles without w1 once its lease lapsed
+        assert mgr.wait_settled(LOC, SVC, timeout=15).services[SVC].state is State.PAUSED
+        resyncs = agent.metrics()["resyncs"]
+        link.heal()  # the lease comes back, the records are read again
+        eventually(lambda: agent.metrics()["resyncs"] > resyncs, timeout=10)
+        time.sleep(0.3)
+        # the old location's consumers still run (its fence handler did not return)
+        assert agent.metrics()["fenced"] == 1
+        assert mgr.status(LOC).services[SVC].state is State.PAUSED
+    finally:
+        release.set()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=10)
+    eventually(lambda: acked(mgr, "w1") == 1, timeout=10)  # the new life's pause
+    assert calls == [("resume", 0), ("fence", 1), ("remove", 1), ("pause", 0)]
+
+
+def test_a_fence_waits_for_the_on_remove_still_due_of_a_location_purged_before_it(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """A location removed and purged while its on_remove fails (retried): its consumers run
+    until on_remove returns. Before: a fence imposed meanwhile did not count it (only the keys
+    the worker ran), and lifted with those consumers still running."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER])
+    link = RenewalsRefused(kit.open())
+    agent = Client(link).agent(
+        "w1",
+        services=[SVC],
+        lease_seconds=3,
+        heartbeat_interval=0.5,
+        resync_interval=60,
+        handler_retry=HandlerRetry(base=0.1, cap=0.2),
+    )
+    agents.append(agent)
+    failing = threading.Event()
+    failing.set()
+    removes: list[tuple[str, int]] = []
+
+    @agent.on_remove
+    def remove(location: str) -> None:
+        removes.append((location, agent.metrics()["fenced"]))
+        if failing.is_set():
+            raise RuntimeError("consumers will not close (test)")
+
+    agent.on_resume(SVC)(lambda location: None)
+    agent.on_pause(SVC)(lambda location: None)
+    agent.start()
+    mgr.remove_location(LOC)
+    eventually(lambda: len(removes) >= 1)  # its on_remove fails, and is retried
+    mgr.purge_location(LOC, mgr.backend.read(LOC).version)
+    eventually(lambda: LOC not in agent.locations_seen())
+    link.cut()
+    eventually(lambda: agent.metrics()["fenced"] == 1, timeout=10)
+    resyncs = agent.metrics()["resyncs"]
+    link.heal()
+    eventually(lambda: agent.metrics()["resyncs"] > resyncs, timeout=10)
+    time.sleep(0.5)
+    assert agent.metrics()["fenced"] == 1  # LOC's consumers still run
+    failing.clear()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=10)
+    assert removes[-1] == (LOC, 1)  # it returned while fenced; then the fence lifted
+    assert not agent.errors()
 
 
 # -- real faults ------------------------------------------------------------------------------
