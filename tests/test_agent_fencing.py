@@ -563,3 +563,78 @@ def test_zookeeper_connection_cut_fences_before_the_session_expires(
             a.stop(timeout=2)
         agents.clear()
         proxy.close()
+
+
+def _is_paused_while_cut(proxy: TcpProxy, mgr: Client, agent: Agent) -> None:
+    """With ``agent`` running LOC through ``proxy``: freeze the proxy; the worker fences, and
+    from then on is_paused answers True (a worker loop following docs/agent.md stops), while a
+    pause settles without it; once the link is back, the real state decides."""
+    assert agent.is_paused(LOC, SVC) is False
+    proxy.freeze()
+    try:
+        eventually(lambda: agent.metrics()["fenced"] == 1, timeout=20)
+        assert agent.state(LOC, SVC) is State.RUNNING  # the record as last read ...
+        assert agent.is_paused(LOC, SVC) is True  # ... but the worker must not work
+        assert agent.fenced is True
+        mgr.pause(LOC, SVC)
+        assert mgr.wait_settled(LOC, SVC, timeout=20).services[SVC].state is State.PAUSED
+        assert agent.is_paused(LOC, SVC) is True  # it never heard of the pause
+    finally:
+        proxy.thaw()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=30)
+    assert agent.fenced is False
+    assert agent.is_paused(LOC, SVC) is True  # paused for real now
+    assert mgr.resume(LOC, SVC, wait=20).services[SVC].state is State.RUNNING
+    assert agent.is_paused(LOC, SVC) is False
+
+
+def test_is_paused_is_true_while_fenced_on_a_mongodb_connection_cut(
+    mongo_server: Any, agents: list[Agent]
+) -> None:
+    """Before: is_paused answered from the local copy alone, so a worker cut off from the
+    store went on working while fenced, and while the store said paused."""
+    proxy = TcpProxy(f"127.0.0.1:{mongo_server.port}", frames=False)
+    try:
+        db = fresh_database()
+        mgr = connect(kit_url(mongo_server, db))
+        mgr.sync_locations([LOC])
+        via = kit_url(
+            mongo_server,
+            db,
+            directConnection="true",
+            serverSelectionTimeoutMS="2000",
+            socketTimeoutMS="1000",
+        )
+        via = via.replace(f":{mongo_server.port}/", f":{proxy.port}/", 1)
+        agent = connect(via).agent("w1", services=[SVC], lease_seconds=3, heartbeat_interval=0.5)
+        agents.append(agent)
+        Recorder(agent)
+        agent.start()
+        _is_paused_while_cut(proxy, mgr, agent)
+    finally:
+        for a in agents:
+            a.stop(timeout=2)
+        agents.clear()
+        proxy.close()
+
+
+def test_is_paused_is_true_while_fenced_on_a_zookeeper_connection_cut(
+    zk_server: Any, agents: list[Agent]
+) -> None:
+    proxy = TcpProxy(zk_server.hosts)
+    try:
+        chroot = f"/ispaused-{os.getpid()}-{time.monotonic_ns()}"
+        mgr = connect(zk_url(zk_server.hosts, chroot))
+        mgr.sync_locations([LOC])
+        agent = connect(zk_url(proxy.hosts, chroot, session_timeout=4, timeout=20)).agent(
+            "w1", services=[SVC]
+        )
+        agents.append(agent)
+        Recorder(agent)
+        agent.start()
+        _is_paused_while_cut(proxy, mgr, agent)
+    finally:
+        for a in agents:
+            a.stop(timeout=2)
+        agents.clear()
+        proxy.close()
