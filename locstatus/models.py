@@ -160,6 +160,13 @@ _TRANSITIONAL = frozenset({State.PAUSING, State.RESUMING})
 _DESIRED_PAUSED = frozenset({State.PAUSING, State.PAUSED})
 
 
+MAX_STORED_INT = 2**63 - 1
+"""The largest generation or version a record may hold: every backend stores them as signed
+64-bit integers (SQLite's INTEGER, MongoDB's int64), so a larger one could not be written back
+or acknowledged (a raw ``OverflowError`` once, retried for ever by the agent). A stored record
+beyond it is a :class:`~locstatus.errors.CorruptRecord`."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
@@ -169,8 +176,9 @@ class ServiceStatus(_Frozen):
 
     state: State = State.RUNNING
     """Current state: running | pausing | paused | resuming."""
-    generation: int = Field(default=0, ge=0)
-    """+1 each time the desired state flips (pause <-> resume). Workers acknowledge it."""
+    generation: int = Field(default=0, ge=0, le=MAX_STORED_INT)
+    """+1 each time the desired state flips (pause <-> resume). Workers acknowledge it. At most
+    :data:`MAX_STORED_INT`."""
     resume_at: UTCDateTime | None = None
     """When a scheduled resume is due (UTC), or None. Only set while pausing/paused."""
     reason: str | None = Field(default=None, max_length=1024)
@@ -228,7 +236,7 @@ class LocationStatus(_Frozen):
     ]
     """Status per service; only the services this location has (docs/design.md §5.2). Python input
     may use the ``crr`` alias as a key; stored JSON holds canonical names."""
-    version: int = Field(default=0, ge=0)
+    version: int = Field(default=0, ge=0, le=MAX_STORED_INT)
     """The backend's version of the record, for compare-and-set; the HTTP ETag. 0 = unsaved."""
     deleted_at: UTCDateTime | None = None
     """Tombstone (docs/design.md §3.5): when the location was removed, or None."""
@@ -254,13 +262,13 @@ class HistoryEntry(_Frozen):
     """The state-machine event (pause, resume, settle, ...) or create/remove/restore."""
     from_state: State | None = None
     to_state: State | None = None
-    generation: int = 0
+    generation: int = Field(default=0, le=MAX_STORED_INT)
     """The service's generation after the change."""
     actor: str | None = None
     reason: str | None = None
     resume_at: UTCDateTime | None = None
     """The scheduled resume after the change."""
-    version: int = 0
+    version: int = Field(default=0, le=MAX_STORED_INT)
     """The record version this write produced (set by the backend at commit)."""
 
 

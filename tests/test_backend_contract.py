@@ -386,6 +386,15 @@ def test_a_stored_record_missing_a_field_is_corrupt_never_completed(kit: Kit, sh
 
 
 @pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)
+@pytest.mark.parametrize("shape", sorted(shapes.OUT_OF_RANGE))
+def test_a_stored_generation_past_64_bits_is_corrupt(kit: Kit, shape: str) -> None:
+    """No backend stores a generation past a signed 64-bit integer: read as one, it was
+    acknowledged by the agent with a raw OverflowError (SQLite), retried for ever."""
+    b = _damage(kit, "huge", shapes.OUT_OF_RANGE[shape])
+    _assert_corrupt_everywhere(b, "huge")
+
+
+@pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)
 @pytest.mark.parametrize("shape", sorted(shapes.DUPLICATE_KEYS) + sorted(shapes.DEEP))
 def test_a_stored_text_with_a_key_twice_or_nested_too_deep_is_corrupt(
     kit: Kit, shape: str

@@ -65,6 +65,13 @@ PARTIAL: dict[str, str] = {
     ),
 }
 
+OUT_OF_RANGE: dict[str, str] = {
+    "generation-2-63": record(f'{{"replication": {entry(generation=2**63)}}}'),
+    "generation-10-30": record(f'{{"replication": {entry(generation=10**30)}}}'),
+}
+"""Generations no backend can store as an integer (past a signed 64 bits): text backends only
+(MongoDB's driver cannot write them)."""
+
 DUPLICATE_KEYS: dict[str, str] = {
     "state-twice": record(f'{{"replication": {entry()[:-1]}, "state": "running"}}}}'),
     "state-twice-compact": compact(
