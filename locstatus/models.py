@@ -373,8 +373,55 @@ def _every_field_required(node: Any) -> Any:
     return node
 
 
+_STORED_TIME = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T"
+"""How every stored time starts (the encoder writes ISO 8601): a number, or a string of digits
+(which pydantic would read as seconds since the epoch), is no stored time."""
+
+
+def _strict(node: Any) -> Any:
+    """A copy of the core schema ``node`` that takes only what the encoder writes: integers as
+    JSON integers (not ``true``, ``"1"`` or ``1.0``), times as ISO 8601 text (not
+    ``1700000000``, nor ``0`` for a 1970 tombstone), strings and states as JSON strings."""
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "union" and node.get("custom_error_type") == "utc_datetime":
+        # the text is checked first; then parsed from it (a str, hence not strictly)
+        return core_schema.custom_error_schema(
+            core_schema.chain_schema(
+                [core_schema.str_schema(pattern=_STORED_TIME, strict=True), _lax_times(node)]
+            ),
+            custom_error_type="stored_datetime",
+            custom_error_message=(
+                "Input should be an ISO 8601 date and time with Z or an offset (as stored)"
+            ),
+        )
+    out = {k: _strict(v) for k, v in node.items()}
+    # (states stay lax: a strict enum takes only State instances from a decoded document,
+    # and a lax one takes its values only, in either mode)
+    if out.get("type") in ("int", "str", "dict", "bool", "float"):
+        out["strict"] = True
+    elif out.get("type") == "enum":
+        out["strict"] = False
+    if isinstance(out.get("config"), dict):
+        out["config"] = {**out["config"], "strict": True}
+    return out
+
+
+def _lax_times(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_lax_times(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _lax_times(v) for k, v in node.items()}
+    if out.get("type") == "datetime":
+        out["strict"] = False
+    return out
+
+
 STORED_RECORD = SchemaValidator(
-    _every_field_required(LocationStatus.__pydantic_core_schema__),
+    _strict(_every_field_required(LocationStatus.__pydantic_core_schema__)),
     # Build from the schema given, not from the models' own validators (which pydantic-core
     # would otherwise reuse for the nested model, defaults included).
     _use_prebuilt=False,
@@ -386,4 +433,12 @@ so a stored record that leaves a field out is refused instead of being completed
 version of locstatus stored carries every field, since the encoder writes them all, ``null``
 included (docs/reliability.md, "What a stored record carries"). It builds the same instances
 from the same hand-built field schemas, in one pass of pydantic-core, so a decode costs what a
-decode with :class:`LocationStatus` costs. Values built in Python keep the defaults."""
+decode with :class:`LocationStatus` costs. Values built in Python keep the defaults.
+
+It is strict (the hostile review of issue 15: only what was written may be read): an integer
+is a JSON integer (``true``, ``"1"`` and ``1.0`` are not 1), within :data:`MAX_STORED_INT`; a
+time is ISO 8601 text with ``Z`` or an offset (``1700000000`` is no date, ``0`` no 1970
+tombstone the check would purge). A decoded document (MongoDB's, ``validate_python``) is held
+to the same rules as stored text: its times must be ISO 8601 strings too (a BSON date is no
+stored value), its integers ints."""
+
