@@ -251,6 +251,39 @@ def test_status_human_output_shows_state_schedule_generation_and_reason(synced: 
     assert "version 4" in one and "in 1h59m" in one
 
 
+def test_a_narrow_terminal_never_cuts_a_location_service_or_state(cli: Cli, tmp_path: Path) -> None:
+    """``COLUMNS=80 locstatus status`` (issue 20): names and states whole on one line each, the
+    other columns folded or left out and named; a wide terminal shows them all."""
+    names = ["ap-southeast-2-sydney-primary", "eu-central-1-frankfurt", "us-east-1"]
+    listing = tmp_path / "locations.txt"
+    listing.write_text("\n".join(names) + "\n")
+    cli.ok("locations", "sync", str(listing))
+    reason = "disk swap on rack 4, " * 5
+    cli.ok("pause", names[0], "--reason", reason)
+    cli.ok("resume", names[0], "-s", "lifecycle", "--in", "2h")
+    for width in (80, 60):
+        out = cli("status", env={"COLUMNS": str(width)}).stdout
+        lines = out.splitlines()
+        assert max(len(line) for line in lines) <= width, out
+        rows = [line for line in lines if line.startswith("│")]
+        for name in names:
+            assert any(f"│ {name} " in row for row in rows), (name, out)
+        for service in ("replication", "lifecycle", "ingestion"):
+            assert sum(f"│ {service} " in row for row in rows) == 3, (service, out)
+        assert sum(" paused " in row for row in rows) == 3, out
+        assert sum(" running " in row for row in rows) == 6, out
+        assert "…" not in out and "..." not in out, out
+        assert f"left out to fit {width} columns:" in out and "Reason / actor" in out, out
+    wide = cli("status", env={"COLUMNS": "250"}).stdout
+    assert "left out" not in wide
+    for header in ("Scheduled resume", "Gen", "Version", "Updated", "Reason / actor"):
+        assert header in wide, header
+    assert reason.strip() in wide
+    one = cli("status", names[0], env={"COLUMNS": "40"}).stdout
+    assert max(len(line) for line in one.splitlines()) <= 40, one
+    assert "│ replication │ paused" in one, one
+
+
 def test_status_json_lists_every_location_as_models(synced: Cli) -> None:
     synced.ok("pause", "dr-site-a")
     records = synced.statuses()

@@ -174,7 +174,7 @@ def _run_mutation(ctx: typer.Context, location: str, m: _Mutation, as_json: bool
         return
     console = new_console()
     console.print(plain(m.describe(location, rec, changed)))
-    console.print(location_table(rec, mgr.clock(), only=m.services))
+    console.print(location_table(rec, mgr.clock(), only=m.services, width=console.width))
 
 
 _RESULT = {

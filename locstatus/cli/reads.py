@@ -72,7 +72,8 @@ def status(
         if as_json:
             print_json(rec.model_dump_json(indent=2))
         else:
-            new_console().print(location_table(rec, mgr.clock()))
+            console = new_console()
+            console.print(location_table(rec, mgr.clock(), width=console.width))
         return
     mgr = options_of(ctx).manager()
     records, corrupt = mgr.listing(include_removed=include_removed)
@@ -81,7 +82,8 @@ def status(
     elif not records and not corrupt:
         new_console().print("no locations: import them with 'locstatus locations sync FILE'")
     else:
-        new_console().print(status_table(records, corrupt, mgr.clock()))
+        console = new_console()
+        console.print(status_table(records, corrupt, mgr.clock(), width=console.width))
     report_corrupt(corrupt)
 
 

@@ -37,6 +37,8 @@ from locstatus.names import (
     printable,
 )
 
+from .fit import Col, fitted
+
 _STATE_STYLE = {
     State.RUNNING: "green",
     State.PAUSING: "yellow",
@@ -133,42 +135,57 @@ def who(st: ServiceStatus) -> Text:
     return plain(" ".join(parts))
 
 
-def location_table(rec: LocationStatus, now: datetime, only: Sequence[str] | None = None) -> Table:
+def location_table(
+    rec: LocationStatus, now: datetime, only: Sequence[str] | None = None,
+    width: int | None = None,
+) -> Table:
+    """One location's services; ``width``: the terminal's (:func:`fitted`)."""
     title = f"{rec.location}  version {rec.version}"
     if rec.deleted:
         title += f"  REMOVED {iso(rec.deleted_at)}"
-    table = Table(title=Text(title), title_justify="left")
-    for col in ("Service", "State", "Scheduled resume", "Gen", "Updated", "Reason / actor"):
-        table.add_column(col)
-    for svc, st in sorted(rec.services.items()):
-        if only is not None and svc not in only:
-            continue
-        table.add_row(
-            Text(svc),
-            state_text(st),
-            resume_text(st, now),
-            str(st.generation),
-            iso(st.updated_at),
-            who(st),
-        )
-    return table
+    rows = [
+        [Text(svc), state_text(st), resume_text(st, now), str(st.generation),
+         iso(st.updated_at), who(st)]
+        for svc, st in sorted(rec.services.items())
+        if only is None or svc in only
+    ]
+    return fitted(Text(title), _SERVICE_COLS, rows, width)
+
+
+_SERVICE_COLS = (
+    Col("Service", keep=True),
+    Col("State", keep=True),
+    Col("Scheduled resume", least=20),
+    Col("Gen", wrap=False),
+    Col("Updated", wrap=False),
+    Col("Reason / actor"),
+)
+
+_STATUS_COLS = (
+    Col("Location", keep=True),
+    Col("Service", keep=True),
+    Col("State", keep=True),
+    Col("Scheduled resume", least=20),
+    Col("Gen", wrap=False),
+    Col("Version", wrap=False),
+    Col("Updated", wrap=False),
+    Col("Reason / actor"),
+)
+"""The ``status`` columns; a narrow terminal shows the kept ones, then the others by priority:
+the schedule, the reason, ... (:func:`fitted`)."""
+
+_STATUS_PRIORITY = (0, 1, 2, 3, 7, 6, 4, 5)
+"""Which of :data:`_STATUS_COLS` a narrow terminal keeps first (the order they are tried in)."""
 
 
 def status_table(
-    records: Sequence[LocationStatus], corrupt: Sequence[CorruptRecord], now: datetime
+    records: Sequence[LocationStatus],
+    corrupt: Sequence[CorruptRecord],
+    now: datetime,
+    width: int | None = None,
 ) -> Table:
-    table = Table(title="locations", title_justify="left")
-    for col in (
-        "Location",
-        "Service",
-        "State",
-        "Scheduled resume",
-        "Gen",
-        "Version",
-        "Updated",
-        "Reason / actor",
-    ):
-        table.add_column(col)
+    """Every location's services; ``width``: the terminal's (:func:`fitted`): Location,
+    Service and State are never cut, the other columns fold or are left out."""
     rows: list[tuple[str, list[Any]]] = []
     for rec in records:
         first = True
@@ -195,20 +212,13 @@ def status_table(
             (
                 bad.location,
                 [
-                    Text(bad.location),
-                    "",
-                    Text("CORRUPT", style="bold red"),
-                    "",
-                    "",
-                    "",
-                    "",
+                    Text(bad.location), "", Text("CORRUPT", style="bold red"), "", "", "", "",
                     Text("see 'locstatus check'"),
                 ],
             )
         )
-    for _, row in sorted(rows, key=lambda r: r[0]):
-        table.add_row(*row)
-    return table
+    ordered = [row for _, row in sorted(rows, key=lambda r: r[0])]
+    return fitted("locations", _STATUS_COLS, ordered, width, priority=_STATUS_PRIORITY)
 
 
 def report_corrupt(corrupt: Sequence[CorruptRecord]) -> None:
