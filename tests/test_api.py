@@ -239,6 +239,29 @@ def test_overwrite_a_schedule(http: httpx.Client, mgr: Manager, clock: FakeClock
     assert history_events(mgr, "us-east-1")[-2:] == ["schedule_resume", "schedule_resume"]
 
 
+def test_moving_an_existing_schedule_for_all_says_rescheduled_and_when_it_was(
+    http: httpx.Client, mgr: Manager, clock: FakeClock
+) -> None:
+    """Issue 20: ``resume all`` in 1 h over a 2 h schedule names the time it replaced; a new
+    schedule has no ``rescheduled`` member."""
+    http.post("/v1/locations/all/replication/pause")
+    first = http.post("/v1/locations/all/replication/resume", json={"in_seconds": 7200})
+    assert first.status_code == 200
+    assert all("rescheduled" not in item for item in first.json()["results"].values())
+    was = (clock() + timedelta(seconds=7200)).isoformat().replace("+00:00", "Z")
+    r = http.post("/v1/locations/all/replication/resume", json={"in_seconds": 3600})
+    assert r.status_code == 200
+    results = r.json()["results"]
+    assert set(results) == set(LOCATIONS)
+    for item in results.values():
+        assert item["rescheduled"] == {"replication": was}
+        assert item["status"]["services"]["replication"]["resume_at"].startswith(
+            (clock() + timedelta(seconds=3600)).strftime("%Y-%m-%dT%H:%M:%S")
+        )
+    same = http.post("/v1/locations/all/replication/resume", json={"in_seconds": 3600})
+    assert all("rescheduled" not in item for item in same.json()["results"].values())
+
+
 def test_manual_pause_or_resume_cancels_a_schedule(http: httpx.Client, mgr: Manager) -> None:
     http.post("/v1/locations/all/replication/pause")
     for loc in ("us-east-1", "us-east-2"):

@@ -340,6 +340,30 @@ def test_schedule_all_schedules_paused_locations_and_skips_running_ones(synced: 
     assert refused.exit_code == 1 and "no location" in refused.stderr
 
 
+def test_moving_an_existing_schedule_of_all_says_rescheduled_and_what_it_was(synced: Cli) -> None:
+    """Issue 20: ``resume all --in 1h`` over a 2 h schedule moved it earlier, reported only as
+    ``changed``: it says ``rescheduled (was HH:MMZ)`` and gives the old time in ``--json``."""
+    synced.ok("pause", "all", "-s", "lifecycle")
+    out = synced.ok("resume", "all", "-s", "lifecycle", "--in", "2h", "--json").stdout
+    first = [r for r in json.loads(out) if r["result"] != "skipped"]  # no lifecycle there
+    assert first and {r["result"] for r in first} == {"changed"}
+    assert all("rescheduled" not in r for r in first)
+    was = {r["location"]: r["status"]["services"]["lifecycle"]["resume_at"] for r in first}
+    out = synced.ok("resume", "all", "-s", "lifecycle", "--in", "1h").stdout
+    for loc, at in was.items():
+        hhmm = datetime.fromisoformat(at).strftime("%H:%MZ")
+        row = next(line for line in out.splitlines() if f" {loc} " in line)
+        assert "rescheduled" in row and f"(was {hhmm})" in row, out
+    out = synced.ok("resume", "all", "-s", "lifecycle", "--in", "3h", "--json").stdout
+    moved = [r for r in json.loads(out) if r["result"] != "skipped"]
+    assert {r["location"] for r in moved} == set(was)
+    assert {r["result"] for r in moved} == {"rescheduled"}
+    for r in moved:
+        new = datetime.fromisoformat(r["status"]["services"]["lifecycle"]["resume_at"])
+        old = datetime.fromisoformat(r["rescheduled"]["lifecycle"].replace("Z", "+00:00"))
+        assert timedelta(minutes=119) < new - old < timedelta(minutes=121)
+
+
 def test_ctrl_c_during_a_bulk_wait_prints_what_was_done_and_exits_130(synced: Cli) -> None:
     """A real ``locstatus pause all --wait`` in its own process, a live worker that never
     applies it, and a SIGINT while it waits: the table of what was done (every location

@@ -122,10 +122,13 @@ class CancelBody(_Body):
 
 
 class BulkItem(BaseModel):
-    """Outcome for one location of a bulk (``all``) operation: ``status`` or ``error``."""
+    """Outcome for one location of a bulk (``all``) operation: ``status`` or ``error``;
+    ``rescheduled``: service -> the time (ISO, UTC) of the scheduled resume this operation
+    moved, for a schedule that replaced an earlier one."""
 
     status: Any | None = None
     error: Problem | None = None
+    rescheduled: dict[str, str] | None = None
 
 
 class BulkResult(BaseModel):

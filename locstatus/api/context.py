@@ -146,7 +146,11 @@ class Context:
         return after
 
     def bulk(
-        self, operation: Operation, *, wait: float | None = None
+        self,
+        operation: Operation,
+        *,
+        wait: float | None = None,
+        moved: dict[str, dict[str, str]] | None = None,
     ) -> dict[str, LocationStatus | LocstatusError]:
         """Run ``operation`` on every location that is not removed: the manager's one bulk
         operation (:meth:`Manager.bulk <locstatus.manager.Manager.bulk>`). Returns location
@@ -155,7 +159,9 @@ class Context:
         corrupt record is there as its :class:`CorruptRecord` (whether it has the service is
         unknown: never silently outside). With ``wait``, every write is done first, then
         every location is waited for until one shared deadline. Each location's write is
-        counted in the transition metrics as it is decided."""
+        counted in the transition metrics as it is decided. ``moved`` is filled with location
+        -> {service: the ISO time its scheduled resume had} for every schedule this operation
+        moved (the ``rescheduled`` member of docs/http.md, "Bulk operations")."""
         event = operation.event
 
         def count(item: BulkItem, _done: int, _total: int | None) -> None:
@@ -173,6 +179,10 @@ class Context:
                 out[item.location] = item.error
             elif item.outcome is not Outcome.SKIPPED and item.status is not None:
                 out[item.location] = item.status
+            if moved is not None and item.rescheduled:
+                moved[item.location] = {
+                    svc: was.isoformat().replace("+00:00", "Z") for svc, was in item.rescheduled
+                }
         return out
 
     def respond(
@@ -193,11 +203,12 @@ class Context:
             return location_response(rec)
         if if_match is not None:
             raise InvalidInput("If-Match cannot be used with location 'all' (one version each)")
-        results = self.bulk(operation, wait=wait)
+        moved: dict[str, dict[str, str]] = {}
+        results = self.bulk(operation, wait=wait, moved=moved)
         if not results and empty is not None:
             return problems.problem(409, "invalid transition", empty, instance=request.url.path,
                                     type_="urn:locstatus:invalid-transition")
-        return bulk_response(request, results, render or dump)
+        return bulk_response(request, results, render or dump, rescheduled=moved)
 
 
 async def context(request: Request) -> Context:

@@ -183,7 +183,22 @@ _RESULT = {
     Outcome.SKIPPED: "skipped",
     Outcome.FAILED: "error",
 }
-_STYLE = {"changed": "green", "unchanged": "", "skipped": "dim", "error": "bold red"}
+_STYLE = {
+    "changed": "green", "rescheduled": "yellow", "unchanged": "", "skipped": "dim",
+    "error": "bold red",
+}
+
+
+def _short(was: datetime, now_at: datetime | None) -> str:
+    """The time a schedule had: ``12:39Z`` on the same day as the new one, else in full."""
+    if now_at is not None and was.date() == now_at.date():
+        return was.strftime("%H:%MZ")
+    return iso(was)
+
+
+def _moved(item: BulkItem) -> dict[str, str]:
+    """``{service: the time its moved schedule had}`` (ISO, UTC) for ``--json``."""
+    return {svc: iso(was) for svc, was in item.rescheduled}
 
 
 def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool) -> None:
@@ -198,7 +213,10 @@ def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool) -> None:
         if item.status is not None and item.outcome in (Outcome.CHANGED, Outcome.UNCHANGED):
             details[item.location] = m.describe(
                 item.location, item.status, list(item.changed)
-            ).split(": ", 1)[1]
+            ).split(": ", 1)[1] + "".join(
+                f"; {svc} rescheduled (was {_short(was, item.status.services[svc].resume_at)})"
+                for svc, was in item.rescheduled
+            )
 
     try:
         report = mgr.bulk(m.operation(), wait=m.wait, progress=progress)
@@ -227,7 +245,7 @@ def _show_bulk(
     rows = [
         (
             item.location,
-            _RESULT[item.outcome],
+            "rescheduled" if item.rescheduled else _RESULT[item.outcome],
             item.why or (item.error.message if item.error is not None else "")
             or details.get(item.location, ""),
             item.status,
@@ -243,8 +261,11 @@ def _show_bulk(
                         "result": result,
                         "detail": detail,
                         "status": None if status is None else status.model_dump(mode="json"),
+                        **({"rescheduled": moved} if moved else {}),
                     }
-                    for loc, result, detail, status in rows
+                    for (loc, result, detail, status), moved in zip(
+                        rows, (_moved(i) for i in report.items), strict=True
+                    )
                 ],
                 indent=2,
             )
