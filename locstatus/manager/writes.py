@@ -174,7 +174,8 @@ class Writer:
         when no write landed or its landing was found by op_id). The first read attempt runs
         outside the retry policy (no contention is the common case); after a conflict,
         attempts continue under the bounded, jittered policy. Raises the plan's refusal,
-        :class:`NotFound`, :class:`ConflictError`, :class:`AmbiguousCommit`, :class:`BackendUnavailable`."""
+        :class:`NotFound`, :class:`ConflictError`, :class:`AmbiguousCommit`,
+        :class:`BackendUnavailable`."""
         prep = _prepared(plan, prepare)
         ambiguity = _Ambiguity()
         if known is None and use_hint:
