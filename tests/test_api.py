@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+import locstatus
 from locstatus import InvalidInput, Manager, State, open_backend
 from locstatus.api import create_app
 from locstatus.api.server import BackgroundServer, bind_socket, is_loopback, serve
@@ -667,7 +668,9 @@ def test_history_workers_fsm(http: httpx.Client, mgr: Manager, clock: FakeClock)
 def test_health_ready_and_backend_down(backend_url: str, clock: FakeClock) -> None:
     m = Manager(open_backend(backend_url), clock=clock)
     with BackgroundServer(create_app(m)) as srv:
-        assert httpx.get(srv.url + "/healthz", timeout=60).json() == {"status": "ok"}
+        assert httpx.get(srv.url + "/healthz", timeout=60).json() == {
+            "status": "ok", "version": locstatus.__version__
+        }
         assert httpx.get(srv.url + "/readyz", timeout=60).status_code == 200
         m.backend.close()  # the backend becomes unreachable
         assert_problem(httpx.get(srv.url + "/readyz", timeout=60), 503)

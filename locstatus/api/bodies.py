@@ -147,9 +147,11 @@ class WorkerView(WorkerInfo):
 
 class Health(BaseModel):
     """``/healthz`` and ``/readyz`` answer: ``status`` ``ok``, or ``degraded`` (still ready)
-    when this process's latest write found the store full, said in ``writes``."""
+    when this process's latest write found the store full, said in ``writes``; ``/healthz``
+    also names the running ``version`` (docs/versioning.md)."""
 
     status: str
+    version: str | None = None
     reconciler: str | None = None
     writes: str | None = None
 

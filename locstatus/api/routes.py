@@ -21,6 +21,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from pydantic import TypeAdapter
 
+from locstatus import __version__
 from locstatus.manager import Operation, worker_live
 from locstatus.models import HistoryEntry, LocationStatus
 from locstatus.names import LOCATION_RE
@@ -282,7 +283,7 @@ def last_check(ctx: Ctx) -> Response:
     summary="The process is up",
 )
 async def healthz() -> Health:
-    return Health(status="ok")
+    return Health(status="ok", version=__version__)
 
 
 @router.get(
