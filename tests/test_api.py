@@ -659,7 +659,7 @@ def test_history_workers_fsm(http: httpx.Client, mgr: Manager, clock: FakeClock)
     mgr.backend.put_worker(WorkerInfo(worker_id="w2", services=("lifecycle",),
                                       lease_expires_at=clock() - timedelta(seconds=1)))
     workers = {w["worker_id"]: w for w in http.get("/v1/workers").json()}
-    assert workers["w1"]["is_alive"] is True and workers["w2"]["is_alive"] is False
+    assert workers["w1"]["alive"] is True and workers["w2"]["alive"] is False
     r = http.get("/v1/fsm")
     assert r.status_code == 200 and r.text == mermaid()
     assert r.headers["content-type"].startswith("text/plain")
@@ -771,7 +771,7 @@ def test_metrics_and_workers_count_what_does_not_read(
     assert _metric(text, "locstatus_workers", alive="true") == 1
     assert _metric(text, "locstatus_lagging_workers", service="replication") == 1
     (listed,) = http.get("/v1/workers").json()
-    assert listed["worker_id"] == "w-bad" and listed["is_alive"] is True
+    assert listed["worker_id"] == "w-bad" and listed["alive"] is True
     assert "services" in listed["corrupt"]
     assert "all: registration corrupt (" in http.get("/").text  # the status page names it
 
@@ -787,7 +787,7 @@ def test_workers_and_metrics_show_clock_offsets_to_the_backend(backend_url: str)
         ))
         with BackgroundServer(create_app(m)) as srv:
             (w,) = httpx.get(srv.url + "/v1/workers", timeout=60).json()
-            assert w["clock_offset_seconds"] == 30.0 and w["is_alive"] is True
+            assert w["clock_offset_seconds"] == 30.0 and w["alive"] is True
             text = httpx.get(srv.url + "/metrics", timeout=60).text
         assert abs(_metric(text, "locstatus_clock_offset_seconds")) < 1.0  # servers on this host
         assert 0 <= _metric(text, "locstatus_clock_uncertainty_seconds") <= 0.25

@@ -13,9 +13,7 @@ from typing import Annotated
 from fastapi import Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from locstatus.errors import InvalidInput, Unauthorized
-
-from .problems import ProblemError
+from locstatus.errors import Forbidden, InvalidInput, Unauthorized
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -38,7 +36,7 @@ async def authorize(
             "(LOCSTATUS_API_TOKEN)"
         )
     if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
-        raise ProblemError(403, "forbidden", "the bearer token is not the sidecar's token")
+        raise Forbidden("the bearer token is not the sidecar's token")
 
 
 def check_token(token: str) -> str:

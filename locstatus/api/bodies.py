@@ -21,7 +21,6 @@ from pydantic import (
 )
 
 from locstatus.errors import InvalidInput
-from locstatus.models import WorkerInfo
 from locstatus.names import MAX_ACTOR, MAX_REASON, check_text
 
 from .problems import Problem
@@ -135,14 +134,6 @@ class BulkResult(BaseModel):
     """Per-location results of a bulk operation that fully succeeded."""
 
     results: dict[str, BulkItem]
-
-
-class WorkerView(WorkerInfo):
-    """A registered worker and whether its lease holds (``is_alive``: false only once its lease
-    deadline passed by the backend's time beyond doubt; docs/time.md). ``clock_offset_seconds``
-    is the offset the worker published (its wall clock minus the backend's time)."""
-
-    is_alive: bool
 
 
 class Health(BaseModel):

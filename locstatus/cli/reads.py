@@ -6,8 +6,7 @@ never left out (exit 2 after the rest was shown).
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import typer.core
@@ -15,10 +14,6 @@ from rich.table import Table
 
 from locstatus.errors import (
     CorruptRecord,
-)
-from locstatus.manager import worker_live
-from locstatus.models import (
-    WorkerInfo,
 )
 from locstatus.names import (
     check_location,
@@ -36,6 +31,7 @@ from .parsing import (
 from .rendering import (
     HISTORY_LIST,
     STATUS_LIST,
+    WORKER_LIST,
     escaped,
     iso,
     location_table,
@@ -149,48 +145,13 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     live worker it counts as; both are errors (exit 2)."""
     mgr = options_of(ctx).manager()
     now = mgr.clock()
-    infos = mgr.workers()
-    records, corrupt = mgr.listing()
-    acks = mgr.backend.all_acks()
-    rows: list[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]] = []
-    for w in infos:
-        alive = worker_live(w, mgr.time)
-        lag: list[dict[str, Any]] = []
-        for rec in records:
-            for svc, st in sorted(rec.services.items()):
-                if not w.applies(rec.location, svc):
-                    continue
-                acked = acks.get(rec.location, {}).get(w.worker_id, {}).get(svc, 0)
-                if acked < st.generation:
-                    lag.append(
-                        {
-                            "location": rec.location,
-                            "service": svc,
-                            "acked": acked,
-                            "generation": st.generation,
-                        }
-                    )
-        unknown = [  # its lag there cannot be told: the record does not read
-            bad.location
-            for bad in corrupt
-            if w.corrupt is not None or w.locations is None or bad.location in w.locations
-        ]
-        rows.append((w, alive, lag, unknown))
+    infos, corrupt = mgr.worker_statuses()
     if as_json:
-        print_json(
-            json.dumps(
-                [
-                    {**w.model_dump(mode="json"), "alive": alive, "lagging": lag,
-                     "lag_unknown": unknown}
-                    for w, alive, lag, unknown in rows
-                ],
-                indent=2,
-            )
-        )
-    elif not rows:
+        print_json(WORKER_LIST.dump_json(infos, indent=2, by_alias=True).decode())
+    elif not infos:
         new_console().print("no workers registered")
     else:
-        new_console().print(workers_table(rows, now, mgr.time.offset_seconds()))
+        new_console().print(workers_table(infos, now, mgr.time.offset_seconds()))
     report_corrupt_workers([w for w in infos if w.corrupt is not None], bool(corrupt))
     report_corrupt(corrupt)
 

@@ -25,7 +25,7 @@ from rich.text import Text
 from locstatus.errors import (
     CorruptRecord,
 )
-from locstatus.manager import stuck_handlers
+from locstatus.manager import WorkerStatus, stuck_handlers
 from locstatus.models import (
     HistoryEntry,
     LocationStatus,
@@ -48,6 +48,7 @@ _STATE_STYLE = {
 
 STATUS_LIST = TypeAdapter(list[LocationStatus])
 HISTORY_LIST = TypeAdapter(list[HistoryEntry])
+WORKER_LIST = TypeAdapter(list[WorkerStatus])
 
 
 def escaped(message: str) -> str:
@@ -235,7 +236,7 @@ def report_corrupt(corrupt: Sequence[CorruptRecord]) -> None:
 
 
 def workers_table(
-    rows: Sequence[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]],
+    rows: Sequence[WorkerStatus],
     now: datetime,
     own: float | None,
 ) -> Table:
@@ -253,7 +254,8 @@ def workers_table(
         "Errors",
     ):
         table.add_column(col)
-    for w, alive, lag, unknown in rows:
+    for w in rows:
+        alive = w.live
         if w.lease_expires_at is None:
             lease = Text("alive (session)", style="green") if alive else Text("expired")
         elif alive:
@@ -261,9 +263,9 @@ def workers_table(
         else:
             lease = Text(f"expired ({ago(w.lease_expires_at, now)})", style="bold red")
         lagging = Text(", ".join(
-            f"{x['location']}/{x['service']} ({x['acked']}<{x['generation']})" for x in lag
+            f"{x.location}/{x.service} ({x.acked}<{x.generation})" for x in w.lagging
         ), style="yellow")
-        for loc in unknown:
+        for loc in w.lag_unknown:
             lagging.append(", " if len(lagging) else "")
             lagging.append(f"{loc}/? (record corrupt)", style="bold red")
         errors = "; ".join(f"{k}: {v}" for k, v in sorted(w.errors.items()))
