@@ -821,6 +821,46 @@ def test_after_unsubscribe_no_more_hints_arrive(kit: Kit) -> None:
     assert [h for h in got if h.location == "quiet" and h.kind == "location"] == []
 
 
+def test_a_subscriber_that_raises_breaks_neither_the_write_nor_the_other_subscribers(
+    kit: Kit,
+) -> None:
+    """Invariant 7: a subscriber is someone else's code. One whose callback raises on every
+    hint neither fails the write that caused the hint (it has committed) nor stops the hints
+    of the others, for this write and every later one."""
+    writer, watcher = kit.open(), kit.open()
+    v = writer.create(record("loud"), []).version
+    raised: list[Hint] = []
+
+    def broken(h: Hint) -> None:
+        raised.append(h)
+        raise RuntimeError("a subscriber's own bug")
+
+    unsubscribe_broken = watcher.subscribe(broken)  # called first: before the others
+    got, _, unsubscribe = _collect(watcher)
+    time.sleep(0.3)  # let the watcher's subscription settle (watches armed, poller started)
+
+    def hinted(version: int) -> bool:
+        return _wait_for(
+            got,
+            lambda h: h.kind == "resync"
+            or (h.kind == "location" and h.location == "loud"
+                and (h.record is None or h.record.version >= version)),
+        )
+
+    first = writer.compare_and_set(record("loud", State.PAUSING, 1), v, [entry("loud", "op-1")])
+    assert writer.read("loud") == first
+    assert hinted(first.version)
+    got.clear()
+    second = writer.compare_and_set(
+        record("loud", State.PAUSED, 1), first.version, [entry("loud", "op-2")]
+    )
+    assert writer.read("loud") == second
+    assert hinted(second.version)  # the hint path survived the first exception
+    assert raised  # the broken subscriber was called, and raised
+    unsubscribe_broken()
+    unsubscribe()  # type: ignore[operator]
+
+
 def test_ping_answers_on_a_live_backend(b: Backend) -> None:
     b.ping()
 

@@ -23,12 +23,12 @@ from kazoo.protocol.states import Callback
 from locstatus import Manager, connect
 from locstatus.backends import open_backend
 from locstatus.backends.zookeeper import (
-    _EVENTS_WAIT,
     ZooKeeperBackend,
     join_version,
     parse_zk_url,
     split_version,
 )
+from locstatus.backends.zookeeper.freshness import EVENTS_WAIT
 from locstatus.errors import (
     AmbiguousCommit,
     BackendUnavailable,
@@ -729,13 +729,13 @@ def test_a_settle_sees_a_worker_registered_before_the_write_it_settles(
     mgr.sync_locations(["loc"])
     assert b.workers() == []  # the copy is kept, and watched, from here on
     busy = threading.Event()
-    b._client.handler.dispatch_callback(Callback("busy", busy.wait, (30,)))
+    b._client.kazoo.handler.dispatch_callback(Callback("busy", busy.wait, (30,)))
     try:
         opened(url).put_worker(worker("w-join"))  # its own session: alive while listed
         paused: list[LocationStatus] = []
         pausing = threading.Thread(target=lambda: paused.append(mgr.pause("loc", "replication")))
         pausing.start()
-        pausing.join(2 * _EVENTS_WAIT + 1)
+        pausing.join(2 * EVENTS_WAIT + 1)
     finally:
         busy.set()
     pausing.join(30)

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 ALL = BULK_LOCATION
 """The location (and service) name that means "every one" in mutating routes."""
 
-_LOCAL = frozenset({"sqlite", "memory"})
 T = TypeVar("T")
 
 @dataclass
@@ -79,10 +78,10 @@ class Context:
         self.metrics = metrics
         self.reconciler = reconciler
         self.check = check
-        scheme = mgr.backend.url.split(":", 1)[0]
-        self.inline_reads = inline_reads if inline_reads is not None else scheme in _LOCAL
-        """Run single reads on the event loop: true for local backends (SQLite in WAL mode
-        never makes a reader wait for a writer; memory), false for network backends."""
+        local = mgr.backend.local_reads
+        self.inline_reads = inline_reads if inline_reads is not None else local
+        """Run single reads on the event loop: true for backends whose reads stay on this host
+        (:attr:`Backend.local_reads`: SQLite in WAL mode, memory), false for network ones."""
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call a quick backend read: inline for local backends, else in the thread pool."""

@@ -3,14 +3,22 @@
 :func:`open_backend` picks the implementation from the URL scheme, the way httpx picks a
 transport. ZooKeeper and MongoDB backends are imported only when used, so their client
 libraries stay optional extras (``locstatus[zk]``, ``locstatus[mongo]``).
+
+What lives here, from the bottom up: the contract (``base``), the stored forms (``codec``), and
+what every backend shares, written once: URLs and their redaction (``urls``), the version
+scheme across a record's lives (``versions``), history pages (``history``), hint fan-out
+(``hints``). Above them the backends, which never import one another: ``memory``, ``sqlite``,
+and the packages ``zookeeper`` and ``mongo``. Front ends ask a backend what they need to know
+about it (:attr:`Backend.local_reads`, :func:`missing_store`), never its URL scheme.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
-from locstatus.backends.urls import check_url_text
+from locstatus.backends.urls import check_url_text, redact_url
 from locstatus.errors import InvalidInput
 
 DEFAULT_URL = "sqlite:///./locstatus.db"
@@ -35,9 +43,34 @@ def open_backend(url: str) -> Backend:
     :class:`BackendUnavailable` when the backend cannot be reached, and :class:`InvalidInput`
     naming the extra to install when its client library is missing.
     """
+    backend: Backend = _backend_class(url)(url)
+    return backend
+
+
+def missing_store(url: str) -> str | None:
+    """Where the store ``url`` names should be and is not, when opening it would create it
+    empty (a SQLite file that does not exist: its absolute path); None when it exists or the
+    backend keeps no such store (:meth:`Backend.missing_store`). A front end refuses to open a
+    missing store unless asked to create one. Raises :class:`InvalidInput` as
+    :func:`open_backend` does for a bad URL (nothing is opened)."""
+    return _backend_class(url).missing_store(url)
+
+
+class _BackendClass(Protocol):
+    """A :class:`Backend` implementation as :func:`open_backend` uses it: opened by its URL."""
+
+    def __call__(self, url: str) -> Backend: ...
+
+    def missing_store(self, url: str) -> str | None: ...
+
+
+def _backend_class(url: str) -> _BackendClass:
+    """The :class:`Backend` implementation of ``url``'s scheme, imported. Raises
+    :class:`InvalidInput` for something that is not a URL string, an unknown scheme, and
+    naming the extra to install when the backend's client library is missing."""
     import importlib
 
-    check_url_text(url, "backend", "sqlite:///path/to/file.db", where=_no_userinfo(url))
+    check_url_text(url, "backend", "sqlite:///path/to/file.db", where=redact_url(url))
     match = _SCHEME_RE.match(url)
     scheme = match.group(1).lower() if match else ""
     target = _SCHEMES.get(scheme)
@@ -54,13 +87,17 @@ def open_backend(url: str) -> Backend:
         raise InvalidInput(
             f"backend {scheme}:// needs an extra: pip install 'locstatus[{extra}]' ({exc})"
         ) from exc
-    backend: Backend = getattr(module, cls_name)(url)
-    return backend
+    cls: _BackendClass = getattr(module, cls_name)
+    return cls
 
 
-def _no_userinfo(url: object) -> str:
-    """``url`` for an error message: whatever precedes an ``@`` after ``//`` hidden."""
-    return re.sub(r"//[^/]*@", "//***@", str(url))
-
-
-__all__ = ["DEFAULT_URL", "AckMap", "Backend", "HintCallback", "Unsubscribe", "open_backend"]
+__all__ = [
+    "DEFAULT_URL",
+    "AckMap",
+    "Backend",
+    "HintCallback",
+    "Unsubscribe",
+    "missing_store",
+    "open_backend",
+    "redact_url",
+]

@@ -41,7 +41,9 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
 7. **Hints may coalesce.** :meth:`subscribe` delivers :class:`Hint` values on a backend thread;
    hints can be merged or dropped, never relied on for every intermediate version. A
    ``resync`` hint asks subscribers to re-read everything (reconnect, overflow). Callbacks must
-   return quickly and must not block the backend's thread.
+   return quickly and must not block the backend's thread. A callback that raises is logged
+   and skipped: neither the write that caused the hint nor the other subscribers notice
+   (:class:`~locstatus.backends.hints.Subscribers`, the one fan-out every backend uses).
 8. **Errors are locstatus errors.** Every failure met inside a call (a driver's exception, an
    OS error such as a full disk, a document the store cannot hold) reaches the caller as a
    :class:`~locstatus.errors.LocstatusError` naming what failed: :class:`BackendUnavailable`
@@ -171,6 +173,22 @@ class Backend(ABC):
     clock_resolution: float = 0.001
     """Seconds: how coarse the stamps :meth:`probe_time` returns are (ZooKeeper's ``mtime`` and
     MongoDB's ``localTime`` are milliseconds); added to the time source's uncertainty."""
+
+    local_reads: bool = False
+    """True when a single read is served on this host without a network round trip (an
+    in-process store, a database file on a local disk: memory, SQLite in WAL mode, where a
+    reader never waits for a writer): quick enough for an event loop to run it inline (the
+    sidecar does, docs/http.md "Performance"). False: a network store, whose reads belong in a
+    thread pool."""
+
+    @classmethod
+    def missing_store(cls, url: str) -> str | None:
+        """Where the store named by ``url`` should be and is not, for a backend that would
+        create it empty on open (a SQLite file): a front end refuses to open it then, so a
+        typo in a path does not look like an empty store. None when it exists, or when this
+        backend has no such store (a server, memory). Raises :class:`InvalidInput` for a
+        malformed URL of this backend."""
+        return None
 
     # -- location records -------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ It keeps the same encoded payloads as the durable backends (so corrupt data can 
 decoding is exercised) under one lock, and honours the whole contract of
 :class:`~locstatus.backends.base.Backend`. ``memory://name`` shares one store between every
 backend opened with that name in the process (several managers and agents in one test);
-``memory://`` is private.
+``memory://`` is private. Hints are delivered on the writer's own thread, after its write
+(:class:`~locstatus.backends.hints.Subscribers`: a subscriber that raises never fails the write).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from datetime import datetime
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
+from locstatus.backends.hints import Subscribers
+from locstatus.backends.history import HistoryPage
+from locstatus.backends.versions import LIVES
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -33,7 +37,7 @@ class _Store:
     history: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     workers: dict[str, str] = field(default_factory=dict)
     acks: dict[str, AckMap] = field(default_factory=dict)
-    subscribers: list[HintCallback] = field(default_factory=list)
+    subscribers: Subscribers = field(default_factory=lambda: Subscribers("memory://"))
     incarnation: int = 0
     """Versions of a recreated record start above every earlier one (contract invariant 1)."""
 
@@ -59,6 +63,7 @@ class MemoryBackend(Backend):
 
     local_clock = True
     clock_resolution = 0.0
+    local_reads = True
 
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
@@ -77,8 +82,7 @@ class MemoryBackend(Backend):
             raise BackendUnavailable(f"backend {self.url} is closed")
 
     def _notify(self, hint: Hint) -> None:
-        for cb in list(self._store.subscribers):
-            cb(hint)
+        self._store.subscribers.emit(hint)
 
     def _decode(self, location: str) -> LocationStatus:
         try:
@@ -96,7 +100,7 @@ class MemoryBackend(Backend):
             if loc in self._store.records:
                 raise AlreadyExists(f"location {loc!r} already exists")
             self._store.incarnation += 1
-            version = (self._store.incarnation - 1) << 20 | 1
+            version = LIVES.first(self._store.incarnation - 1)
             self._store.records[loc] = (version, codec.encode_record(record))
             stamped = codec.encode_history(codec.stamp(history, version))
             self._store.history[loc] = [(version, stamped)]
@@ -177,14 +181,9 @@ class MemoryBackend(Backend):
         self._check_open()
         with self._store.lock:
             writes = list(self._store.history.get(location, ()))
-        out: list[HistoryEntry] = []
-        for version, raw in reversed(writes):
-            if before_version is not None and version >= before_version:
-                continue
-            out.extend(reversed(codec.decode_history(location, raw, version)))
-            if len(out) >= limit:
-                break
-        return out
+        page = HistoryPage(location, limit, before=before_version)
+        page.take(reversed(writes))
+        return page.entries
 
     def history_write(self, location: str, version: int) -> list[HistoryEntry]:
         self._check_open()
@@ -254,13 +253,8 @@ class MemoryBackend(Backend):
     def subscribe(
         self, callback: HintCallback, *, kinds: Collection[str] | None = None
     ) -> Unsubscribe:
-        self._store.subscribers.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in self._store.subscribers:
-                self._store.subscribers.remove(callback)
-
-        return unsubscribe
+        """Every kind is delivered (``kinds`` is advisory; a hint costs nothing here)."""
+        return self._store.subscribers.add(callback)
 
     def probe_time(self) -> datetime:
         """The store lives in this process: its time is this process's clock."""

@@ -16,7 +16,8 @@ Why it is shaped so:
   was written, and the same connection writes again once space is freed.
 - Change hints: every write appends to a small ``changes`` log in the same transaction; one
   poller thread per backend reads it every ``poll_interval`` seconds (default 0.05) and falls
-  back to a ``resync`` hint when it has fallen behind the pruned log.
+  back to a ``resync`` hint when it has fallen behind the pruned log. A subscriber that raises
+  is logged and skipped (:class:`~locstatus.backends.hints.Subscribers`), never the poller's end.
 
 - Time (docs/time.md): the store's clock is the kernel's, as it stamps a file beside the
   database (``<db>-clock``): :meth:`SQLiteBackend.probe_time` writes one byte to it and reads
@@ -42,7 +43,10 @@ from datetime import UTC, datetime, timedelta
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
+from locstatus.backends.hints import HintBatch, Subscribers
+from locstatus.backends.history import HistoryPage
 from locstatus.backends.urls import Number, query_params, split_url
+from locstatus.backends.versions import LIVES
 from locstatus.errors import (
     AlreadyExists,
     BackendFull,
@@ -88,7 +92,6 @@ CREATE TRIGGER IF NOT EXISTS changes_prune AFTER INSERT ON changes WHEN NEW.seq 
     BEGIN DELETE FROM changes WHERE seq < NEW.seq - 10000; END;
 """
 _KEEP_CHANGES = 10_000
-_INCARNATION_SHIFT = 20  # versions within one life of a record stay below 2**20 apart
 
 
 TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
@@ -126,6 +129,15 @@ class SQLiteBackend(Backend):
 
     clock_resolution = 0.01
     """A write's stamp is the kernel's coarse clock: at most one tick (10 ms at HZ=100) old."""
+    local_reads = True
+    """A reader in WAL mode never waits for a writer, and the file is on this host."""
+
+    @classmethod
+    def missing_store(cls, url: str) -> str | None:
+        """The absolute path of the database file ``url`` names when it does not exist (opening
+        it would create an empty store there). Raises :class:`InvalidInput` for a bad URL."""
+        path, _ = parse_sqlite_url(url)
+        return None if os.path.exists(path) else os.path.realpath(path)
 
     def __init__(self, url: str = "sqlite:///./locstatus.db") -> None:
         self.url = url
@@ -137,8 +149,8 @@ class SQLiteBackend(Backend):
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._closed = False
-        self._subscribers: list[HintCallback] = []
-        self._sub_lock = threading.Lock()
+        self._subscribers = Subscribers(url)
+        self._sub_lock = threading.Lock()  # starts the poller once
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
         parent = os.path.dirname(os.path.abspath(self.path))
@@ -248,7 +260,7 @@ class SQLiteBackend(Backend):
                 "INSERT OR REPLACE INTO incarnations (location, last) VALUES (?, ?)",
                 (loc, incarnation),
             )
-            version = (incarnation - 1) << _INCARNATION_SHIFT | 1
+            version = LIVES.first(incarnation - 1)
             db.execute(
                 "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)",
                 (loc, version, codec.encode_record(record)),
@@ -318,7 +330,7 @@ class SQLiteBackend(Backend):
     def history(
         self, location: str, *, limit: int = 50, before_version: int | None = None
     ) -> list[HistoryEntry]:
-        out: list[HistoryEntry] = []
+        page = HistoryPage(location, limit)
         upper = before_version if before_version is not None else 2**62
         want = max(1, limit)
         # Each row is one write (a record created without history has an empty one): fetch rows
@@ -330,14 +342,12 @@ class SQLiteBackend(Backend):
                 "typeof(version) NOT IN ('integer', 'real')) ORDER BY version DESC LIMIT ?",
                 (location, upper, want),
             )
-            for key, data in rows:
-                version = codec.write_version(location, key)  # the column is declared INTEGER
-                out.extend(reversed(codec.decode_history(location, data, version)))
-                if len(out) >= limit:
-                    return out
-                upper = version
-            if len(rows) < want:
-                return out
+            # a column declared INTEGER may hold anything (a hand edit): each key checked as read
+            if page.take((codec.write_version(location, key), data) for key, data in rows):
+                return page.entries
+            if len(rows) < want:  # no older write
+                return page.entries
+            upper = codec.write_version(location, rows[-1][0])
 
     def history_write(self, location: str, version: int) -> list[HistoryEntry]:
         rows = self._query(
@@ -417,8 +427,9 @@ class SQLiteBackend(Backend):
     def subscribe(
         self, callback: HintCallback, *, kinds: Collection[str] | None = None
     ) -> Unsubscribe:
+        """Every kind is delivered (``kinds`` is advisory: every change is in the log anyway)."""
+        unsubscribe = self._subscribers.add(callback)
         with self._sub_lock:
-            self._subscribers.append(callback)
             if self._poller is None:
                 # Start from the log's current end now, so a write right after subscribe()
                 # is hinted (not swallowed by the poller's first tick).
@@ -430,19 +441,10 @@ class SQLiteBackend(Backend):
                     daemon=True,
                 )
                 self._poller.start()
-
-        def unsubscribe() -> None:
-            with self._sub_lock:
-                if callback in self._subscribers:
-                    self._subscribers.remove(callback)
-
         return unsubscribe
 
     def _emit(self, hint: Hint) -> None:
-        with self._sub_lock:
-            subscribers = list(self._subscribers)
-        for cb in subscribers:
-            cb(hint)
+        self._subscribers.emit(hint)
 
     def _poll_changes(self, start: int | None = None) -> None:
         last: int | None = start
@@ -461,12 +463,11 @@ class SQLiteBackend(Backend):
                 if int(rows[0][0]) > last + 1 and oldest > last + 1:  # type: ignore[call-overload]
                     self._emit(Hint(kind="resync"))
                 else:
-                    seen: set[tuple[str, str | None]] = set()
+                    batch = HintBatch()  # one hint per kind and location, in log order
                     for _, kind, loc in rows:
-                        key = (str(kind), None if loc is None else str(loc))
-                        if key not in seen:
-                            seen.add(key)
-                            self._emit(Hint(kind=key[0], location=key[1]))
+                        batch.add(Hint(kind=str(kind), location=None if loc is None else str(loc)))
+                    for hint in batch.take():
+                        self._emit(hint)
                 last = int(rows[-1][0])  # type: ignore[call-overload]
             except BackendUnavailable:
                 # keep ``last``: missed changes are hinted after recovery (or a resync fires
@@ -534,7 +535,8 @@ class _ChunkedScan:
     memory.
 
     Each row brings the newest history write and, for a record written since it was created
-    (the low bits of its version above 1, see ``_INCARNATION_SHIFT``), up to four older ones
+    (the low bits of its version above 1, see :data:`~locstatus.backends.versions.LIVES`), up to
+    four older ones
     (a pause no worker watches is two writes, the pausing one and its settle: a paused service
     with a resume scheduled and a service added since is four writes past its create),
     each as ``version US data``, joined by RS (ASCII unit and record separators: characters
@@ -555,7 +557,7 @@ class _ChunkedScan:
     _SQL = (
         f"SELECT l.location, l.version, l.data, (SELECT {_HEAD} "
         "FROM history h WHERE h.location = l.location ORDER BY h.version DESC LIMIT 1), "
-        f"CASE WHEN (l.version & {(1 << _INCARNATION_SHIFT) - 1}) > 1 THEN "
+        f"CASE WHEN (l.version & {LIVES.seq_mask}) > 1 THEN "
         f"(SELECT group_concat(o.r, char(30)) FROM (SELECT {_ROW} r FROM history h "
         f"WHERE h.location = l.location ORDER BY h.version DESC LIMIT {_OLDER} OFFSET 1) o) END "
         "FROM locations l WHERE l.location > ? ORDER BY l.location LIMIT ?"

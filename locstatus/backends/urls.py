@@ -1,4 +1,5 @@
-"""Backend URLs: splitting them and reading their query parameters, once for every backend.
+"""Backend URLs: splitting them, reading their query parameters and showing them without their
+credentials, once for every backend.
 
 Why it is shaped so: a backend URL comes from a command line, an environment variable or a
 library call, and each backend used to parse its own. A URL that does not parse
@@ -8,7 +9,8 @@ was accepted (``timeout=-1``, ``timeout=nan``) or broke a thread later (``poll_i
 busy-loops a core, ``1e308`` overflows the poller's wait and kills it). Here every URL is checked
 as text first (:func:`split_url`), and every numeric parameter is declared once with its
 documented bounds and unit (:class:`Number`), so the error names the parameter, the value and
-what is expected, before anything connects.
+what is expected, before anything connects. A URL shown in a message or a report goes through
+:func:`redact_url` (credentials replaced by ``***``), the one place that knows how.
 
 Usage::
 
@@ -25,7 +27,7 @@ import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from urllib.parse import SplitResult, parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit, urlunsplit
 
 from locstatus.errors import InvalidInput
 
@@ -34,6 +36,24 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 def _shown(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_USERINFO = re.compile(r"//[^/]*@")
+
+
+def redact_url(url: object) -> str:
+    """``url`` as it may be shown: whatever precedes the host's ``@`` (user and password) is
+    ``***``, so ``mongodb://u:secret@db1,db2/`` reads ``mongodb://***@db1,db2/``. A URL that
+    does not split (an unclosed ``[``) has everything between ``//`` and an ``@`` hidden; one
+    without credentials is returned as it is. Not a URL string: its ``str``."""
+    text = str(url)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # does not split: hide whatever precedes an "@" after "//"
+        return _USERINFO.sub("//***@", text)
+    if "@" not in parts.netloc:
+        return text
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def check_url_text(url: object, kind: str, example: str, *, where: str | None = None) -> str:

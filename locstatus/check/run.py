@@ -15,8 +15,8 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from urllib.parse import urlsplit, urlunsplit
 
+from locstatus.backends import redact_url
 from locstatus.check.render import progress_bar
 from locstatus.check.repair import Repairer
 from locstatus.check.report import (
@@ -103,7 +103,7 @@ def run_check(
     summary = summarize(findings, repairs)
     status, code = verdict(summary, backend_down=backend_down)
     return CheckReport(
-        backend=_redact_url(mgr.backend.url),
+        backend=redact_url(mgr.backend.url),
         actor=actor,
         started_at=now,
         finished_at=mgr.clock(),
@@ -156,14 +156,3 @@ def _normalise_expected(
             raise InvalidInput(f"expected location {name!r} has no service")
         out[name] = tuple(sorted(canon))
     return out
-
-
-def _redact_url(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable backend URL>"
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))

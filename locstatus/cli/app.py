@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -20,8 +19,7 @@ import typer.core
 from pydantic import ValidationError
 
 from locstatus import __version__
-from locstatus.backends import DEFAULT_URL
-from locstatus.backends.sqlite import parse_sqlite_url
+from locstatus.backends import DEFAULT_URL, missing_store
 from locstatus.client import connect
 from locstatus.errors import (
     InvalidInput,
@@ -103,18 +101,18 @@ class Options:
     _manager: Manager | None = field(default=None, repr=False)
 
     def manager(self, *, create: bool = False) -> Manager:
-        """The Manager of ``--backend``. Unless ``create``, a SQLite file that does not exist is
-        refused instead of being created empty: a typo in a path (or a command run from another
-        directory, with the default ``./locstatus.db``) must not look like an empty store."""
+        """The Manager of ``--backend``. Unless ``create``, a store that does not exist (a SQLite
+        file: :func:`~locstatus.backends.missing_store`) is refused instead of being created
+        empty: a typo in a path (or a command run from another directory, with the default
+        ``./locstatus.db``) must not look like an empty store."""
         if self._manager is None:
-            if not create and self.backend.startswith("sqlite:"):
-                path, _ = parse_sqlite_url(self.backend)
-                if not Path(path).exists():
-                    raise InvalidInput(
-                        f"no locstatus store at {Path(path).resolve()} (from --backend "
-                        f"{self.backend}): check the path or LOCSTATUS_BACKEND, or create it "
-                        "with 'locstatus locations sync FILE'"
-                    )
+            missing = None if create else missing_store(self.backend)
+            if missing is not None:
+                raise InvalidInput(
+                    f"no locstatus store at {missing} (from --backend "
+                    f"{self.backend}): check the path or LOCSTATUS_BACKEND, or create it "
+                    "with 'locstatus locations sync FILE'"
+                )
             try:
                 self._manager = connect(self.backend, services=self.services)
             except ValidationError as exc:  # another LOCSTATUS_* variable is malformed

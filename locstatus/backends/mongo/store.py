@@ -1,0 +1,194 @@
+"""The MongoDB client, the collections locstatus keeps, and the one edge where pymongo's errors
+become locstatus errors (:meth:`Store.io`).
+
+Why it is shaped so (httpx's ``map_httpcore_exceptions``, and ZooKeeper's ``ZkClient``): what a
+driver error means depends on what was sent, and deciding it in every call drifts. Here, once:
+nothing sent (no server selected, a document the driver refuses to encode) is
+:class:`BackendUnavailable` or :class:`InvalidInput`; a single write whose answer was lost
+(``write=True``) is :class:`AmbiguousCommit`, resolved by the manager (docs/design.md §3.2);
+any other failure is :class:`BackendUnavailable` naming the server and the operation.
+
+The collections, all named after ``collection`` (docs/mongodb.md): the records, ``_history``
+(one document per write), ``_workers`` (heartbeat documents under a TTL index), ``_acks`` and
+``_incarnations`` (creation counters and purge floors). Indexes are created at start,
+idempotently (same name and options: a no-op); a changed ``worker_ttl`` is applied with
+``collMod``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pymongo
+from bson.errors import InvalidDocument
+from pymongo import ASCENDING, IndexModel, MongoClient
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import (
+    AutoReconnect,
+    ConfigurationError,
+    DocumentTooLarge,
+    ExecutionTimeout,
+    InvalidOperation,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+    WriteConcernError,
+    WTimeoutError,
+)
+
+from locstatus.backends.mongo.url import MongoSettings
+from locstatus.backends.urls import redact_url
+from locstatus.errors import AmbiguousCommit, BackendUnavailable, InvalidInput
+
+Doc = dict[str, Any]
+
+_INDEX_OPTIONS_CONFLICT = {85, 86}
+CLOSE_TIMEOUT = 0.5
+"""Seconds the driver may spend ending its server sessions when the backend closes."""
+
+
+def short(exc: BaseException, limit: int = 300) -> str:
+    """A driver error's message without pymongo's appended details, at most ``limit`` chars."""
+    text = str(exc).split(", full error:")[0].split(", Timeout:")[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Store:
+    """One pymongo client and the collections of one ``mongodb://`` URL.
+
+    Usage::
+
+        store = Store(parse_mongo_url(url), url)
+        with store.io(f"read of {loc!r}"):
+            doc = store.records.find_one({"_id": loc}, max_time_ms=store.mt)
+
+    Raises :class:`InvalidInput` when pymongo refuses the URL's options.
+    """
+
+    def __init__(self, settings: MongoSettings, url: str) -> None:
+        self.settings = s = settings
+        try:
+            self.client: MongoClient[Doc] = MongoClient(
+                s.client_url, tz_aware=True, connect=False, **s.client_options
+            )
+        except (ConfigurationError, ValueError, TypeError) as exc:
+            raise InvalidInput(f"invalid MongoDB URL {redact_url(url)}: {short(exc)}") from None
+        self.closed = False
+        self.db: Database[Doc] = self.client[s.database]
+        self.records: Collection[Doc] = self.db[s.collection]
+        self.history: Collection[Doc] = self.db[f"{s.collection}_history"]
+        self.workers: Collection[Doc] = self.db[f"{s.collection}_workers"]
+        self.acks: Collection[Doc] = self.db[f"{s.collection}_acks"]
+        self.incarnations: Collection[Doc] = self.db[f"{s.collection}_incarnations"]
+
+    @property
+    def mt(self) -> int:
+        """``maxTimeMS`` of every read and ``findAndModify``."""
+        return self.settings.max_time_ms
+
+    @property
+    def where(self) -> str:
+        """The hosts, without credentials, for messages."""
+        return self.settings.where
+
+    @contextmanager
+    def io(self, what: str, *, write: bool = False) -> Iterator[None]:
+        """Turn pymongo errors into locstatus errors. ``write=True``: the operation is a
+        single write whose outcome is unknown after a network error (:class:`AmbiguousCommit`).
+        A document the driver refuses to encode (``DocumentTooLarge``, ``InvalidDocument``, an
+        integer beyond BSON's 8 bytes) was never sent: :class:`InvalidInput` naming ``what``."""
+        if self.closed:
+            raise BackendUnavailable(f"MongoDB backend {self.settings.where} is closed")
+        try:
+            yield
+        except DocumentTooLarge as exc:  # refused by the driver: nothing was sent
+            raise InvalidInput(
+                f"{what}: the document is too large for MongoDB ({short(exc)}; a document "
+                "holds at most 16 MB); nothing was written"
+            ) from exc
+        except (InvalidDocument, OverflowError) as exc:  # BSON cannot encode it: nothing sent
+            raise InvalidInput(
+                f"{what}: MongoDB cannot store the document ({type(exc).__name__}: "
+                f"{short(exc)}); nothing was written"
+            ) from exc
+        except ServerSelectionTimeoutError as exc:  # nothing was sent
+            raise BackendUnavailable(
+                f"MongoDB at {self.settings.where} is unreachable ({what}): no server answered "
+                f"within {self.settings.server_selection_timeout:g}s (serverSelectionTimeoutMS); "
+                f"is mongod running? [{short(exc, 200)}]"
+            ) from exc
+        except ExecutionTimeout as exc:
+            if write:
+                raise AmbiguousCommit(
+                    f"MongoDB at {self.settings.where}: {what} exceeded "
+                    f"maxTimeMS={self.mt}; outcome unknown"
+                ) from exc
+            raise BackendUnavailable(
+                f"MongoDB at {self.settings.where}: {what} exceeded maxTimeMS={self.mt} "
+                f"(ExecutionTimeout: {short(exc)})"
+            ) from exc
+        except (AutoReconnect, WriteConcernError, WTimeoutError) as exc:
+            if write:
+                raise AmbiguousCommit(
+                    f"MongoDB at {self.settings.where}: outcome of {what} unknown "
+                    f"({type(exc).__name__}: {short(exc)})"
+                ) from exc
+            raise BackendUnavailable(
+                f"MongoDB at {self.settings.where} failed during {what} "
+                f"({type(exc).__name__}: {short(exc)})"
+            ) from exc
+        except InvalidOperation as exc:
+            raise BackendUnavailable(
+                f"MongoDB backend {self.settings.where} is closed ({what}): {short(exc)}"
+            ) from exc
+        except OperationFailure as exc:
+            raise BackendUnavailable(
+                f"MongoDB at {self.settings.where} refused {what}: {short(exc)} "
+                f"(code {exc.code})"
+            ) from exc
+        except PyMongoError as exc:
+            raise BackendUnavailable(
+                f"MongoDB at {self.settings.where} failed during {what} "
+                f"({type(exc).__name__}: {short(exc)})"
+            ) from exc
+
+
+    def ensure_indexes(self) -> None:
+        """Create the indexes (idempotent: same name and options is a no-op). Index builds
+        get at least 60 s whatever ``maxTimeMS`` says."""
+        ttl = self.settings.worker_ttl
+        mt = max(self.mt, 60_000)
+        with self.io("creating indexes"):
+            self.history.create_indexes(
+                [IndexModel([("location", ASCENDING), ("version", ASCENDING)],
+                            name="location_version", unique=True)],
+                maxTimeMS=mt,
+            )
+            self.acks.create_indexes(
+                [IndexModel([("location", ASCENDING)], name="location"),
+                 IndexModel([("worker_id", ASCENDING)], name="worker_id")],
+                maxTimeMS=mt,
+            )
+            try:
+                self.workers.create_indexes(
+                    [IndexModel([("expires_at", ASCENDING)], name="expires_at_ttl",
+                                expireAfterSeconds=ttl)],
+                    maxTimeMS=mt,
+                )
+            except OperationFailure as exc:
+                if exc.code not in _INDEX_OPTIONS_CONFLICT:
+                    raise
+                self.db.command(
+                    "collMod", self.workers.name,
+                    index={"name": "expires_at_ttl", "expireAfterSeconds": ttl},
+                    maxTimeMS=mt,
+                )
+
+    def close_client(self) -> None:
+        """Close the driver's client (bounded by :data:`CLOSE_TIMEOUT`; errors ignored)."""
+        with contextlib.suppress(PyMongoError), pymongo.timeout(CLOSE_TIMEOUT):
+            self.client.close()

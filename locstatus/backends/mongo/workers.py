@@ -1,0 +1,173 @@
+"""Worker registrations and acknowledgements on MongoDB (docs/mongodb.md, "Workers, leases,
+acknowledgements").
+
+Why it is shaped so:
+
+- **Workers** are heartbeat documents ``{_id: worker_id, info, expires_at}`` with a TTL index on
+  ``expires_at`` (``expireAfterSeconds=worker_ttl``, default 3600 s after the lease ran out).
+  TTL deletion is lazy (MongoDB sweeps once a minute), so nothing trusts a document's presence:
+  readers test ``lease_expires_at`` explicitly (:meth:`WorkerInfo.alive`), and an expired worker
+  stays listed with its past lease until the sweep, which lets the check job report it.
+- **Acknowledgements** live in ``<collection>_acks``, ``_id = "location/worker/service"``, each
+  stamped with the life of the record it acknowledges (its ``born``): reads count only those of
+  the record's current life, so an earlier life's never counts and ``create`` deletes them only
+  once its own record is stored (a losing creator once deleted the winner's).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING
+
+from locstatus.backends import codec
+from locstatus.backends.base import AckMap, stale_ack
+from locstatus.backends.mongo.store import Doc, Store
+from locstatus.models import WorkerInfo
+
+log = logging.getLogger(__name__)
+
+
+class Workers:
+    """The registrations and acknowledgements of one
+    :class:`~locstatus.backends.mongo.store.Store`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def put(self, info: WorkerInfo) -> None:
+        """:meth:`Backend.put_worker`: one upsert of the heartbeat document."""
+        stored, _ = codec.bounded_worker(info)  # errors trimmed; InvalidInput if too large
+        doc: Doc = {
+            "_id": info.worker_id,
+            "info": stored.model_dump(mode="json", exclude=codec.WORKER_NOT_STORED),
+        }
+        if info.lease_expires_at is not None:
+            doc["expires_at"] = info.lease_expires_at
+        with self.store.io(f"registration of worker {info.worker_id!r}"):
+            self.store.workers.replace_one({"_id": info.worker_id}, doc, upsert=True)
+
+    def remove(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+        """See :meth:`Backend.remove_worker`. With ``if_expires``: read the registration, and
+        delete it only while its whole stored document is still the one read (a renewal or a
+        new registration rewrites it); the acknowledgements go in a second request, so a
+        worker registering again in between may lose acknowledgements it wrote then: a live
+        worker missing an acknowledgement is waited for (safe), never settled without."""
+        with self.store.io(f"removal of worker {worker_id!r}"):
+            if if_expires is None:
+                removed = self.store.workers.delete_one({"_id": worker_id}).deleted_count > 0
+            else:
+                doc = self.store.workers.find_one({"_id": worker_id}, max_time_ms=self.store.mt)
+                if doc is None or not codec.is_registration(worker_id, doc.get("info"), if_expires):
+                    return False
+                removed = self.store.workers.delete_one(
+                    {"_id": worker_id, "info": doc.get("info")}
+                ).deleted_count > 0
+                if not removed:
+                    return False  # rewritten since it was read: renewed or registered again
+            self.store.acks.delete_many({"worker_id": worker_id})
+        return removed
+
+    def listed(self) -> list[WorkerInfo]:
+        """:meth:`Backend.workers`, sorted by id."""
+        with self.store.io("read of workers"):
+            docs = list(
+                self.store.workers.find({}, max_time_ms=self.store.mt).sort("_id", ASCENDING)
+            )
+        # An unreadable document is listed as the live worker it may be, never left out and
+        # never an error hiding the others (codec.corrupt_worker).
+        return [codec.decode_worker(str(doc.get("_id")), doc.get("info")) for doc in docs]
+
+    def ack(
+        self,
+        worker_id: str,
+        location: str,
+        service: str,
+        generation: int,
+        *,
+        if_version: int | None = None,
+    ) -> None:
+        """Read the record (its version for ``if_version``, and its life), then write the
+        acknowledgement stamped with that life (``born``): an acknowledgement read for another
+        life of the record never counts (:meth:`acks`). One of a record that does not exist is
+        dropped, as on ZooKeeper."""
+        with self.store.io(f"read of {location!r}"):
+            doc = self.store.records.find_one(
+                {"_id": location}, {"version": 1, "born": 1}, max_time_ms=self.store.mt
+            )
+        if if_version is not None and (doc is None or doc.get("version") != if_version):
+            raise stale_ack(location, if_version)
+        if doc is None:
+            return
+        ack: Doc = {"location": location, "worker_id": worker_id, "service": service,
+                    "generation": generation}
+        if _is_int(doc.get("born")):
+            ack["born"] = doc["born"]
+        with self.store.io(f"ack of {location!r}/{service} by {worker_id!r}"):
+            self.store.acks.replace_one(
+                {"_id": f"{location}/{worker_id}/{service}"}, ack, upsert=True
+            )
+
+    def acks(self, location: str) -> AckMap:
+        """The acknowledgements of the record's current life: the record's ``born`` is read
+        first, and one stamped with another life is left out (an earlier life's, left by an
+        interrupted purge or a record deleted by hand; one written just after a purge by a
+        worker that read the record before it). One with no life (written before
+        acknowledgements carried one) counts, as it always did."""
+        with self.store.io(f"read of acks of {location!r}"):
+            rec = self.store.records.find_one(
+                {"_id": location}, {"born": 1}, max_time_ms=self.store.mt
+            )
+            docs = list(self.store.acks.find({"location": location}, {"_id": 0},
+                                        max_time_ms=self.store.mt))
+        if rec is None:
+            return {}
+        out: AckMap = {}
+        for d in docs:
+            key = _ack_key(d, rec.get("born"))
+            if key is not None:
+                out.setdefault(key[1], {})[key[2]] = key[3]
+        return out
+
+    def all_acks(self) -> dict[str, AckMap]:
+        """:meth:`acks` of every record (two reads: every record's ``born``, every ack)."""
+        with self.store.io("read of every ack"):
+            born = {
+                d["_id"]: d.get("born")
+                for d in self.store.records.find({}, {"born": 1}, max_time_ms=self.store.mt)
+            }
+            docs = list(self.store.acks.find({}, {"_id": 0}, max_time_ms=self.store.mt))
+        out: dict[str, AckMap] = {}
+        for d in docs:
+            location = d.get("location")
+            if location not in born:
+                continue
+            key = _ack_key(d, born[location])
+            if key is not None:
+                out.setdefault(key[0], {}).setdefault(key[1], {})[key[2]] = key[3]
+        return out
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ack_key(doc: Mapping[str, Any], life: object) -> tuple[str, str, str, int] | None:
+    """``(location, worker_id, service, generation)`` of an acknowledgement document of the
+    record life ``life`` (the record's ``born``), or None: stamped with another life, or a
+    field missing or of the wrong type (a hand edit: an unreadable acknowledgement acknowledges
+    nothing, contract invariant 6, and never hides the others)."""
+    if "born" in doc and _is_int(life) and doc["born"] != life:
+        return None  # another life of the record
+    location, worker, service = doc.get("location"), doc.get("worker_id"), doc.get("service")
+    gen = codec.ack_generation(doc.get("generation"))
+    if (
+        isinstance(location, str) and isinstance(worker, str) and isinstance(service, str)
+        and gen is not None
+    ):
+        return location, worker, service, gen
+    log.warning("ignoring an unreadable acknowledgement: %r", dict(doc))
+    return None

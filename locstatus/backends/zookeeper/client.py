@@ -1,0 +1,261 @@
+"""One kazoo session and its single error edge: every request of the backend goes through
+:class:`ZkClient`, which bounds it in time and turns kazoo's errors into locstatus errors.
+
+Why it is shaped so (the client line of kazoo's protocol/client split; MongoDB's ``Store.io`` is
+the same idea): a kazoo error means different things by where it happens, and deciding it in each
+call had drifted. Here, once:
+
+- **Reads and idempotent writes** (:meth:`ZkClient.call`) are retried on connection errors only,
+  with a bounded :class:`~kazoo.retry.KazooRetry`, for at most ``timeout`` seconds; then
+  :class:`BackendUnavailable` naming the hosts and the connection state.
+- **Transactions** (:meth:`ZkClient.commit`) are sent once, and only while connected: in
+  SUSPENDED they wait (bounded by ``timeout``) and then fail with :class:`BackendUnavailable`,
+  nothing sent. A multi-op sent whose answer is lost (ConnectionLoss, SessionExpired, timeout)
+  raises :class:`AmbiguousCommit` (outcome unknown); one the server refused returns its
+  :class:`~locstatus.backends.zookeeper.txn.Refusal` (nothing applied).
+- **Refused credentials** (NoAuth, AuthFailed) say which ACL and how to give its credentials.
+- **Size**: ZooKeeper refuses requests above ``jute.maxbuffer`` (1 MB) by dropping the
+  connection; writes are measured first (:meth:`ZkClient.check_size`) and refused with
+  :class:`InvalidInput` above ``max_bytes``.
+- **ACLs**: with credentials every node is created with a digest ACL giving that user all rights
+  (plus world read unless ``world_read=false``), so other tenants of the ensemble cannot write
+  locstatus nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError,
+    ZookeeperError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.security import ACL, make_acl, make_digest_acl
+
+from locstatus.backends.urls import redact_url
+from locstatus.backends.zookeeper.txn import Refusal, Transaction, refusal
+from locstatus.backends.zookeeper.url import AUTH_ENV, ZkParams
+from locstatus.errors import AmbiguousCommit, BackendUnavailable, InvalidInput, LocstatusError
+
+T = TypeVar("T")
+
+BATCH = 1000
+"""Asynchronous requests in flight at once in bulk reads."""
+_RETRYABLE = KazooRetry.RETRY_EXCEPTIONS + KazooRetry.EXPIRED_EXCEPTIONS
+
+
+class ZkClient:
+    """The kazoo client of one backend: its session, its connection state and its error edge.
+
+    ``live`` is set while connected (by the backend's state listener, on kazoo's thread);
+    ``closed`` once the backend closed. Usage::
+
+        client = ZkClient(parse_zk_url(url), url)
+        client.start(listener)                        # BackendUnavailable if nobody answers
+        raw, stat = client.call("read x", lambda: client.get(client.kazoo.get_async(path)))
+    """
+
+    def __init__(self, params: ZkParams, url: str) -> None:
+        self.params = p = params
+        self.where = redact_url(url)
+        self.acl: list[ACL] | None = None
+        auth_data: list[tuple[str, str]] | None = None
+        if p.auth is not None:
+            user, password = p.auth
+            self.acl = [make_digest_acl(user, password, all=True)]
+            if p.world_read:
+                self.acl.append(make_acl("world", "anyone", read=True))
+            auth_data = [("digest", f"{user}:{password}")]
+        self.kazoo = KazooClient(
+            hosts=p.hosts,
+            timeout=p.session_timeout,
+            default_acl=self.acl,
+            auth_data=auth_data,
+            connection_retry=KazooRetry(
+                max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, max_jitter=0.3
+            ),
+            command_retry=KazooRetry(max_tries=0),
+        )
+        self.live = threading.Event()
+        self.closed = False
+
+    # -- session -----------------------------------------------------------------------------
+
+    def start(self, listener: Callable[[str], None]) -> None:
+        """Connect within ``timeout`` seconds, ``listener`` told of every state change.
+        Raises :class:`BackendUnavailable` naming the hosts (nothing left running)."""
+        p = self.params
+        self.kazoo.add_listener(listener)
+        try:
+            self.kazoo.start(timeout=p.timeout)
+        except (KazooTimeoutError, KazooException, OSError) as exc:
+            self.kazoo.remove_listener(listener)
+            with contextlib.suppress(Exception):
+                self.kazoo.stop()
+                self.kazoo.close()
+            raise BackendUnavailable(
+                f"cannot connect to ZooKeeper {p.hosts} within {p.timeout:g}s "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def stop(self, listener: Callable[[str], None]) -> None:
+        """Close the session (its ephemeral nodes go with it). Idempotent."""
+        self.closed = True
+        self.kazoo.remove_listener(listener)
+        with contextlib.suppress(Exception):
+            self.kazoo.stop()
+        with contextlib.suppress(Exception):
+            self.kazoo.close()
+        self.live.clear()
+
+    @property
+    def session_id(self) -> int | None:
+        """The id of the current session, None while there is none."""
+        session = self.kazoo.client_id
+        return None if session is None else cast(int, session[0])
+
+    # -- requests and their errors ---------------------------------------------------------
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise BackendUnavailable(f"backend {self.where} is closed")
+
+    def get(self, async_result: Any) -> Any:
+        """The answer of an asynchronous request, waited for at most ``timeout`` seconds."""
+        return async_result.get(timeout=self.params.timeout)
+
+    def unavailable(self, what: str, exc: BaseException) -> BackendUnavailable:
+        """The :class:`BackendUnavailable` of kazoo error ``exc`` met while doing ``what``."""
+        p = self.params
+        if isinstance(exc, (NoAuthError, AuthFailedError)):
+            creds = "with the configured credentials" if p.auth else "without credentials"
+            return BackendUnavailable(
+                f"ZooKeeper {p.hosts} refused to {what} under {p.chroot} {creds} "
+                f"({type(exc).__name__}): the chroot is protected by a digest ACL; give its "
+                f"credentials as zk://user:password@host/chroot or {AUTH_ENV}=user:password"
+            )
+        if isinstance(exc, (RetryFailedError, KazooTimeoutError, ConnectionLoss,
+                            SessionExpiredError)):
+            return BackendUnavailable(
+                f"ZooKeeper {p.hosts} did not answer ({what}) within {p.timeout:g}s "
+                f"(connection {self.kazoo.state}; {type(exc).__name__})"
+            )
+        if isinstance(exc, ConnectionClosedError) or self.closed:
+            return BackendUnavailable(f"backend {self.where} is closed")
+        return BackendUnavailable(
+            f"ZooKeeper {p.hosts}: {what} failed: {type(exc).__name__} {exc}".rstrip()
+        )
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (a read, or an idempotent write) retrying connection errors only, for at
+        most ``timeout`` seconds; then :class:`BackendUnavailable`. A locstatus error ``fn``
+        raises passes through."""
+        self.check_open()
+        try:
+            try:
+                return fn()  # the common case: no retry machinery
+            except _RETRYABLE:
+                retry = KazooRetry(
+                    max_tries=-1, delay=0.02, backoff=2, max_delay=0.5, max_jitter=0.3,
+                    deadline=self.params.timeout, ignore_expire=True,
+                )
+                return cast(T, retry(fn))
+        except LocstatusError:
+            raise
+        except (KazooException, KazooTimeoutError, RetryFailedError) as exc:
+            raise self.unavailable(what, exc) from exc
+
+    def wait_connected(self, what: str) -> None:
+        """Block until connected (at most ``timeout`` seconds): writes are never queued while
+        SUSPENDED. Raises :class:`BackendUnavailable` (nothing was sent)."""
+        self.check_open()
+        if not self.live.is_set() and not self.live.wait(self.params.timeout):
+            raise BackendUnavailable(
+                f"not connected to ZooKeeper {self.params.hosts} for {self.params.timeout:g}s "
+                f"(connection {self.kazoo.state}); {what}: nothing was written"
+            )
+
+    def transaction(self) -> Transaction:
+        return Transaction(self.kazoo)
+
+    def commit(self, what: str, txn: Transaction) -> Refusal | None:
+        """Send a transaction once, when connected. Returns None when it applied, its
+        :class:`Refusal` when the server refused it (nothing applied). Raises
+        :class:`AmbiguousCommit` when the answer was lost after sending (outcome unknown),
+        :class:`BackendUnavailable` when it was not sent or the credentials were refused."""
+        self.wait_connected(what)
+        try:
+            results = self.get(txn.tx.commit_async())
+        except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
+            raise AmbiguousCommit(
+                f"ZooKeeper {self.params.hosts}: connection lost after {what} was sent "
+                f"({type(exc).__name__}); its outcome is unknown"
+            ) from exc
+        except (NoAuthError, AuthFailedError, ConnectionClosedError) as exc:
+            raise self.unavailable(what, exc) from exc
+        except ZookeeperError as exc:  # a whole-request error: nothing was applied
+            return Refusal("transaction", exc)
+        refused = refusal(results, txn.labels)
+        if refused is not None and isinstance(refused.error, (NoAuthError, AuthFailedError)):
+            raise self.unavailable(what, refused.error)
+        return refused
+
+    def check_size(self, location: str, what: str, *parts: bytes) -> None:
+        """Refuse a write of ``parts`` above ``max_bytes`` (:class:`InvalidInput`, nothing
+        sent): ZooKeeper would drop the connection instead of answering."""
+        size = sum(len(x) for x in parts)
+        if size > self.params.max_bytes:
+            raise InvalidInput(
+                f"location {location!r}: {what} of {size} bytes exceeds the ZooKeeper node "
+                f"limit of {self.params.max_bytes} bytes (jute.maxbuffer is 1 MB); nothing "
+                "was written"
+            )
+
+    # -- bulk requests (inside a call) -------------------------------------------------------
+
+    def ensure(self, paths: Iterable[str]) -> None:
+        """Create the persistent nodes ``paths`` (and their parents) if missing."""
+        for path in paths:
+            with contextlib.suppress(NodeExistsError):
+                self.get(self.kazoo.create_async(path, b"", makepath=True))
+
+    def bulk(self, keys: Sequence[str], start: Callable[[str], Any]) -> list[tuple[str, Any]]:
+        """Pipelined requests: ``start(key)`` for every key, :data:`BATCH` in flight at a time.
+        Keys whose node vanished meanwhile (NoNode) are left out."""
+        out: list[tuple[str, Any]] = []
+        for i in range(0, len(keys), BATCH):
+            chunk = [(k, start(k)) for k in keys[i : i + BATCH]]
+            for key, pending in chunk:
+                try:
+                    out.append((key, self.get(pending)))
+                except NoNodeError:
+                    continue
+        return out
+
+    def delete_tree(self, path: str) -> None:
+        """Delete ``path`` and everything below it, pipelined level by level. NoNode is fine."""
+        kazoo = self.kazoo
+        levels: list[list[str]] = [[path]]
+        while levels[-1]:
+            listed = self.bulk(levels[-1], lambda p: kazoo.get_children_async(p))
+            levels.append([f"{parent}/{c}" for parent, kids in listed for c in kids])
+        for level in reversed(levels[:-1]):
+            for i in range(0, len(level), BATCH):
+                pending = [kazoo.delete_async(p) for p in level[i : i + BATCH]]
+                for item in pending:
+                    with contextlib.suppress(NoNodeError, NotEmptyError):
+                        self.get(item)

@@ -1,0 +1,405 @@
+"""Location records and their history on ZooKeeper: create, read, compare-and-set, delete and
+history pages, each write one labelled multi-op (docs/zookeeper.md).
+
+Why it is shaped so:
+
+- **Compare-and-set is one multi-op**: ``check(history/<loc>, incarnation + 1)`` +
+  ``set_data(locations/<loc>, payload, znode version)`` + ``create(history node)``. The check on
+  the incarnation counter is what makes a stale version of a deleted-and-recreated record fail
+  *inside* the transaction; ``czxid`` would tell a recreation apart too, but it cannot be
+  checked in a multi-op, only read before it (a race), so the counter replaces it.
+- **Each refusal is one domain error**: the label of the failed operation and its error decide
+  (``match`` on the :class:`~locstatus.backends.zookeeper.txn.Refusal`), and an outcome lost
+  with the connection (:class:`AmbiguousCommit`) is never mistaken for a refusal: the manager
+  resolves it by the write's history (invariants 4, 9), a create and a delete here by a re-read.
+- **Delete** removes the record and its acknowledgements atomically; its history is keyed by
+  incarnation, so what an interrupted clean-up leaves behind is never read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, NoReturn, cast
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+from pydantic import TypeAdapter
+
+from locstatus.backends import codec
+from locstatus.backends.history import HistoryPage
+from locstatus.backends.zookeeper.client import ZkClient
+from locstatus.backends.zookeeper.layout import (
+    BUCKET,
+    Layout,
+    decode_record,
+    join_version,
+    record_bytes,
+    split_version,
+)
+from locstatus.backends.zookeeper.txn import Refusal
+from locstatus.errors import (
+    AlreadyExists,
+    AmbiguousCommit,
+    BackendUnavailable,
+    CorruptRecord,
+    LocstatusError,
+    NotFound,
+    VersionConflict,
+)
+from locstatus.models import HistoryEntry, LocationStatus
+
+log = logging.getLogger(__name__)
+
+_HISTORY = TypeAdapter(list[HistoryEntry])
+_RACES = 20
+"""Attempts of a create or delete that keeps meeting a concurrent one."""
+
+
+class Records:
+    """The record and history operations of :class:`ZooKeeperBackend` (same contract, same
+    errors: :class:`~locstatus.backends.base.Backend`), over one :class:`ZkClient`."""
+
+    def __init__(self, client: ZkClient, paths: Layout) -> None:
+        self.client = client
+        self.paths = paths
+        self.kazoo = client.kazoo
+
+    def decode(self, location: str, raw: bytes, stat: ZnodeStat) -> LocationStatus:
+        """The record stored as ``raw`` with ``stat``. Raises :class:`CorruptRecord`."""
+        return decode_record(location, raw, stat.version, self._incarnation_of)
+
+    def _incarnation_of(self, location: str) -> int:
+        """Fallback for a record without an ``incarnation`` field (written by hand)."""
+        path = self.paths.history(location)
+        stat = self.client.call(
+            f"read location {location!r}", lambda: self.client.get(self.kazoo.exists_async(path))
+        )
+        return max(0, stat.version - 1) if stat is not None else 0
+
+    # -- create ------------------------------------------------------------------------------
+
+    def create(self, record: LocationStatus, history: Sequence[HistoryEntry]) -> LocationStatus:
+        loc = record.location
+        pa, client = self.paths, self.client
+        parent = pa.history(loc)
+        for _ in range(_RACES):
+
+            def counter() -> int:
+                with contextlib.suppress(NodeExistsError):
+                    client.get(self.kazoo.create_async(parent, b""))
+                return cast(int, client.get(self.kazoo.exists_async(parent)).version)
+
+            inc = client.call(f"create location {loc!r}", counter)
+            version = join_version(inc, 1)
+            payload = record_bytes(record, inc)
+            entries = _HISTORY.dump_json(codec.stamp(history, version))
+            client.check_size(loc, "record and history", payload, entries)
+            txn = client.transaction()
+            txn.check("incarnation", parent, inc)
+            txn.set_data("incarnation", parent, b"", inc)
+            txn.create("location", pa.location(loc), payload)
+            txn.create("acks", pa.acks(loc))
+            txn.create("history", pa.incarnation(loc, inc))
+            txn.create("history", pa.bucket(loc, inc, 1))
+            if history:
+                txn.create("history", pa.entry(loc, inc, 1), entries)
+            try:
+                refused = client.commit(f"create of location {loc!r}", txn)
+            except AmbiguousCommit:
+                refused = self._resolve_create(loc, payload)
+            match refused:
+                case None:
+                    return record.model_copy(update={"version": version})
+                case Refusal("location", NodeExistsError()):
+                    raise AlreadyExists(f"location {loc!r} already exists")
+                case Refusal("incarnation", BadVersionError() | NoNodeError()):
+                    continue  # a concurrent create or delete: read the counter again
+                case Refusal("acks" | "history" as label, NodeExistsError()):
+                    # Left over by an interrupted purge or an older layout: not part of a live
+                    # record.
+                    log.warning("location %s: removing leftover %s nodes before create", loc,
+                                label)
+                    client.call("clean up", partial(client.delete_tree, pa.acks(loc)))
+                    client.call("clean up", partial(client.delete_tree, pa.incarnation(loc, inc)))
+                    continue
+                case Refusal(label, exc):
+                    raise client.unavailable(f"create location {loc!r} ({label})", exc)
+        raise BackendUnavailable(f"create of location {loc!r} kept racing; try again")
+
+    def _resolve_create(self, location: str, payload: bytes) -> Refusal | None:
+        """After an ambiguous create: None if our record is there, a refusal to act on else."""
+
+        def look() -> tuple[bytes, ZnodeStat] | None:
+            try:
+                return cast(
+                    "tuple[bytes, ZnodeStat]",
+                    self.client.get(self.kazoo.get_async(self.paths.location(location))),
+                )
+            except NoNodeError:
+                return None
+
+        found = self.client.call(f"read location {location!r}", look)
+        if found is None:
+            return Refusal("incarnation", BadVersionError())  # not there: try again
+        if found[0] == payload and found[1].version == 0:
+            return None
+        return Refusal("location", NodeExistsError())
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, location: str) -> LocationStatus:
+        path = self.paths.location(location)
+
+        def get() -> tuple[bytes, ZnodeStat]:
+            try:
+                return cast("tuple[bytes, ZnodeStat]", self.client.get(self.kazoo.get_async(path)))
+            except NoNodeError:
+                raise NotFound(f"unknown location {location!r}") from None
+
+        raw, stat = self.client.call(f"read location {location!r}", get)
+        return self.decode(location, raw, stat)
+
+    def read_all(self) -> list[LocationStatus | CorruptRecord]:
+        pa, client = self.paths, self.client
+
+        def get_all() -> list[tuple[str, bytes, ZnodeStat]]:
+            names = sorted(client.get(self.kazoo.get_children_async(pa.locations)))
+            return [
+                (name, raw, stat)
+                for name, (raw, stat) in client.bulk(
+                    names, lambda n: self.kazoo.get_async(f"{pa.locations}/{n}")
+                )
+            ]
+
+        out: list[LocationStatus | CorruptRecord] = []
+        for name, raw, stat in client.call("read every location", get_all):
+            try:
+                out.append(self.decode(name, raw, stat))
+            except CorruptRecord as exc:
+                out.append(exc)
+            except LocstatusError as exc:  # an invalid node name, put there by hand
+                out.append(CorruptRecord(name, str(exc)))
+        return out
+
+    # -- compare-and-set and delete ----------------------------------------------------------
+
+    def compare_and_set(
+        self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
+    ) -> LocationStatus:
+        loc = record.location
+        pa, client = self.paths, self.client
+        inc, seq = split_version(expected_version)
+        if seq < 1:
+            raise VersionConflict(f"location {loc!r}: {expected_version} is not a version of it")
+        version = expected_version + 1
+        payload = record_bytes(record, inc)
+        entries = _HISTORY.dump_json(codec.stamp(history, version)) if history else b""
+        client.check_size(loc, "record and history", payload, entries)
+        txn = client.transaction()
+        txn.check("incarnation", pa.history(loc), inc + 1)
+        txn.set_data("location", pa.location(loc), payload, seq - 1)
+        if (seq + 1) % BUCKET == 0:
+            txn.create("history", pa.bucket(loc, inc, seq + 1))
+        if history:
+            txn.create("history", pa.entry(loc, inc, seq + 1), entries)
+        match client.commit(f"compare-and-set of location {loc!r}", txn):
+            case None:
+                return record.model_copy(update={"version": version})
+            case Refusal("location", NoNodeError()):
+                raise NotFound(f"unknown location {loc!r}")
+            case Refusal("location", BadVersionError()):
+                raise VersionConflict(f"location {loc!r} changed since version {expected_version}")
+            case Refusal("incarnation", NoNodeError() | BadVersionError() as exc):
+                self._explain_incarnation(loc, expected_version, exc)
+            case Refusal("history", exc):
+                raise CorruptRecord(
+                    loc, f"history of version {version} cannot be written ({type(exc).__name__})"
+                )
+            case Refusal(label, exc):
+                raise client.unavailable(f"compare-and-set of location {loc!r} ({label})", exc)
+
+    def _explain_incarnation(self, location: str, expected: int, exc: Exception) -> NoReturn:
+        """The incarnation check failed: say why (always raises)."""
+        path = self.paths.location(location)
+        stat = self.client.call(
+            f"read location {location!r}", lambda: self.client.get(self.kazoo.exists_async(path))
+        )
+        if stat is None:
+            raise NotFound(f"unknown location {location!r}")
+        if isinstance(exc, NoNodeError):
+            raise CorruptRecord(
+                location, f"its incarnation node {self.paths.history(location)} is missing"
+            )
+        raise VersionConflict(
+            f"location {location!r} was deleted and created again since version {expected}"
+        )
+
+    def delete(self, location: str, expected_version: int) -> None:
+        pa, client = self.paths, self.client
+        inc, seq = split_version(expected_version)
+        if seq < 1:
+            raise VersionConflict(
+                f"location {location!r}: {expected_version} is not a version of it"
+            )
+        acks_dir = pa.acks(location)
+        for _ in range(_RACES):
+
+            def ack_nodes() -> list[str] | None:
+                try:
+                    return cast("list[str]", client.get(self.kazoo.get_children_async(acks_dir)))
+                except NoNodeError:
+                    return None
+
+            children = client.call(f"list acks of {location!r}", ack_nodes)
+            txn = client.transaction()
+            txn.check("incarnation", pa.history(location), inc + 1)
+            txn.delete("location", pa.location(location), seq - 1)
+            if children is not None:
+                for child in children:
+                    txn.delete("acks", f"{acks_dir}/{child}")
+                txn.delete("acks", acks_dir)
+            try:
+                refused = client.commit(f"delete of location {location!r}", txn)
+            except AmbiguousCommit:
+                refused = self._resolve_delete(location, expected_version)
+            match refused:
+                case None:
+                    break
+                case Refusal("acks" | "retry"):
+                    continue  # a worker acked meanwhile, or ours did not land: list again
+                case Refusal("location", NoNodeError()):
+                    raise NotFound(f"unknown location {location!r}")
+                case Refusal("location", BadVersionError()):
+                    raise VersionConflict(
+                        f"location {location!r} changed since version {expected_version}"
+                    )
+                case Refusal("incarnation", NoNodeError() | BadVersionError() as exc):
+                    self._explain_incarnation(location, expected_version, exc)
+                case Refusal(label, exc):
+                    raise client.unavailable(f"delete location {location!r} ({label})", exc)
+        else:
+            raise BackendUnavailable(f"delete of location {location!r} kept racing; try again")
+        # The record and its acks are gone atomically; its history is keyed by incarnation, so
+        # what an interrupted clean-up leaves behind is never read again.
+        try:
+            client.call(
+                "clean up history", lambda: client.delete_tree(pa.incarnation(location, inc))
+            )
+        except LocstatusError as exc:
+            log.warning("location %s: history clean-up left for later: %s", location, exc)
+
+    def _resolve_delete(self, location: str, expected: int) -> Refusal | None:
+        """After an ambiguous delete: None when the record is gone (ours, or an equal purge,
+        landed), ``retry`` when it is still at ``expected``, a version conflict else."""
+        try:
+            current = self.read(location)
+        except NotFound:
+            return None
+        except CorruptRecord:
+            return Refusal("location", BadVersionError())
+        if current.version == expected:
+            return Refusal("retry", BadVersionError())
+        return Refusal("location", BadVersionError())
+
+    # -- history -----------------------------------------------------------------------------
+
+    def history(
+        self, location: str, *, limit: int = 50, before_version: int | None = None
+    ) -> list[HistoryEntry]:
+        pa, client = self.paths, self.client
+        loc_path, parent = pa.location(location), pa.history(location)
+
+        def stats() -> tuple[ZnodeStat | None, ZnodeStat | None]:
+            a, b = self.kazoo.exists_async(loc_path), self.kazoo.exists_async(parent)
+            return client.get(a), client.get(b)
+
+        loc_stat, parent_stat = client.call(f"read history of {location!r}", stats)
+        if loc_stat is None or parent_stat is None or parent_stat.version < 1:
+            return []
+        inc = parent_stat.version - 1
+        upper: int | None = None
+        if before_version is not None:
+            b_inc, b_seq = split_version(before_version)
+            if b_inc < inc:
+                return []
+            if b_inc == inc:
+                upper = b_seq
+        want = max(1, limit)
+        seqs = client.call(
+            f"read history of {location!r}", lambda: self._history_seqs(location, inc, upper, want)
+        )
+        if not seqs:
+            return []
+        versions = {pa.entry(location, inc, s): join_version(inc, s) for s in seqs}
+        nodes: list[tuple[str, Any]] = client.call(
+            f"read history of {location!r}",
+            lambda: client.bulk(list(versions), lambda p: self.kazoo.get_async(p)),
+        )
+        page = HistoryPage(location, limit)
+        page.take((versions[path], raw) for path, (raw, _stat) in nodes)
+        return page.entries
+
+    def history_write(self, location: str, version: int) -> list[HistoryEntry]:
+        """One read of the write's node ``history/<loc>/<inc>/b<bucket>/<seq>``, when
+        ``version`` belongs to the record's current life (the incarnation counter's)."""
+        pa, client = self.paths, self.client
+        inc, seq = split_version(version)
+        if seq < 1:
+            return []
+        loc_path, parent = pa.location(location), pa.history(location)
+        node = pa.entry(location, inc, seq)
+
+        def get() -> tuple[ZnodeStat | None, ZnodeStat | None, bytes | None]:
+            a = self.kazoo.exists_async(loc_path)
+            b = self.kazoo.exists_async(parent)
+            c = self.kazoo.get_async(node)
+            try:
+                raw: bytes | None = client.get(c)[0]
+            except NoNodeError:
+                raw = None
+            return client.get(a), client.get(b), raw
+
+        loc_stat, parent_stat, raw = client.call(f"read history of {location!r}", get)
+        if loc_stat is None or parent_stat is None or parent_stat.version - 1 != inc:
+            return []  # no record, or not its current life (leftovers of a purge)
+        if raw is None:
+            return []
+        return list(reversed(codec.decode_history(location, raw, version)))
+
+    def _history_seqs(self, location: str, inc: int, upper: int | None, want: int) -> list[int]:
+        """Write numbers below ``upper`` (all if None), newest first, at least ``want`` of
+        them when there are that many."""
+        pa, client = self.paths, self.client
+        try:
+            buckets = client.get(self.kazoo.get_children_async(pa.incarnation(location, inc)))
+        except NoNodeError:
+            return []
+        numbers: list[int] = []
+        for name in buckets:
+            if not (name.startswith("b") and name[1:].isdigit()):
+                raise CorruptRecord(location, f"unexpected history node {name!r}")
+            numbers.append(int(name[1:]))
+        seqs: list[int] = []
+        for b in sorted(numbers, reverse=True):
+            if upper is not None and b * BUCKET >= upper:
+                continue
+            try:
+                kids = client.get(
+                    self.kazoo.get_children_async(pa.bucket(location, inc, b * BUCKET))
+                )
+            except NoNodeError:
+                continue
+            found: list[int] = []
+            for name in kids:
+                if not name.isdigit():
+                    raise CorruptRecord(location, f"unexpected history node {name!r}")
+                s = int(name)
+                if upper is None or s < upper:
+                    found.append(s)
+            seqs.extend(sorted(found, reverse=True))
+            if len(seqs) >= want:
+                break
+        return seqs[:want]

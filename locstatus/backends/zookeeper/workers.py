@@ -1,0 +1,408 @@
+"""Worker registrations and acknowledgements on ZooKeeper: ephemeral nodes held by this
+backend's session (docs/zookeeper.md, "Workers and acknowledgements").
+
+Why it is shaped so:
+
+- **The lease is the session.** A registration is an ephemeral node: it goes when the session
+  does (``session_leases``). Every creation also bumps the data version of ``workers``: a znode
+  created again restarts at version 0, so only that counter tells a conditional removal
+  (``remove_worker(if_expires=)``) that the registration it judged was replaced.
+- **A new session re-registers** the workers this backend wrote (:meth:`Workers.restore`, run by
+  the watcher), but not their acknowledgements: written back from here they would race the
+  agent's own, so the ``resync`` of a new session says ``session_lost`` and agents acknowledge
+  again, each against the record as it is then.
+- **An acknowledgement is one multi-op**: a check of the record (its existence, or with
+  ``if_version`` its whole version: incarnation and znode version), the write of the worker's
+  node under ``acks/<loc>`` at the version this backend last left it (no read in the usual
+  case), and a touch of ``acks/<loc>`` (the one node a watcher watches per location).
+- **``workers()``** is served from a copy kept as fresh as the records
+  (:mod:`~locstatus.backends.zookeeper.freshness`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
+
+from locstatus.backends import codec
+from locstatus.backends.base import AckMap, stale_ack
+from locstatus.backends.zookeeper.client import ZkClient
+from locstatus.backends.zookeeper.freshness import WorkersCopy
+from locstatus.backends.zookeeper.layout import (
+    ACKS_HINT,
+    Layout,
+    decode_acks,
+    encode_acks,
+    split_version,
+)
+from locstatus.backends.zookeeper.txn import Refusal, Transaction, refusal
+from locstatus.errors import AmbiguousCommit, BackendUnavailable, LocstatusError
+from locstatus.models import WorkerInfo
+
+log = logging.getLogger(__name__)
+
+Watch = Callable[[WatchedEvent], None]
+
+
+class Workers:
+    """The worker and acknowledgement operations of :class:`ZooKeeperBackend` (contract
+    invariant 6), over one :class:`ZkClient`; ``watch`` is set on the worker list it reads,
+    ``copy`` keeps that list."""
+
+    def __init__(self, client: ZkClient, paths: Layout, copy: WorkersCopy, watch: Watch) -> None:
+        self.client = client
+        self.paths = paths
+        self.copy = copy
+        self.kazoo = client.kazoo
+        self._watch = watch
+        self._lock = threading.Lock()
+        self._mine: dict[str, WorkerInfo] = {}  # registrations to restore on a new session
+        self._my_acks: dict[tuple[str, str], dict[str, int]] = {}
+        # (location, worker_id) -> (session id, znode version) of the ack node this backend
+        # last wrote, so the next ack is one multi-op (set at that version) without a read.
+        self._ack_nodes: dict[tuple[str, str], tuple[int, int]] = {}
+
+    # -- registrations -----------------------------------------------------------------------
+
+    def put(self, info: WorkerInfo) -> None:
+        """Register (ephemeral node, held by this session) or update a worker. A registration
+        held by another session (a restarted worker whose old session has not expired yet) is
+        taken over. ``lease_expires_at`` is stored as given: the worker counts as alive while
+        its node exists and its lease (if any) holds."""
+        path = self.paths.worker(info.worker_id)
+        data = self._bytes(info)
+        with self._lock:
+            self._mine[info.worker_id] = info
+        try:
+            self.client.call(
+                f"register worker {info.worker_id!r}", lambda: self._put_node(path, data)
+            )
+        finally:
+            self.copy.forget()
+
+    def _bytes(self, info: WorkerInfo) -> bytes:
+        """The registration's node data, bounded as on every backend
+        (:func:`codec.bounded_worker`), and by this ensemble's ``max_bytes`` when lower."""
+        limit = min(self.client.params.max_bytes, codec.MAX_REGISTRATION_BYTES)
+        return codec.encode_worker(info, limit).encode()
+
+    def _put_node(self, path: str, data: bytes) -> None:
+        client, kazoo = self.client, self.kazoo
+        for _ in range(10):
+            txn = Transaction(kazoo)
+            txn.create("worker", path, data, ephemeral=True)
+            txn.set_data("registrations", self.paths.workers, b"")  # counts creations
+            refused = refusal(client.get(txn.tx.commit_async()), txn.labels)
+            if refused is None:
+                return
+            if not isinstance(refused.error, NodeExistsError):
+                raise refused.error
+            stat = client.get(kazoo.exists_async(path))
+            if stat is None:
+                continue
+            session = client.session_id
+            if session is None:
+                raise ConnectionLoss()  # retried by the caller once connected again
+            if stat.ephemeralOwner == session:
+                try:
+                    client.get(kazoo.set_async(path, data, stat.version))
+                    return
+                except (BadVersionError, NoNodeError):
+                    continue
+            log.warning("taking over worker registration %s from session 0x%x", path,
+                        stat.ephemeralOwner)
+            with contextlib.suppress(BadVersionError, NoNodeError):
+                client.get(kazoo.delete_async(path, stat.version))
+        raise BackendUnavailable(f"could not register {path}: it kept changing")
+
+    def restore(self) -> bool:
+        """A new session: put back the worker registrations this backend wrote (not their
+        acknowledgements, see the module docstring). False when that failed (logged; the
+        watcher tries again on its next round)."""
+        with self._lock:
+            workers = list(self._mine.values())
+        try:
+            for info in workers:
+                self._put_node(self.paths.worker(info.worker_id), self._bytes(info))
+        except (LocstatusError, KazooException, KazooTimeoutError) as exc:
+            log.warning("zookeeper backend %s: re-registration after session loss failed, "
+                        "will retry: %s", self.paths.root, exc)
+            return False
+        log.info("zookeeper backend %s: new session, re-registered %d worker(s)",
+                 self.paths.root, len(workers))
+        self.copy.forget()
+        return True
+
+    def remove(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+        """See :meth:`Backend.remove_worker`. With ``if_expires``: one multi-op deleting the
+        registration at the znode version whose data was judged (a renewal changes it), checked
+        against the count of registrations created (the data version of ``workers``: a
+        registration replaced by another session's starts at version 0 again), and every
+        acknowledgement node of the worker listed just before; an acknowledgement that
+        vanished meanwhile makes it list again."""
+        if if_expires is None:
+            self._forget_mine(worker_id)  # not restored on a new session from now on
+            return self._remove_now(worker_id)
+        try:
+            removed = self._remove_if(worker_id, if_expires)
+        finally:
+            self.copy.forget()
+        if removed:
+            self._forget_mine(worker_id)
+        return removed
+
+    def _forget_mine(self, worker_id: str) -> None:
+        """Stop restoring the worker's registration and acknowledgements on a new session."""
+        with self._lock:
+            self._mine.pop(worker_id, None)
+            for key in [k for k in self._my_acks if k[1] == worker_id]:
+                del self._my_acks[key]
+
+    def _acks_of(self, worker_id: str) -> list[str]:
+        """Paths of the worker's acknowledgement nodes (one request per location)."""
+        pa, client = self.paths, self.client
+        locations = client.get(self.kazoo.get_children_async(pa.acks_root))
+        found = client.bulk(
+            [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
+            lambda p: self.kazoo.exists_async(p),
+        )
+        return [p for p, stat in found if stat is not None]
+
+    def _remove_now(self, worker_id: str) -> bool:
+        path = self.paths.worker(worker_id)
+        pa, client = self.paths, self.client
+
+        def remove() -> bool:
+            try:
+                client.get(self.kazoo.delete_async(path))
+                gone = True
+            except NoNodeError:
+                gone = False
+            locations = client.get(self.kazoo.get_children_async(pa.acks_root))
+            client.bulk(  # one delete per location, those never acknowledged left out
+                [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
+                lambda p: self.kazoo.delete_async(p),
+            )
+            return gone
+
+        try:
+            return client.call(f"unregister worker {worker_id!r}", remove)
+        finally:
+            self.copy.forget()
+
+    def _remove_if(self, worker_id: str, if_expires: datetime) -> bool:
+        pa, client = self.paths, self.client
+        path = pa.worker(worker_id)
+        what = f"unregister expired worker {worker_id!r}"
+        for _ in range(20):
+
+            def look() -> tuple[int, bytes, ZnodeStat, list[str]] | None:
+                created = client.get(self.kazoo.exists_async(pa.workers)).version
+                try:
+                    raw, stat = client.get(self.kazoo.get_async(path))
+                except NoNodeError:
+                    return None
+                return created, raw, stat, self._acks_of(worker_id)
+
+            found = client.call(f"read worker {worker_id!r}", look)
+            if found is None or not codec.is_registration(worker_id, found[1], if_expires):
+                return False
+            created, _raw, stat, acks = found
+            txn = client.transaction()
+            txn.check("registrations", pa.workers, created)  # none created again since
+            txn.delete("worker", path, stat.version)
+            for ack in acks:
+                txn.delete("acks", ack)
+            try:
+                refused = client.commit(what, txn)
+            except AmbiguousCommit:
+                continue  # looked at again: gone (False from here on) or still there
+            match refused:
+                case None:
+                    return True
+                case Refusal(
+                    "registrations" | "worker" | "acks", NoNodeError() | BadVersionError()
+                ):
+                    continue  # renewed, replaced, or an acknowledgement went: judge it again
+                case Refusal(label, exc):
+                    raise client.unavailable(f"{what} ({label})", exc)
+        raise BackendUnavailable(f"{what}: its registration kept changing; try again")
+
+    def listed(self) -> list[WorkerInfo]:
+        """Registered workers, sorted by id, at least as fresh as every answer this backend
+        returned before the call (a record read or written, on this session); an unreadable
+        registration node as its stand-in (:func:`codec.corrupt_worker`: alive while listed,
+        unless what is left of it still carries a lease). From the copy when it may be served
+        (:class:`WorkersCopy`), else read with watches set again, and kept."""
+        self.client.check_open()
+        copy = self.copy.fresh()
+        if copy is not None:
+            return copy
+        epoch = self.copy.epoch
+        pa, client = self.paths, self.client
+
+        def get_all() -> list[tuple[str, Any]]:
+            names = sorted(
+                client.get(self.kazoo.get_children_async(pa.workers, watch=self._watch))
+            )
+            return client.bulk(
+                names, lambda n: self.kazoo.get_async(f"{pa.workers}/{n}", watch=self._watch)
+            )
+
+        # An unreadable node is listed as the live worker it may be (codec.corrupt_worker),
+        # never left out: leaving it out would let a transition settle without that worker.
+        out = [codec.decode_worker(name, raw) for name, (raw, _stat) in
+               client.call("list workers", get_all)]
+        self.copy.keep(epoch, out)
+        return out
+
+    # -- acknowledgements --------------------------------------------------------------------
+
+    def ack(
+        self, worker_id: str, location: str, service: str, generation: int,
+        *, if_version: int | None = None,
+    ) -> None:
+        """Record an acknowledgement (ephemeral, held by this session). An ack for a location
+        that does not exist (purged meanwhile) is dropped: it could only confuse a record
+        created again under the same name. With ``if_version`` the multi-op checks the whole
+        version instead of the record's mere existence, as a compare-and-set does: the record's
+        znode version and its incarnation (a record created again and written as many times has
+        the same znode version). VersionConflict when either differs."""
+        self.paths.ack(location, worker_id)  # validate both names before any I/O
+        at = None if if_version is None else split_version(if_version)
+        written = self._write_ack(location, worker_id, {service: generation}, at)
+        if not written and if_version is not None:
+            raise stale_ack(location, if_version)
+
+    def _write_ack(
+        self, location: str, worker_id: str, update: dict[str, int],
+        at: tuple[int, int] | None = None,
+    ) -> bool:
+        """Write this worker's ack node; False (nothing written) when the record is gone, or
+        not at version ``at`` (``(incarnation, seq)`` of :func:`split_version`; None: any)."""
+        pa, client = self.paths, self.client
+        node, parent = pa.ack(location, worker_id), pa.acks(location)
+        loc_path = pa.location(location)
+
+        def attempt() -> bool:
+            key = (location, worker_id)
+            for _ in range(20):
+                txn = client.transaction()
+                if at is None:
+                    txn.check("location", loc_path, -1)
+                else:
+                    txn.check("location", pa.history(location), at[0] + 1)  # the incarnation
+                    txn.check("location", loc_path, at[1] - 1)
+                session = client.session_id
+                with self._lock:
+                    known = self._ack_nodes.pop(key, None)
+                    mine = dict(self._my_acks.get(key, {}))
+                if known is not None and session is not None and known[0] == session:
+                    # Our own node, at the version our last write left it, holding ``mine``:
+                    # no read needed. Anything else (another session took it over, it was
+                    # removed with the record) fails the version, and the next pass reads it.
+                    new_version, content = known[1] + 1, {**mine, **update}
+                    txn.set_data("ack", node, encode_acks(content), known[1])
+                else:
+                    new_version, session, content = self._read_ack_op(txn, node, update)
+                txn.set_data("parent", parent, ACKS_HINT)
+                refused = client.commit(f"ack of {worker_id}/{location}", txn)
+                match refused:
+                    case None:
+                        owner = client.session_id
+                        with self._lock:
+                            if owner is not None and session is not None and owner == session:
+                                self._ack_nodes[key] = (owner, new_version)
+                                self._my_acks[key] = content  # what the node holds now
+                            else:
+                                self._my_acks.pop(key, None)
+                        return True
+                    case Refusal("location"):
+                        return False
+                    case Refusal("parent") | Refusal("ack", NoNodeError()):
+                        with contextlib.suppress(NodeExistsError):  # a record without acks dir
+                            client.get(self.kazoo.create_async(parent, b""))
+            raise BackendUnavailable(f"ack of {worker_id}/{location} kept conflicting")
+
+        try:
+            return client.call(f"ack {worker_id}/{location}", attempt)
+        except AmbiguousCommit:  # acks are idempotent: write it again
+            return client.call(f"ack {worker_id}/{location}", attempt)
+
+    def _read_ack_op(
+        self, txn: Transaction, node: str, update: dict[str, int]
+    ) -> tuple[int, int | None, dict[str, int]]:
+        """Read ack node ``node`` and add its write to ``txn``: create it, merge ``update`` into
+        it, or take it over from another session. Returns (the node's version after the write,
+        this client's session id, what the node will hold)."""
+        client = self.client
+        try:
+            raw, stat = client.get(self.kazoo.get_async(node))
+        except NoNodeError:
+            txn.create("ack", node, encode_acks(update), ephemeral=True)
+            return 0, client.session_id, dict(update)
+        content = {**(decode_acks(raw) or {}), **update}
+        merged = encode_acks(content)
+        session = client.session_id
+        if session is None:
+            raise ConnectionLoss()  # retried once connected again
+        if stat.ephemeralOwner == session:
+            txn.set_data("ack", node, merged, stat.version)
+            return stat.version + 1, session, content
+        # Held by another session (this worker before a restart): take it over, or the ack
+        # would vanish when that session expires.
+        txn.delete("ack", node, stat.version)
+        txn.create("ack", node, merged, ephemeral=True)
+        return 0, session, content
+
+    def acks(self, location: str) -> AckMap:
+        parent = self.paths.acks(location)
+        client = self.client
+
+        def get_all() -> list[tuple[str, Any]]:
+            try:
+                names = sorted(client.get(self.kazoo.get_children_async(parent)))
+            except NoNodeError:
+                return []
+            return client.bulk(names, lambda n: self.kazoo.get_async(f"{parent}/{n}"))
+
+        out: AckMap = {}
+        for worker, (raw, _stat) in client.call(f"read acks of {location!r}", get_all):
+            acked = decode_acks(raw)
+            if acked is not None:
+                out[worker] = acked
+        return out
+
+    def all_acks(self) -> dict[str, AckMap]:
+        root = self.paths.acks_root
+        client = self.client
+
+        def get_all() -> list[tuple[str, Any]]:
+            locations = sorted(client.get(self.kazoo.get_children_async(root)))
+            listed = client.bulk(
+                locations, lambda n: self.kazoo.get_children_async(f"{root}/{n}")
+            )
+            keys = [f"{loc}/{w}" for loc, workers in listed for w in workers]
+            return client.bulk(keys, lambda k: self.kazoo.get_async(f"{root}/{k}"))
+
+        out: dict[str, AckMap] = {}
+        for key, (raw, _stat) in client.call("read every ack", get_all):
+            loc, _, worker = key.partition("/")
+            acked = decode_acks(raw)
+            if acked is not None:
+                out.setdefault(loc, {})[worker] = acked
+        return out
