@@ -160,13 +160,18 @@ def _validation_errors(errors: Iterable[Any]) -> list[dict[str, Any]]:
     out = []
     for err in errors:
         # No "input" (could be 64 KiB, or a secret) and no "ctx" (may hold exception objects).
-        out.append(
-            {
-                "loc": [str(p) for p in err.get("loc", ())],
-                "msg": redact(str(err.get("msg", ""))),
-                "type": str(err.get("type", "")),
-            }
-        )
+        loc = [str(p) for p in err.get("loc", ())]
+        msg = str(err.get("msg", ""))
+        if err.get("type") == "json_invalid":
+            # FastAPI says "body.0: JSON decode error": say what it is, and where
+            at = loc[1] if len(loc) > 1 else "?"
+            why = str((err.get("ctx") or {}).get("error", "")).split(":")[0]
+            msg = (f"the request body is not JSON ({why or 'does not parse'} at character "
+                   f"{at}); send a JSON object such as {{\"reason\": \"maintenance\"}}")
+            loc = ["body"]
+        elif err.get("type") == "model_attributes_type" and loc == ["body"]:
+            msg = "the request body must be a JSON object such as {\"reason\": \"maintenance\"}"
+        out.append({"loc": loc, "msg": redact(msg), "type": str(err.get("type", ""))})
     return out
 
 

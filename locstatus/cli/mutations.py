@@ -60,6 +60,7 @@ from .rendering import (
     plain,
     print_json,
 )
+from .suggest import suggesting
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,8 @@ def _run_mutation(ctx: typer.Context, location: str, m: _Mutation, as_json: bool
     if location == ALL:
         _run_bulk(mgr, m, as_json)
         return
-    rec, changed = m.apply(mgr, location, m.services)
+    with suggesting(mgr, location):
+        rec, changed = m.apply(mgr, location, m.services)
     if m.wait is not None:
         rec = mgr.wait_settled(location, list(m.services) if m.services else None, timeout=m.wait)
     if as_json:

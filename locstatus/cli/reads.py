@@ -44,6 +44,7 @@ from .rendering import (
     status_table,
     workers_table,
 )
+from .suggest import suggesting
 
 
 @app.command()
@@ -64,7 +65,8 @@ def status(
     if location is not None and location != ALL:
         check_location(location)
         mgr = options_of(ctx).manager()
-        rec = mgr.status(location)
+        with suggesting(mgr, location):
+            rec = mgr.status(location)
         if as_json:
             print_json(rec.model_dump_json(indent=2))
         else:
@@ -97,7 +99,8 @@ def history(
     count = int(parse_number("--limit", limit, low=1, high=10_000, integer=True))
     mgr = options_of(ctx).manager()
     try:
-        mgr.status(location)  # unknown location: refused (exit 1)
+        with suggesting(mgr, location):
+            mgr.status(location)  # unknown location: refused (exit 1)
     except CorruptRecord as exc:  # the history of a corrupt record is what one wants to see
         typer.echo(f"warning: {escaped(exc.message)}", err=True)
     entries = mgr.history(location, limit=count)
