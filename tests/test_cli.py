@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -282,6 +283,13 @@ def test_a_narrow_terminal_never_cuts_a_location_service_or_state(cli: Cli, tmp_
     one = cli("status", names[0], env={"COLUMNS": "40"}).stdout
     assert max(len(line) for line in one.splitlines()) <= 40, one
     assert "│ replication │ paused" in one, one
+    history = cli("history", names[0], env={"COLUMNS": "80"}).stdout
+    lines = history.splitlines()
+    assert max(len(line) for line in lines) <= 80, history
+    rows = [line for line in lines if line.startswith("│")]
+    assert rows and all(re.search(r"│ \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ │", r) for r in rows), history
+    assert any("│ lifecycle   │ schedule_resume │" in r for r in rows), history
+    assert "…" not in history, history
 
 
 def test_status_json_lists_every_location_as_models(synced: Cli) -> None:

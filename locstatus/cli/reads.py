@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 import typer.core
-from rich.table import Table
 
 from locstatus.errors import (
     CorruptRecord,
@@ -25,6 +24,7 @@ from .app import (
     app,
     options_of,
 )
+from .fit import Col, fitted
 from .parsing import (
     parse_number,
 )
@@ -107,35 +107,37 @@ def history(
     if as_json:
         print_json(HISTORY_LIST.dump_json(entries, indent=2).decode())
         return
-    table = Table(title=f"history of {location}", title_justify="left")
-    for col in (
-        "At",
-        "Version",
-        "Service",
-        "Event",
-        "From -> to",
-        "Gen",
-        "Resume at",
-        "Actor",
-        "Reason",
-    ):
-        table.add_column(col)
+    rows = []
     for e in entries:
         move = ""
         if e.from_state is not None or e.to_state is not None:
             move = f"{state_name(e.from_state)} -> {state_name(e.to_state)}"
-        table.add_row(
-            iso(e.at),
-            str(e.version),
-            plain(e.service),
-            plain(e.event),
-            move,
-            str(e.generation),
-            iso(e.resume_at),
-            plain(e.actor),
-            plain(e.reason),
-        )
-    new_console().print(table)
+        rows.append([
+            iso(e.at), str(e.version), plain(e.service), plain(e.event), move,
+            str(e.generation), iso(e.resume_at), plain(e.actor), plain(e.reason),
+        ])
+    console = new_console()
+    console.print(fitted(
+        f"history of {location}", _HISTORY_COLS, rows, console.width,
+        priority=_HISTORY_PRIORITY,
+    ))
+
+
+_HISTORY_COLS = (
+    Col("At", keep=True),
+    Col("Version", wrap=False),
+    Col("Service", keep=True),
+    Col("Event", keep=True),
+    Col("From -> to", wrap=False),
+    Col("Gen", wrap=False),
+    Col("Resume at", wrap=False),
+    Col("Actor"),
+    Col("Reason"),
+)
+"""The ``history`` columns: when, which service and what happened are never cut
+(docs/cli.md, "Reading state"); the others by priority (:data:`_HISTORY_PRIORITY`)."""
+
+_HISTORY_PRIORITY = (0, 2, 3, 4, 6, 1, 8, 7, 5)
 
 
 @app.command()
