@@ -372,6 +372,16 @@ def test_moving_an_existing_schedule_of_all_says_rescheduled_and_what_it_was(syn
         assert timedelta(minutes=119) < new - old < timedelta(minutes=121)
 
 
+def test_moving_the_schedule_of_one_location_says_rescheduled_too(synced: Cli) -> None:
+    synced.ok("pause", "us-east-1", "-s", "lifecycle")
+    first = synced.ok("resume", "us-east-1", "-s", "lifecycle", "--in", "2h").stdout
+    assert "rescheduled" not in first
+    at = synced.status("us-east-1").services["lifecycle"].resume_at
+    assert at is not None
+    out = synced.ok("resume", "us-east-1", "-s", "lifecycle", "--in", "1h").stdout
+    assert f"; lifecycle rescheduled (was {at.strftime('%H:%MZ')})" in out.splitlines()[0], out
+
+
 def test_ctrl_c_during_a_bulk_wait_prints_what_was_done_and_exits_130(synced: Cli) -> None:
     """A real ``locstatus pause all --wait`` in its own process, a live worker that never
     applies it, and a SIGINT while it waits: the table of what was done (every location
