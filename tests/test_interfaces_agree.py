@@ -164,7 +164,13 @@ def test_every_problem_the_sidecar_answers_has_its_urn_type(store: Store) -> Non
     with serve(store) as open_srv, client(open_srv, token=None) as local:
         check(local.get("/v1/locations", headers={"Host": "evil.example"}), 421,
               "misdirected-request")
+        store.mgr.backend.write_raw("broken", "not a record")  # type: ignore[attr-defined]
+        check(local.get("/v1/locations/broken"), 500, "corrupt-record")
+        check(local.get("/v1/locations"), 500, "corrupt-record")
+        failed = local.post("/v1/locations/all/replication/pause")
+        check(failed, 500, "bulk-failed")
+        assert failed.json()["results"]["broken"]["error"]["type"] == "urn:locstatus:corrupt-record"
     store.mgr.backend.close()
     with serve(store) as down, client(down, token=None) as http:
         check(http.get("/v1/locations"), 503, "backend-unavailable")
-    assert set(seen) == {400, 401, 403, 404, 405, 409, 412, 413, 415, 421, 422, 503, 504}
+    assert set(seen) == {400, 401, 403, 404, 405, 409, 412, 413, 415, 421, 422, 500, 503, 504}
