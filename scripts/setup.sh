@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a development environment: system packages the tests need (Debian's zookeeper,
 # chromium for the status-page test, faketime (libfaketime) for the clock-skew tests, spin and
-# gcc for the protocol model in model/), a virtualenv in .venv and the package with its dev extra.
+# gcc for the protocol model in model/, Node.js for clients/node/), a virtualenv in .venv and the package with its dev extra.
 # Idempotent; safe to run on a fresh machine (as root, or with sudo available).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || need+=(faketime)  # skew tests
 command -v spin >/dev/null 2>&1 || need+=(spin)    # model/check.sh
 command -v gcc >/dev/null 2>&1 || need+=(gcc)      # model/check.sh compiles spin's verifier
+command -v node >/dev/null 2>&1 || need+=(nodejs)  # clients/node (Node >= 18) and its tests
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq

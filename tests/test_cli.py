@@ -673,6 +673,8 @@ def test_corrupt_records_are_named_and_do_not_hide_the_others(synced: Cli) -> No
     # syncing a list that names a corrupt location is refused before anything is written
     sync = synced("locations", "sync", str(sample_path("locations.txt")))
     assert sync.exit_code == 2 and "dr-site-a" in sync.stderr
+    # and says what to do: check never rewrites a corrupt record, so not "repair it with check"
+    assert "restore it by hand" in sync.stderr and "repair it with" not in sync.stderr
 
 
 def test_workers_names_corrupt_records_and_registrations_as_errors(synced: Cli) -> None:

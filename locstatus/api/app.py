@@ -47,8 +47,10 @@ from .context import CheckState, Context
 from .guard import HostPolicy
 from .metrics import Metrics
 from .middleware import MAX_BODY, Middleware, Scope
+from .principals import Principals
 from .problems import Problem
 from .routes import get_location, router
+from .workers import router as workers_router
 
 if TYPE_CHECKING:
     from locstatus.reconciler import Reconciler
@@ -86,6 +88,7 @@ def create_app(
     max_body: int = MAX_BODY,
     inline_reads: bool | None = None,
     allowed_hosts: Iterable[str] | None = None,
+    principals: Principals | None = None,
 ) -> FastAPI:
     """Build the sidecar app over ``mgr``.
 
@@ -96,6 +99,8 @@ def create_app(
       (127.0.0.0/8, ``::1``, ``localhost``, any port) or one of these names are served, others
       get a 421 (DNS rebinding, docs/http.md); ``["*"]`` serves every ``Host``. With a token
       every ``Host`` is served.
+    - ``principals``: named callers (:class:`~.principals.Principals`, e.g. from
+      ``LOCSTATUS_API_TOKENS_FILE``); ``token`` is then one more, the ``operator`` principal.
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
     - ``check``: where the periodic consistency check stores its result (``/v1/check``).
@@ -106,8 +111,11 @@ def create_app(
 
 
     token = check_token(token) if token else None
+    if principals is not None and token is not None:
+        principals.legacy_token = token
+    principals = principals or Principals.from_settings(tokens_file=None, token=token)
     extra = list(allowed_hosts or ())
-    hosts = HostPolicy(allow_any=token is not None or "*" in extra, extra=extra)
+    hosts = HostPolicy(allow_any=principals.enabled or "*" in extra, extra=extra)
     metrics = Metrics(mgr, reconciler=lambda: reconciler)
     app = FastAPIOffline(
         title="locstatus sidecar",
@@ -124,7 +132,10 @@ def create_app(
         static_url=DOCS_ASSETS,
         # The routes go straight into the app's router: FastAPI keeps an included router as a
         # nested level that every request walks through (about 15 us per request).
-        routes=[_fast_get_location(), *router.routes, *backbeat_router.routes],
+        routes=[
+            _fast_get_location(), *router.routes, *workers_router.routes,
+            *backbeat_router.routes,
+        ],
     )
     app.state.locstatus = Context(
         mgr,
@@ -133,6 +144,7 @@ def create_app(
         reconciler=reconciler,
         check=check,
         inline_reads=inline_reads,
+        principals=principals,
     )
     problems.install(app)
     app.add_middleware(Middleware, metrics=metrics, max_body=max_body, hosts=hosts)

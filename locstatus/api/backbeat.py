@@ -45,6 +45,7 @@ from locstatus.names import check_location
 from .auth import authorize
 from .context import ALL, Context, Ctx
 from .guard import BackbeatRoute
+from .principals import actor_for
 from .problems import responses
 from .responses import bulk_response, corrupt_listing
 
@@ -210,12 +211,14 @@ def status_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam)
 
 def _pause(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    return _mutate(request, ctx, loc, Operation.pause(svc), _enabled(svc))
+    operation = Operation.pause(svc, actor=actor_for(request, None))
+    return _mutate(request, ctx, loc, operation, _enabled(svc))
 
 
 def _resume(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    return _mutate(request, ctx, loc, Operation.resume(svc), _enabled(svc))
+    operation = Operation.resume(svc, actor=actor_for(request, None))
+    return _mutate(request, ctx, loc, operation, _enabled(svc))
 
 
 @router.post("/pause", response_model=StatusMap, responses=_WRITE,
@@ -247,13 +250,16 @@ def _get_schedule(request: Request, ctx: Context, service: str, loc: str) -> Res
 async def _post_schedule(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
     hours = parse_hours(await request.body())
-    operation = Operation.resume(svc, at=timedelta(hours=hours))
+    operation = Operation.resume(
+        svc, at=timedelta(hours=hours), actor=actor_for(request, None)
+    )
     return await run_in_threadpool(_mutate, request, ctx, loc, operation, _schedule(svc))
 
 
 def _cancel(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    return _mutate(request, ctx, loc, Operation.cancel_scheduled_resume(svc), _schedule(svc))
+    operation = Operation.cancel_scheduled_resume(svc, actor=actor_for(request, None))
+    return _mutate(request, ctx, loc, operation, _schedule(svc))
 
 
 @router.get("/resume", response_model=StatusMap, responses=_READ,

@@ -35,6 +35,7 @@ from locstatus.models import LocationStatus
 from locstatus.names import BULK_LOCATION, SERVICE_ALIASES, check_location
 
 from .metrics import Metrics
+from .principals import Principals
 from .responses import bulk_response, dump, location_response, parse_if_match
 
 if TYPE_CHECKING:
@@ -72,9 +73,12 @@ class Context:
         reconciler: Reconciler | None,
         check: CheckState | None,
         inline_reads: bool | None = None,
+        principals: Principals | None = None,
     ) -> None:
         self.mgr = mgr
         self.token = token
+        self.principals = principals or Principals.from_settings(tokens_file=None, token=token)
+        """Who may call (docs/http.md "Callers and roles")."""
         self.metrics = metrics
         self.reconciler = reconciler
         self.check = check

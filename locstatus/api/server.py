@@ -29,6 +29,7 @@ import errno
 import importlib
 import ipaddress
 import logging
+import signal
 import socket
 import threading
 import time
@@ -39,11 +40,14 @@ from typing import Any
 
 import uvicorn
 
+from locstatus import monotonic
 from locstatus.api.app import create_app
 from locstatus.api.auth import check_token
 from locstatus.api.context import CheckState
 from locstatus.api.guard import split_host
+from locstatus.api.principals import Principals
 from locstatus.api.problems import SECRETS, redact
+from locstatus.api.workers import close_hub
 from locstatus.client import connect
 from locstatus.errors import InvalidInput
 from locstatus.manager import Manager
@@ -83,6 +87,7 @@ def serve(
         secret = Settings().api_token
         token = secret.get_secret_value() if secret is not None else None
     token = check_token(token) if token else None
+    principals = Principals.from_settings(tokens_file=Settings().api_tokens_file, token=token)
     for name in allowed_hosts:
         if not name or name == "*" or split_host(name) is None:
             raise InvalidInput(
@@ -98,7 +103,7 @@ def serve(
     if check_interval is not None and not check_interval > 0:
         raise InvalidInput(f"check interval must be > 0 seconds, got {check_interval}")
     loopback = is_loopback(host)
-    if not loopback and token is None and not insecure:
+    if not loopback and not principals.enabled and not insecure:
         raise InvalidInput(
             f"refusing to serve on non-loopback address {host!r} without an API token: set "
             "LOCSTATUS_API_TOKEN (mutating routes then need 'Authorization: Bearer <token>'), "
@@ -114,7 +119,7 @@ def serve(
     reconciler = Reconciler(mgr, interval=reconcile_interval)
     check_state = CheckState() if check_interval is not None else None
     app = create_app(
-        mgr, token=token, reconciler=reconciler, check=check_state,
+        mgr, token=token, reconciler=reconciler, check=check_state, principals=principals,
         # --insecure on a non-loopback address serves the network on purpose: any Host
         allowed_hosts=["*"] if insecure and not loopback else allowed_hosts,
     )
@@ -130,12 +135,15 @@ def serve(
     log.info(
         "locstatus sidecar on http://%s:%s, backend %s, auth %s, reconcile every %gs%s",
         _host_for_url(bound[0]), bound[1], redact(mgr.backend.url),
-        "token required" if token else "none (loopback only)" if loopback else "NONE (--insecure)",
+        _auth_mode(principals, token) if principals.enabled
+        else "none (loopback only)" if loopback else "NONE (--insecure)",
         reconcile_interval,
         f", check every {check_interval:g}s" if check_interval else "",
     )
-    if not loopback and token is None:
+    if not loopback and not principals.enabled:
         log.warning("--insecure: mutating routes on %s need no authentication", host)
+    if principals.path is not None:
+        signal.signal(signal.SIGHUP, lambda *_: principals.reload())
     reconciler.start()
     if checker is not None:
         checker.start()
@@ -145,8 +153,17 @@ def serve(
         if checker is not None:
             checker.stop()
         reconciler.stop()
+        close_hub(app)
         mgr.close()
         sock.close()
+
+
+def _auth_mode(principals: Principals, token: str | None) -> str:
+    """How callers authenticate, for the start-up line (principal counts, never a token)."""
+    if principals.path is None:
+        return "token required"
+    named = f"tokens file {principals.path} ({len(principals.names())} principal(s))"
+    return named + (" and LOCSTATUS_API_TOKEN" if token else "")
 
 
 def is_loopback(host: str) -> bool:
@@ -307,6 +324,7 @@ class BackgroundServer:
         config.setdefault("log_level", "warning")
         config.setdefault("lifespan", "off")
         self.sock = bind_socket(host, port)
+        self.app = app
         self.server = uvicorn.Server(uvicorn.Config(app, **config))
         self._thread: threading.Thread | None = None
         host_, port_ = self.sock.getsockname()[:2]
@@ -324,12 +342,14 @@ class BackgroundServer:
         while not self.server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"server at {self.url} did not start")
-            time.sleep(0.01)
+            monotonic.sleep(0.01)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving and wait for the thread (idempotent)."""
         self.server.should_exit = True
+        if hasattr(getattr(self.app, "state", None), "locstatus"):
+            close_hub(self.app)  # open watch streams end, so the server can stop
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None

@@ -26,6 +26,7 @@ from locstatus.errors import (
     LocstatusError,
 )
 from locstatus.manager import Manager
+from locstatus.monotonic import check_monotonic
 from locstatus.names import (
     DEFAULT_SERVICES,
 )
@@ -181,6 +182,7 @@ def _root(
     ] = False,
 ) -> None:
     """Global options."""
+    check_monotonic()  # a faked monotonic clock would hang every --wait (docs/time.md)
     if not backend.strip():
         raise InvalidInput(f"invalid --backend {backend!r}: empty URL")
     source = ctx.get_parameter_source("backend")

@@ -62,7 +62,7 @@ def parse_zk_url(url: str) -> ZkParams:
     Raises :class:`InvalidInput` naming the bad part.
     """
     where = redact_url(url)
-    parts = split_url(url, "ZooKeeper", "zk://host:port/chroot", where=where)
+    parts = split_url(url, "ZooKeeper", "zk://host:port/chroot", where=where, port=DEFAULT_PORT)
     if parts.scheme != "zk":
         raise InvalidInput(f"invalid ZooKeeper URL {where!r}: expected zk://host:port/chroot")
     userinfo, _, hostlist = parts.netloc.rpartition("@")
