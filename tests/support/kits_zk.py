@@ -154,7 +154,12 @@ def zk_kit(server: ZkServer) -> Kit:
         with raw_client(server.hosts) as client:
             client.set(f"{chroot}/acks/{location}/{worker_id}", json.dumps({service: "seven"}).encode())
 
-    return Kit("zk", url, write_raw, write_raw_history, write_raw_worker, damage_ack)
+    def read_raw(location: str) -> dict[str, Any]:
+        with raw_client(server.hosts) as client:
+            data, _ = client.get(f"{chroot}/locations/{location}")
+        return dict(json.loads(data))
+
+    return Kit("zk", url, write_raw, write_raw_history, write_raw_worker, damage_ack, read_raw)
 
 
 # -- a TCP proxy for cutting and freezing connections --------------------------------------------
