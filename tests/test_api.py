@@ -399,6 +399,10 @@ def test_resume_body_validation(http: httpx.Client, mgr: Manager, body: object) 
         ("pause", {"actor": "ops\x1b[2K\x1b[1A"}, "actor", "U+001B"),
         ("resume", {"reason": "a\nb"}, "reason", "U+000A"),
         ("resume", {"at": "2031-01-01T00:00:00Z", "actor": "\x9b2J"}, "actor", "U+009B"),
+        # bidirectional controls reorder what the terminal shows (not Cc, refused all the same)
+        ("pause", {"reason": "fine \u202eemag"}, "reason", "U+202E"),
+        ("pause", {"actor": "ops\u2066x\u2069"}, "actor", "U+2066"),
+        ("resume", {"reason": "a\u2028b"}, "reason", "U+2028"),
     ],
 )
 def test_bad_times_and_control_characters_are_422_naming_the_field(
@@ -412,6 +416,30 @@ def test_bad_times_and_control_characters_are_422_naming_the_field(
         assert [e["loc"] for e in problem["errors"]] == [["body", field]]
         assert needle in problem["errors"][0]["msg"] and needle in problem["detail"]
     assert r.headers["content-type"].startswith(PROBLEM)
+    assert {r.location: r.version for r in mgr.statuses()} == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "raw", "key"),
+    [
+        ("POST", "/v1/locations/us-east-1/replication/pause",
+         '{"reason": "planned", "reason": "other"}', "reason"),
+        ("POST", "/v1/locations/all/replication/resume",
+         '{"at": "2031-01-01T00:00:00Z", "at": "2032-01-01T00:00:00Z"}', "at"),
+        ("DELETE", "/v1/locations/us-east-1/replication/schedule",
+         '{"actor": "a", "reason": "r", "actor": "b"}', "actor"),
+    ],
+)
+def test_a_body_with_a_key_twice_is_422_naming_the_key(
+    http: httpx.Client, mgr: Manager, method: str, path: str, raw: str, key: str
+) -> None:
+    """JSON parsers keep one of two equal keys (the last): the body said two things and was
+    read as one. Refused, naming the key, nothing written."""
+    http.post("/v1/locations/all/replication/pause")
+    before = {r.location: r.version for r in mgr.statuses()}
+    r = http.request(method, path, content=raw, headers={"content-type": "application/json"})
+    problem = assert_problem(r, 422)
+    assert f"key {key!r} twice" in problem["detail"]
     assert {r.location: r.version for r in mgr.statuses()} == before
 
 

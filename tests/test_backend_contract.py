@@ -22,6 +22,7 @@ from locstatus.errors import (
     VersionConflict,
 )
 from locstatus.models import (
+    MAX_STORED_INT,
     Hint,
     HistoryEntry,
     LocationStatus,
@@ -383,6 +384,50 @@ def test_a_stored_record_missing_a_field_is_corrupt_never_completed(kit: Kit, sh
     _assert_corrupt_everywhere(b, "half-written")
     kit.write_raw("half-written", shapes.GOOD)  # restored by hand, it reads again
     assert b.read("half-written").services["replication"].state is State.PAUSED
+
+
+@pytest.mark.parametrize("shape", sorted(shapes.LOOSE))
+def test_a_stored_value_locstatus_never_writes_is_corrupt_never_coerced(
+    kit: Kit, shape: str
+) -> None:
+    """Only what was written is read (the hostile review of issue 15): ``true``, ``"1"`` or
+    ``1.0`` as generation 1, a number as a date (``deleted_at: 0`` read as a 1970 tombstone,
+    which the check may purge), a scheduled resume on a running service: each is a corrupt
+    record on every read path, on every backend (MongoDB's documents included)."""
+    b = _damage(kit, "loose", shapes.LOOSE[shape])
+    _assert_corrupt_everywhere(b, "loose")
+    kit.write_raw("loose", shapes.GOOD)
+    assert b.read("loose").services["replication"].state is State.PAUSED
+
+
+@pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)
+@pytest.mark.parametrize("shape", sorted(shapes.OUT_OF_RANGE))
+def test_a_stored_generation_past_64_bits_is_corrupt(kit: Kit, shape: str) -> None:
+    """No backend stores a generation past a signed 64-bit integer: read as one, it was
+    acknowledged by the agent with a raw OverflowError (SQLite), retried for ever."""
+    b = _damage(kit, "huge", shapes.OUT_OF_RANGE[shape])
+    _assert_corrupt_everywhere(b, "huge")
+
+
+def test_every_record_written_reads_back_the_same(kit: Kit) -> None:
+    """The other side of the strict decode: what the code writes (times with and without
+    microseconds, an offset converted to UTC, the largest generation, a tombstone, every
+    service and state) reads back equal, on every backend."""
+    b = kit.open()
+    at = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    services = {
+        "replication": ServiceStatus(
+            state=State.PAUSED, generation=MAX_STORED_INT, resume_at=at, reason="r", actor="a",
+            op_id="op", updated_at=datetime(2030, 1, 1, tzinfo=UTC),
+        ),
+        "lifecycle": ServiceStatus(state=State.RESUMING, generation=2, updated_at=at),
+        "ingestion": ServiceStatus(state=State.PAUSING, generation=1),
+    }
+    made = b.create(LocationStatus(location="round", services=services), [])
+    assert b.read("round") == made
+    gone = made.model_copy(update={"deleted_at": at})
+    stored = b.compare_and_set(gone, made.version, [])
+    assert b.read("round") == stored and stored.deleted_at == at
 
 
 @pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)

@@ -60,10 +60,10 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
     if type(text) is str and text[:2] == '{"':  # what encode_record writes
         rec = _decode_fast(location, version, text)
         if rec is not None:
-            return rec
+            return check_schedules(location, rec)
     data = raw if isinstance(raw, dict) else parse_payload(location, text)
     try:
-        return _validate_payload(location, version, data)
+        return check_schedules(location, _validate_payload(location, version, data))
     except RecursionError:
         raise CorruptRecord(location, "payload nested too deeply to validate") from None
     except (ValueError, ValidationError, TypeError) as exc:
@@ -170,6 +170,20 @@ def _validate_payload(location: str, version: int, data: dict[str, Any]) -> Loca
 
 
 _VALIDATE_STORED = STORED_RECORD.validate_python
+
+
+def check_schedules(location: str, rec: LocationStatus) -> LocationStatus:
+    """``rec``, when no service carries a ``resume_at`` outside ``pausing``/``paused`` (no write
+    of locstatus leaves one: leaving those states clears it). Raises :class:`CorruptRecord`
+    naming the service (a hand edit)."""
+    for name, st in rec.services.items():
+        if st.resume_at is not None and not st.state.desired_paused:
+            raise CorruptRecord(
+                location,
+                f"services.{name}: resume_at is set on a {st.state.value} service "
+                "(only a pausing or paused one has a scheduled resume)",
+            )
+    return rec
 
 
 def encode_history(entries: Sequence[HistoryEntry]) -> str:
