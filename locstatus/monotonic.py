@@ -45,7 +45,8 @@ def check_monotonic() -> None:
             f"this process's monotonic clock reads {reading:.0f} s, a wall-clock time, not a "
             "time since boot: libfaketime is faking CLOCK_MONOTONIC (the faketime wrapper does "
             "by default), and every timed wait would hang; set FAKETIME_DONT_FAKE_MONOTONIC=1 "
-            "to fake the wall clock only (docs/time.md, \"Reproducing a skewed host\")"
+            "FAKETIME_FORCE_MONOTONIC_FIX=0 to fake the wall clock only (docs/time.md, "
+            "\"Reproducing a skewed host\")"
         )
 
 

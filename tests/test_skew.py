@@ -18,6 +18,7 @@ the test's own ``datetime.now()`` is the backend's time.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -299,25 +300,38 @@ def test_processes_behind_look_alive_see_the_dead_and_fire_on_time(
 def run_under_faketime(
     url: str, args: list[str], *, fake_monotonic: bool, timeout: float
 ) -> tuple[int, str, str, float]:
-    """``[FAKETIME_DONT_FAKE_MONOTONIC=1] faketime '+30 seconds' locstatus --backend URL ARGS``
-    as an operator types it: the wrapper, no shim on the path. Returns (exit code, stdout,
-    stderr, seconds); on a hang, kills the process group it started and fails."""
+    """``[FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_FORCE_MONOTONIC_FIX=0] faketime '+30 seconds'
+    locstatus --backend URL ARGS`` as an operator types it: the wrapper, no shim on the path.
+    Returns (exit code, stdout, stderr, seconds); on a hang, kills the process group it started
+    and fails."""
+    return run_wrapped(["-m", "locstatus", "--backend", url, *args],
+                       fake_monotonic=fake_monotonic, timeout=timeout)
+
+
+RECIPE = {"FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_FORCE_MONOTONIC_FIX": "0"}
+"""The variables docs/time.md's recipe sets before ``faketime``."""
+
+
+def run_wrapped(
+    python_args: list[str], *, fake_monotonic: bool, timeout: float
+) -> tuple[int, str, str, float]:
+    """``[RECIPE] faketime '+30 seconds' python PYTHON_ARGS`` (see :func:`run_under_faketime`)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("FAKETIME", "LD_PRELOAD")) and k != "PYTHONPATH"}
     if not fake_monotonic:
-        env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+        env.update(RECIPE)
     began = time.monotonic()
     proc = subprocess.Popen(
-        ["faketime", "+30 seconds", sys.executable, "-m", "locstatus", "--backend", url, *args],
+        ["faketime", "+30 seconds", sys.executable, *python_args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
         text=True,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the wrapper and the locstatus it forked
+        os.killpg(proc.pid, signal.SIGKILL)  # the wrapper and the python it forked
         out, err = proc.communicate()
-        raise AssertionError(f"{args} hung under faketime for {timeout:g}s: {err[-2000:]}") from None
+        raise AssertionError(f"{python_args} hung under faketime for {timeout:g}s: {err[-2000:]}") from None
     return proc.returncode, out, err, time.monotonic() - began
 
 
@@ -346,8 +360,8 @@ def test_faketime_faking_the_monotonic_clock_is_refused_at_once_not_a_hang(
 def test_the_documented_faketime_recipe_waits_for_the_worker_without_any_shim(
     mgr: Manager, backend_url: str, tmp_path: Path, procs: list[Skewed]
 ) -> None:
-    """docs/time.md's recipe, ``FAKETIME_DONT_FAKE_MONOTONIC=1 faketime '+30 seconds' locstatus
-    pause X --wait 10``, with a live worker whose handler takes 2 s: it returns ``paused`` once
+    """docs/time.md's recipe, ``FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_FORCE_MONOTONIC_FIX=0
+    faketime '+30 seconds' locstatus pause X --wait 10``, with a live worker whose handler takes 2 s: it returns ``paused`` once
     the handler ended, on the backend's time, with nothing on the Python path."""
     mgr.sync_locations({"drain": ["replication"]})
     record = tmp_path / "w.jsonl"
@@ -366,3 +380,79 @@ def test_the_documented_faketime_recipe_waits_for_the_worker_without_any_shim(
     assert settled.timestamp() >= handler_end - CONVERSION.total_seconds()
     assert abs(settled.timestamp() - time.time()) < 10  # stamped on the backend's time, not +30 s
     assert took >= 2.0
+
+
+# -- timed waits in a faked process: CPython's GIL (docs/time.md "Reproducing a skewed host")
+
+TIMED_WAITS = r"""
+import ctypes, json, select, threading, time
+
+class Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+libc = ctypes.CDLL(None)  # resolved as the process resolves them: libfaketime's first
+attr, cond, mutex = (ctypes.create_string_buffer(64) for _ in range(3))
+libc.pthread_condattr_init(attr)
+libc.pthread_condattr_setclock(attr, time.CLOCK_MONOTONIC)  # as CPython's GIL condition
+libc.pthread_cond_init(cond, attr)
+libc.pthread_mutex_init(mutex, None)
+ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 300_000_000
+deadline = Timespec(ns // 10**9, ns % 10**9)
+libc.pthread_mutex_lock(mutex)
+began = time.monotonic()
+while (rc := libc.pthread_cond_timedwait(cond, mutex, ctypes.byref(deadline))) == 0:
+    pass  # a spurious wake-up
+took = time.monotonic() - began
+libc.pthread_mutex_unlock(mutex)
+
+stop = threading.Event()
+spins = [0]
+def busy():  # once it has the GIL, it keeps it until asked to drop it
+    while not stop.is_set():
+        spins[0] += 1
+t = threading.Thread(target=busy)
+t.start()
+takeovers = []
+for _ in range(1000):  # give the GIL away for 1 ms, then take it back from the busy thread
+    before, t0 = spins[0], time.monotonic()
+    select.select([], [], [], 0.001)
+    took_back = time.monotonic() - t0
+    if spins[0] != before:  # the busy thread had the GIL meanwhile (not descheduled)
+        takeovers.append(took_back)
+        if len(takeovers) == 20:
+            break
+stop.set()
+t.join()
+print(json.dumps({"rc": rc, "took": took, "takeovers": takeovers}))
+"""
+"""Two waits, measured in the process: a 0.3 s ``pthread_cond_timedwait`` on a CLOCK_MONOTONIC
+condition variable (an absolute deadline), and 20 GIL takeovers from a busy thread that holds
+it, which CPython makes by that very wait (the switch interval, 5 ms) before it asks the
+holder to drop the GIL."""
+
+
+@pytest.mark.parametrize("offset", [None, "+30s", "+3h", "-3h", "recipe"])
+def test_timed_waits_of_a_faked_process_last_their_timeout(
+    offset: str | None, tmp_path: Path
+) -> None:
+    """The skew scenario's faked workers started their handlers a median 0.3-1.4 s after the
+    write (0.04 s unfaked) and self-fenced at loads of 6-12: libfaketime 0.9.10, with the
+    monotonic clock left real, computes every ``pthread_cond_timedwait`` on a monotonic
+    condition variable against its *faked* monotonic clock, so the deadline lands decades in
+    the past and the wait returns at once. CPython's GIL waits so: every thread that wants the
+    GIL spun on a CPU and took it from the holder at once. ``FAKETIME_FORCE_MONOTONIC_FIX=0``
+    (in ``skew_env`` and the documented recipe) passes the deadline through unchanged.
+    ``None`` is the unfaked control; ``recipe`` the ``faketime`` wrapper as docs/time.md runs it."""
+    require_libfaketime()
+    if offset == "recipe":
+        code, out, err, _ = run_wrapped(["-c", TIMED_WAITS], fake_monotonic=False, timeout=60)
+    else:
+        proc = Skewed(offset, ["-c", TIMED_WAITS], tmp_path / "waits.log")
+        code = proc.wait(60)
+        out, err = proc.stdout(), proc.output()
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["rc"] == errno.ETIMEDOUT, got
+    assert got["took"] >= 0.29, got  # not at once: the deadline is 0.3 s ahead
+    assert len(got["takeovers"]) >= 5, got  # the busy thread did take the GIL
+    assert min(got["takeovers"]) >= 0.9 * sys.getswitchinterval(), got  # the GIL's wait, waited

@@ -19,14 +19,19 @@ backend's time, which the checker counts (by the first worker handler that appli
 The convergence target is SQLite's 2 s (issue 8), kept. What this scenario's convergence time
 is made of (report.json's ``convergence_trace``, and the lag from each write to each worker's
 handler in its events file): not the checker (it connects and probes its clock before the
-clock starts), nor a resume due at the end (the rounds come due ``LEAD`` s before it), but the
-three workers under libfaketime applying changes late: in runs at load averages of 7-20 on 2
-shared cores, a median of 0.2-9 s after the write (against 0.05 s for the same workers
-unfaked in the same scenario, which converged in 0.45-0.71 s), and each self-fencing 0-3 times
-a run ("no renewal landed before the lease's end": heartbeats of 3 s leases that came more
-than 2.25 s apart). Why a faked process lags so (libfaketime's own calls cost under 0.05 us
-each, its sleeps are on time, the backend-time estimate is exact) is not found yet; until it
-is, this scenario can miss its target under load, and the target says so.
+clock starts), nor a resume due at the end (the rounds come due ``LEAD`` s before it), but how
+soon the three workers apply the last changes. Under load they used to apply them late (a
+median of 0.2-9 s after the write at load averages of 7-20 on 2 shared cores, against 0.05 s
+unfaked; convergence 2.2-14.5 s) and self-fenced 0-3 times a run (heartbeats of their 3 s
+leases more than 2.25 s apart). The cause was libfaketime's, not locstatus's: with the
+monotonic clock left real, libfaketime 0.9.10 ends every timed wait on a monotonic condition
+variable at once, CPython's GIL hand-off among them, so every thread of a faked worker waiting
+for the GIL spun on a CPU and starved the threads doing the work. ``skew_env`` now sets
+``FAKETIME_FORCE_MONOTONIC_FIX=0``, which keeps those deadlines and fakes the wall clock
+exactly as before (docs/time.md, "Reproducing a skewed host";
+``tests/test_skew.py::test_timed_waits_of_a_faked_process_last_their_timeout``): at loads of
+6-12 the workers start their handlers a median 0.04-0.05 s after the write, nothing
+self-fences, and the scenario converges in 0.41-0.54 s (1.33-1.57 s before, same loads).
 
 Asserted, beyond everything ``harness.Scenario.finish`` asserts: no false settle (nothing
 settled paused or running while a live worker had not applied it), no early resume (none

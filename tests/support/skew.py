@@ -4,9 +4,12 @@
 (and so ``datetime.now``) runs ``offset`` away from this host's, e.g. ``+30s``, ``+3h``, ``-3h``:
 libfaketime preloaded directly (not through the ``faketime`` wrapper, which forks: a signal to
 the PID the test holds would miss the real process), the monotonic clock left real
-(``FAKETIME_DONT_FAKE_MONOTONIC``: a host whose clock is off still counts seconds), and
-``faketime_shim/sitecustomize.py`` on the path for the one call that combination breaks
-(``time.sleep``). The servers of the suite (ZooKeeper, the MongoDB-wire server, the kernel that
+(``FAKETIME_DONT_FAKE_MONOTONIC``: a host whose clock is off still counts seconds),
+``FAKETIME_FORCE_MONOTONIC_FIX=0`` (without it libfaketime 0.9.10 ends every timed wait on a
+monotonic condition variable at once, CPython's GIL hand-off among them: every thread waiting
+for the GIL spins, and a loaded host's faked processes fall seconds behind; docs/time.md,
+"Reproducing a skewed host"), and ``faketime_shim/sitecustomize.py`` on the path for the one
+call that combination still breaks (``time.sleep``). The servers of the suite (ZooKeeper, the MongoDB-wire server, the kernel that
 stamps SQLite's clock file) run unfaked: they are the backend's clock.
 
 :class:`Skewed` is one such process, stopped by PID at teardown.
@@ -51,6 +54,7 @@ def skew_env(offset: str | None) -> dict[str, str]:
         "LD_PRELOAD": LIBFAKETIME,
         "FAKETIME": offset,
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_FORCE_MONOTONIC_FIX": "0",
         "PYTHONPATH": path,
     }
 

@@ -1,7 +1,8 @@
 """Imported at start-up by every Python process the skew tests run under libfaketime.
 
-The tests fake only the wall clock (``FAKETIME_DONT_FAKE_MONOTONIC=1``): a host whose clock is
-off still has a monotonic clock that counts seconds. With Debian's libfaketime 0.9.10 and
+The tests fake only the wall clock (``FAKETIME_DONT_FAKE_MONOTONIC=1``, with
+``FAKETIME_FORCE_MONOTONIC_FIX=0`` so that condition waits keep their deadlines): a host whose
+clock is off still has a monotonic clock that counts seconds. With Debian's libfaketime 0.9.10 and
 Python 3.11 that leaves one call broken: ``time.sleep`` (``clock_nanosleep`` on an absolute
 CLOCK_MONOTONIC deadline, which libfaketime shifts by the fake offset) fails with EINVAL. It is
 replaced here by a ``select`` wait, which libfaketime leaves alone. (Faking the monotonic clock
