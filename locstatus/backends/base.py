@@ -226,6 +226,12 @@ class Backend(ABC):
     sidecar does, docs/http.md "Performance"). False: a network store, whose reads belong in a
     thread pool."""
 
+    batch_size: int = 1
+    """How many locations a bulk operation hands :meth:`compare_and_set_many` (and
+    :meth:`create_many`) at once: 1 when the backend writes one item per call anyway (an
+    interrupted operation then knows exactly which location was in flight); a batching backend
+    sets what suits it. Bounds what a bulk operation holds and has in flight."""
+
     @classmethod
     def missing_store(cls, url: str) -> str | None:
         """Where the store named by ``url`` should be and is not, for a backend that would
