@@ -29,6 +29,7 @@ from kazoo.protocol.states import ZnodeStat
 from pydantic import TypeAdapter
 
 from locstatus.backends import codec
+from locstatus.backends.base import CasItem, CasResult, CreateItem, distinct_locations
 from locstatus.backends.history import HistoryPage
 from locstatus.backends.zookeeper.client import ZkClient
 from locstatus.backends.zookeeper.layout import (
@@ -39,7 +40,7 @@ from locstatus.backends.zookeeper.layout import (
     record_bytes,
     split_version,
 )
-from locstatus.backends.zookeeper.txn import Refusal
+from locstatus.backends.zookeeper.txn import Refusal, Transaction
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -94,18 +95,7 @@ class Records:
 
             inc = client.call(f"create location {loc!r}", counter)
             version = join_version(inc, 1)
-            payload = record_bytes(record, inc)
-            entries = _HISTORY.dump_json(codec.stamp(history, version))
-            client.check_size(loc, "record and history", payload, entries)
-            txn = client.transaction()
-            txn.check("incarnation", parent, inc)
-            txn.set_data("incarnation", parent, b"", inc)
-            txn.create("location", pa.location(loc), payload)
-            txn.create("acks", pa.acks(loc))
-            txn.create("history", pa.incarnation(loc, inc))
-            txn.create("history", pa.bucket(loc, inc, 1))
-            if history:
-                txn.create("history", pa.entry(loc, inc, 1), entries)
+            txn, payload = self._create_txn(record, history, inc)
             try:
                 refused = client.commit(f"create of location {loc!r}", txn)
             except AmbiguousCommit:
@@ -128,6 +118,95 @@ class Records:
                 case Refusal(label, exc):
                     raise client.unavailable(f"create location {loc!r} ({label})", exc)
         raise BackendUnavailable(f"create of location {loc!r} kept racing; try again")
+
+    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+        """Every create pipelined: the incarnation counters of all items read (created where
+        missing) in one pass, then every item's multi-op sent at once
+        (:meth:`ZkClient.commit_many`). An item refused for any reason (a concurrent create or
+        delete, leftover nodes, a location already there) or whose outcome was lost is done
+        again by :meth:`create` alone, which handles each of those."""
+        distinct_locations(record.location for record, _ in items)
+        if not items:
+            return []
+        pa, client = self.paths, self.client
+        parents = [pa.history(record.location) for record, _ in items]
+
+        def counters() -> list[int | None]:
+            made = [self.kazoo.create_async(p, b"") for p in parents]
+            for pending in made:
+                with contextlib.suppress(NodeExistsError):
+                    client.get(pending)
+            stats = [self.kazoo.exists_async(p) for p in parents]
+            out: list[int | None] = []
+            for pending in stats:
+                stat = client.get(pending)
+                out.append(None if stat is None else cast(int, stat.version))
+            return out
+
+        try:
+            incs = client.call("create locations", counters)
+        except LocstatusError as exc:
+            return [exc] * len(items)
+        txns: list[Transaction] = []
+        payloads: list[bytes] = []
+        results: list[CasResult | None] = [None] * len(items)
+        sent: list[int] = []
+        for i, ((record, history), inc) in enumerate(zip(items, incs, strict=True)):
+            if inc is None:
+                continue  # deleted meanwhile: done alone below
+            try:
+                txn, payload = self._create_txn(record, history, inc)
+            except LocstatusError as exc:
+                results[i] = exc
+                continue
+            txns.append(txn)
+            payloads.append(payload)
+            sent.append(i)
+        outcomes = client.commit_many(
+            lambda k: f"create of location {items[sent[k]][0].location!r}", txns
+        )
+        for k, (i, outcome) in enumerate(zip(sent, outcomes, strict=True)):
+            record = items[i][0]
+            if isinstance(outcome, AmbiguousCommit):
+                try:
+                    outcome = self._resolve_create(record.location, payloads[k])
+                except LocstatusError as exc:
+                    outcome = exc
+            if isinstance(outcome, LocstatusError):
+                results[i] = outcome  # unreachable, closed, or still unknown: as alone
+            elif outcome is None:
+                version = join_version(cast(int, incs[i]), 1)
+                results[i] = record.model_copy(update={"version": version})
+        for i, (record, history) in enumerate(items):
+            if results[i] is None:
+                try:
+                    results[i] = self.create(record, history)
+                except LocstatusError as exc:
+                    results[i] = exc
+        return [r for r in results if r is not None]
+
+    def _create_txn(
+        self, record: LocationStatus, history: Sequence[HistoryEntry], inc: int
+    ) -> tuple[Transaction, bytes]:
+        """The multi-op creating ``record`` as life ``inc + 1`` (the counter read at ``inc``),
+        and its payload. Raises :class:`InvalidInput` for a record too large."""
+        loc = record.location
+        pa, client = self.paths, self.client
+        parent = pa.history(loc)
+        version = join_version(inc, 1)
+        payload = record_bytes(record, inc)
+        entries = _HISTORY.dump_json(codec.stamp(history, version))
+        client.check_size(loc, "record and history", payload, entries)
+        txn = client.transaction()
+        txn.check("incarnation", parent, inc)
+        txn.set_data("incarnation", parent, b"", inc)
+        txn.create("location", pa.location(loc), payload)
+        txn.create("acks", pa.acks(loc))
+        txn.create("history", pa.incarnation(loc, inc))
+        txn.create("history", pa.bucket(loc, inc, 1))
+        if history:
+            txn.create("history", pa.entry(loc, inc, 1), entries)
+        return txn, payload
 
     def _resolve_create(self, location: str, payload: bytes) -> Refusal | None:
         """After an ambiguous create: None if our record is there, a refusal to act on else."""
@@ -189,6 +268,47 @@ class Records:
     def compare_and_set(
         self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
     ) -> LocationStatus:
+        txn = self._cas_txn(record, expected_version, history)
+        refused = self.client.commit(f"compare-and-set of location {record.location!r}", txn)
+        return self._cas_outcome(record, expected_version, refused)
+
+    def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
+        """Every item its own multi-op (:meth:`compare_and_set`'s), all sent at once,
+        pipelined on the session (:meth:`ZkClient.commit_many`): one round trip's wait for
+        the batch instead of one per location, and a refused multi-op refuses only its own
+        item."""
+        distinct_locations(item.record.location for item in items)
+        out: list[CasResult | None] = [None] * len(items)
+        sent: list[int] = []
+        txns: list[Transaction] = []
+        for i, item in enumerate(items):
+            try:
+                txns.append(self._cas_txn(item.record, item.expected_version, item.history))
+            except LocstatusError as exc:  # not a version of it, too large: nothing sent
+                out[i] = exc
+                continue
+            sent.append(i)
+
+        def what(k: int) -> str:
+            return f"compare-and-set of location {items[sent[k]].record.location!r}"
+
+        for i, outcome in zip(sent, self.client.commit_many(what, txns), strict=True):
+            item = items[i]
+            if isinstance(outcome, LocstatusError):
+                out[i] = outcome
+                continue
+            try:
+                out[i] = self._cas_outcome(item.record, item.expected_version, outcome)
+            except LocstatusError as exc:
+                out[i] = exc
+        return [r for r in out if r is not None]
+
+    def _cas_txn(
+        self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
+    ) -> Transaction:
+        """The multi-op of one compare-and-set (see the module docstring). Raises
+        :class:`VersionConflict` for a version no life of the record has, :class:`InvalidInput`
+        for a write too large (nothing sent)."""
         loc = record.location
         pa, client = self.paths, self.client
         inc, seq = split_version(expected_version)
@@ -205,7 +325,15 @@ class Records:
             txn.create("history", pa.bucket(loc, inc, seq + 1))
         if history:
             txn.create("history", pa.entry(loc, inc, seq + 1), entries)
-        match client.commit(f"compare-and-set of location {loc!r}", txn):
+        return txn
+
+    def _cas_outcome(
+        self, record: LocationStatus, expected_version: int, refused: Refusal | None
+    ) -> LocationStatus:
+        """The stored record of a compare-and-set that applied, or the error of its refusal."""
+        loc = record.location
+        version = expected_version + 1
+        match refused:
             case None:
                 return record.model_copy(update={"version": version})
             case Refusal("location", NoNodeError()):
@@ -219,7 +347,9 @@ class Records:
                     loc, f"history of version {version} cannot be written ({type(exc).__name__})"
                 )
             case Refusal(label, exc):
-                raise client.unavailable(f"compare-and-set of location {loc!r} ({label})", exc)
+                raise self.client.unavailable(
+                    f"compare-and-set of location {loc!r} ({label})", exc
+                )
 
     def _explain_incarnation(self, location: str, expected: int, exc: Exception) -> NoReturn:
         """The incarnation check failed: say why (always raises)."""
