@@ -1036,3 +1036,18 @@ def test_a_batch_writes_exactly_the_items_a_lone_compare_and_set_would(
         else:
             assert isinstance(result, VersionConflict), result
             assert (b.read(n), b.history(n, limit=100)) == before[n]
+
+
+def test_a_batch_of_creates_gives_a_location_stored_before_a_life_above_its_earlier_one(
+    b: Backend,
+) -> None:
+    old = b.create(record("again"), [])
+    b.delete("again", old.version)
+    results = b.create_many([(record(n), [entry(n, f"op-{n}", "create", "*")])
+                             for n in ("again", "first")])
+    again, first = results
+    assert isinstance(again, LocationStatus) and isinstance(first, LocationStatus)
+    assert again.version > old.version and b.read("again") == again
+    with pytest.raises(VersionConflict):
+        b.compare_and_set(record("again", State.PAUSING, 1), old.version, [])
+    assert [e.op_id for e in b.history("again")] == ["op-again"]
