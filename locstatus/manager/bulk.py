@@ -52,7 +52,7 @@ from locstatus.names import check_location
 
 from .core import Core
 from .operator import Operation
-from .plans import check_op_id, check_wait
+from .plans import Plan, check_op_id, check_wait
 from .reconcile import settle_unwatched_many, wait_all
 from .writes import WriteRequest
 
@@ -185,13 +185,14 @@ def run(
     report = BulkReport(op, op_id)
     inflight: dict[str, WriteRequest] = {}
     written: list[BulkItem] = []  # the batch's outcomes known, before its settles
+    plans: dict[tuple[str, ...], Plan] = {}
     try:
         total, source = _source(core, names)
         done = 0
         for batch in _batched(source, max(1, core.backend.batch_size)):
             requests: list[WriteRequest] = []
             for location, entry in batch:
-                decided = _decide(op, op_id, location, entry)
+                decided = _decide(op, op_id, location, entry, plans)
                 if isinstance(decided, WriteRequest):
                     requests.append(decided)
                     inflight[location] = decided
@@ -208,8 +209,8 @@ def run(
             ]
             settled = settle_unwatched_many(core, changed, op_id, op.actor, op.reason)
             for item in written:
-                if item.location in settled:
-                    item = replace(item, status=settled[item.location])
+                if (after := settled.get(item.location)) is not None:
+                    item = replace(item, status=after)
                 report.items.append(item)
                 del inflight[item.location]
                 done += 1
@@ -285,16 +286,28 @@ def _batched(items: Iterator[tuple[str, _Entry]], size: int) -> Iterator[list[tu
         yield batch
 
 
-def _decide(op: Operation, op_id: str, location: str, entry: _Entry) -> WriteRequest | BulkItem:
+def _decide(
+    op: Operation, op_id: str, location: str, entry: _Entry, plans: dict[tuple[str, ...], Plan]
+) -> WriteRequest | BulkItem:
     """Pure: the write request of one location, or its outcome when there is nothing to write
-    (a record that cannot be read, a location without any targeted service)."""
+    (a record that cannot be read, a location without any targeted service). ``plans``: the
+    operation's plan per set of targeted services, made once for every location with that set
+    (a plan is pure: the same for any record)."""
     if isinstance(entry, LocstatusError):
         return BulkItem(location, Outcome.FAILED, error=entry)
     wanted = op.names()
-    present = None if wanted is None else [s for s in wanted if s in entry.services]
-    if present is not None and not present:
-        return BulkItem(location, Outcome.SKIPPED, entry, why=f"has no {', '.join(wanted or ())}")
-    return WriteRequest(location, op.plan(op_id, present), op_id, known=entry)
+    if wanted is None:
+        present: tuple[str, ...] = ()
+    else:
+        present = tuple(s for s in wanted if s in entry.services)
+        if not present:
+            return BulkItem(
+                location, Outcome.SKIPPED, entry, why=f"has no {', '.join(wanted)}"
+            )
+    plan = plans.get(present)
+    if plan is None:
+        plan = plans[present] = op.plan(op_id, None if wanted is None else list(present))
+    return WriteRequest(location, plan, op_id, known=entry)
 
 
 def _written(

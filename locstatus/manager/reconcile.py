@@ -141,15 +141,16 @@ def settle_unwatched_many(
     worker list read once for the batch, after every one of its writes is visible (so after
     each record's own write, as :func:`settle_unwatched` reads it), the settles written as
     one batch (:meth:`~.writes.Writer.write_batch`, planned from the records written).
-    Returns location -> the record as :func:`settle_unwatched` would return it, for every
-    record of ``stored``."""
-    out = {rec.location: rec for rec in stored}
+    Returns location -> the record this settle wrote, for each record of ``stored`` that it
+    settled (:func:`settle_unwatched` returns that one; for the others, the record given)."""
+    out: dict[str, LocationStatus] = {}
+    by_location = {rec.location: rec for rec in stored}
     mine = {
         rec.location: [
             s for s, st in sorted(rec.services.items())
             if st.op_id == op_id and st.state.transitional
         ]
-        for rec in stored
+        for rec in by_location.values()
         if not rec.deleted
     }
     mine = {loc: svcs for loc, svcs in mine.items() if svcs}
@@ -167,7 +168,7 @@ def settle_unwatched_many(
     requests: list[WriteRequest] = []
     wanted: dict[str, dict[str, int]] = {}
     for location, svcs in mine.items():
-        rec = out[location]
+        rec = by_location[location]
         unwatched = _unwatched(rec, svcs, live)
         if unwatched:
             wanted[location] = unwatched
