@@ -50,6 +50,7 @@ from locstatus.errors import (
 from locstatus.models import LocationStatus, new_op_id
 from locstatus.names import check_location
 
+from .collector import collection_paused
 from .core import Core
 from .operator import Operation
 from .plans import Plan, check_op_id, check_wait
@@ -177,7 +178,21 @@ def run(
     progress: Progress | None = None,
     op_id: str | None = None,
 ) -> BulkReport:
-    """See :meth:`Manager.bulk <locstatus.manager.Manager.bulk>`."""
+    """See :meth:`Manager.bulk <locstatus.manager.Manager.bulk>` (run with the cyclic
+    collector held off: :mod:`.collector`)."""
+    with collection_paused():
+        return _run(core, operation, locations, wait=wait, progress=progress, op_id=op_id)
+
+
+def _run(
+    core: Core,
+    operation: Operation,
+    locations: Iterable[str] | None = None,
+    *,
+    wait: float | None = None,
+    progress: Progress | None = None,
+    op_id: str | None = None,
+) -> BulkReport:
     op = operation.checked(core.services, core.clock())
     check_wait(wait)
     op_id = new_op_id() if op_id is None else check_op_id(op_id)

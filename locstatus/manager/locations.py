@@ -29,6 +29,7 @@ from locstatus.errors import (
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, new_op_id
 from locstatus.names import canonical_service, check_location
 
+from .collector import collection_paused
 from .core import Core
 from .plans import NOTHING, Decision, Write, check_free_text, record_entry
 
@@ -104,7 +105,21 @@ def sync_locations(
     remove_missing: bool = True,
     dry_run: bool = False,
 ) -> SyncReport:
-    """See :meth:`Manager.sync_locations <locstatus.manager.Manager.sync_locations>`."""
+    """See :meth:`Manager.sync_locations <locstatus.manager.Manager.sync_locations>` (run
+    with the cyclic collector held off: :mod:`.collector`)."""
+    with collection_paused():
+        return _sync(core, locations, actor=actor, remove_missing=remove_missing,
+                     dry_run=dry_run)
+
+
+def _sync(
+    core: Core,
+    locations: Iterable[str] | Mapping[str, Iterable[str]],
+    *,
+    actor: str | None,
+    remove_missing: bool,
+    dry_run: bool,
+) -> SyncReport:
     check_free_text(None, actor)
     wanted = normalise_locations(locations, core.services)
     report = SyncReport(dry_run=dry_run)
