@@ -174,9 +174,10 @@ class ServiceStatus(_Frozen):
     resume_at: UTCDateTime | None = None
     """When a scheduled resume is due (UTC), or None. Only set while pausing/paused."""
     reason: str | None = Field(default=None, max_length=1024)
-    """Free text given by the operator with the last change."""
+    """Free text given with the last change that gave a reason or an actor (with ``actor``: one
+    pair, never a reason beside someone who did not give it)."""
     actor: str | None = Field(default=None, max_length=256)
-    """Who made the last change."""
+    """Who made the last change that gave a reason or an actor (paired with ``reason``)."""
     op_id: str | None = Field(default=None, max_length=64)
     """Id of the operation that last changed this status (docs/design.md §3.2)."""
     updated_at: UTCDateTime | None = None

@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     """Comma-separated set of service names."""
     api_token: SecretStr | None = None
     """Bearer token required by the sidecar's mutating routes when set."""
+    api_tokens_file: str | None = None
+    """Path of the sidecar's tokens file: named callers and roles, stored as hashes
+    (docs/http.md "Callers and roles"); reloaded on SIGHUP."""
     zk_auth: SecretStr | None = None
     """ZooKeeper digest credentials ``user:password`` (or give them in the zk:// URL)."""
     lease_seconds: float = Field(default=10.0, gt=0.5, le=3600)

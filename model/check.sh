@@ -2,6 +2,8 @@
 # Model checks of model/locstatus.pml with spin (model/README.md says what each run proves).
 #
 #   model/check.sh              every run below; exit 1 on any counter-example or mismatch
+#                               (independent runs in parallel, LOCSTATUS_MODEL_JOBS at once,
+#                               default nproc)
 #   model/check.sh RUN...       the named runs
 #   model/check.sh --list       the run names, one a line
 #   model/check.sh --regen [VARIANT...]
@@ -165,15 +167,38 @@ case "${1:-}" in
 esac
 
 todo=("$@"); [ ${#todo[@]} -eq 0 ] && mapfile -t todo < <(names)
-status=0
-start=$(date +%s)
-for n in "${todo[@]}"; do
-  spec="$(lookup "$n")" || exit 2
+for n in "${todo[@]}"; do lookup "$n" > /dev/null || exit 2; done
+
+one() {  # NAME: one run or variant, in a work directory of its own
+  local spec
+  spec="$(lookup "$1")"
+  work=""
+  trap cleanup EXIT
   if [ "$(field "$spec" 0)" = variant ]; then
-    run_variant "$n" "$(field "$spec" 2)" || status=1
+    run_variant "$1" "$(field "$spec" 2)"
   else
-    run_protocol "$n" "$(field "$spec" 0)" "$(field "$spec" 1)" || status=1
+    run_protocol "$1" "$(field "$spec" 0)" "$(field "$spec" 1)"
   fi
+}
+
+# The runs are independent: up to LOCSTATUS_MODEL_JOBS at once (default: the cores, nproc),
+# started in the order above (the long protocol runs first); results printed in that order.
+jobs_max="${LOCSTATUS_MODEL_JOBS:-$(nproc 2>/dev/null || echo 1)}"
+[[ "$jobs_max" =~ ^[1-9][0-9]*$ ]] || { echo "LOCSTATUS_MODEL_JOBS must be a positive integer" >&2; exit 2; }
+out="$(mktemp -d)"
+trap 'cleanup; rm -rf "$out"' EXIT
+start=$(date +%s)
+running=0
+for i in "${!todo[@]}"; do
+  if [ "$running" -ge "$jobs_max" ]; then wait -n || true; running=$((running - 1)); fi
+  ( one "${todo[$i]}" > "$out/$i.log" 2>&1; echo $? > "$out/$i.rc" ) &
+  running=$((running + 1))
 done
-[ ${#todo[@]} -gt 1 ] && echo "model checks finished in $(( $(date +%s) - start )) s"
+wait
+status=0
+for i in "${!todo[@]}"; do
+  cat "$out/$i.log"
+  [ "$(cat "$out/$i.rc" 2>/dev/null || echo 1)" = 0 ] || status=1
+done
+[ ${#todo[@]} -gt 1 ] && echo "model checks finished in $(( $(date +%s) - start )) s ($jobs_max at once)"
 exit $status

@@ -415,6 +415,49 @@ def test_a_hung_handler_on_one_location_does_not_stop_the_others_and_is_reported
     assert agent.metrics()["stuck"] == 0
 
 
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_handler_hanging_at_start_holds_the_start_up_only_until_it_is_reported_stuck(
+    kit: Kit, agents: list[Agent], concurrency: int
+) -> None:
+    """A new-user review: ``start()`` (and ``with agent:``) never returned when a handler due
+    at start hung, while docs/agent.md says a hung handler does not keep the worker from
+    applying the others. It returns once every other location's first pass ran and the hung
+    one is reported stuck (with one apply thread, once that thread is stuck)."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER, THIRD])
+    for loc in (LOC, OTHER, THIRD):
+        mgr.pause(loc, SVC)
+    gate = threading.Event()
+    applied: list[str] = []
+    agent = mgr.agent(
+        "w1", services=[SVC], handler_deadline=1.0, handler_concurrency=concurrency, **FAST
+    )
+    agents.append(agent)
+
+    @agent.on_pause(SVC)
+    def hang_at_us_east(location: str) -> None:
+        if location == LOC:
+            gate.wait(60)
+        applied.append(location)
+
+    returned = threading.Event()
+    starter = threading.Thread(target=lambda: (agent.start(), returned.set()), daemon=True)
+    began = time.monotonic()
+    starter.start()
+    try:
+        assert returned.wait(15), "start() still waiting on the hung handler"
+        took = time.monotonic() - began
+        assert took >= 1.0  # not before the handler was reported stuck
+        assert agent.metrics()["stuck"] == 1
+        eventually(lambda: f"{LOC}/{SVC}" in mgr.workers()[0].stuck)
+        if concurrency > 1:  # the others were applied before start returned
+            assert sorted(applied) == sorted([OTHER, THIRD])
+    finally:
+        gate.set()
+    eventually(lambda: sorted(applied) == sorted([LOC, OTHER, THIRD]))
+    assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
+
+
 def test_handlers_of_one_location_run_one_at_a_time_and_of_different_locations_at_once(
     kit: Kit, agents: list[Agent]
 ) -> None:

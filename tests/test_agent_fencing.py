@@ -119,6 +119,35 @@ class RenewalsRefused(Partition):
         self.inner.ping()
 
 
+class RenewalsHeld(Partition):
+    """The real backend; while :meth:`cut`, lease renewals (put_worker, ping) hang, and go
+    through once healed, each taking ``slow`` seconds more until ``slow_until`` (monotonic): a
+    server frozen (SIGSTOP) and thawed, which answers the renewal the worker sent before the
+    freeze, then answers slowly while it catches up."""
+
+    slow = 0.0
+    slow_until = 0.0
+
+    def _check(self) -> None:
+        pass
+
+    def _hold(self) -> None:
+        if not self._cut.is_set():
+            if time.monotonic() < self.slow_until:
+                time.sleep(self.slow)
+            return
+        while self._cut.is_set():  # sent before the thaw: answered at the thaw
+            time.sleep(0.005)
+
+    def put_worker(self, info: WorkerInfo) -> None:
+        self._hold()
+        self.inner.put_worker(info)
+
+    def ping(self) -> None:
+        self._hold()
+        self.inner.ping()
+
+
 # -- every kit ------------------------------------------------------------------------------
 
 
@@ -164,6 +193,37 @@ def test_a_worker_that_cannot_renew_fences_itself_before_its_lease_lapses(
     assert rec.after(t_heal) == [("pause", LOC, False)]
     assert mgr.resume(LOC, SVC, wait=10).services[SVC].state is State.RUNNING
     assert rec.after(t_heal)[-1] == ("resume", LOC, False)
+
+
+def test_a_renewal_that_lands_late_does_not_bring_the_worker_back_for_a_moment(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """A new-user review: after a MongoDB server's SIGSTOP/SIGCONT the worker came back
+    (on_resume), fenced again within a second (on_fence, on_resume again). The renewal sent
+    before the freeze landed after the thaw: the lease it wrote was dated when it was sent, so
+    it had a fraction of a second left, and the worker came back on it, then fenced when it
+    ran out before the next renewal. A renewal that leaves less than a heartbeat is renewed
+    again at once, and the worker comes back on a lease that holds (docs/agent.md)."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC])
+    link = RenewalsHeld(kit.open())
+    agent = Client(link).agent(
+        "w1", services=[SVC], lease_seconds=3, heartbeat_interval=0.5, resync_interval=60
+    )
+    agents.append(agent)
+    rec = Recorder(agent)
+    agent.start()
+    assert [(c.event, c.location) for c in rec.calls] == [("resume", LOC)]
+    link.cut()  # the renewal sent next hangs
+    eventually(rec.fences, timeout=10)
+    link.slow, link.slow_until = 0.7, time.monotonic() + 2.0  # the thawed server catching up
+    link.heal()  # ... and the held renewal lands now, its lease nearly over
+    t_heal = time.monotonic()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=10)
+    time.sleep(3.0)  # a lease and more: a second fence would have come by now
+    assert agent.metrics()["fences"] == 1, [(c.event, c.fenced, c.t - t_heal) for c in rec.calls]
+    assert rec.after(t_heal) == [("resume", LOC, False)]
+    assert mgr.pause(LOC, SVC, wait=10).services[SVC].state is State.PAUSED
 
 
 def test_on_fence_runs_instead_of_on_pause_when_registered(

@@ -24,7 +24,7 @@ from locstatus.reconciler import Reconciler
 
 from support.fakeclock import FakeClock
 
-TOKEN = "bb-token-0c7e51"
+TOKEN = "bb-token-0c7e51-9a2f"
 API = "/_/backbeat/api"
 START = datetime(2030, 6, 28, 5, 40, 20, 600000, tzinfo=UTC)
 # Replication sites, ingestion and lifecycle locations as in Backbeat's sample config (its

@@ -396,7 +396,10 @@ def test_library_refuses_bad_reason_actor_and_delay(
 BAD_URLS: list[tuple[str, object, str]] = [
     # raised Python's own ValueError / AttributeError before
     ("zk-open-bracket", "zk://[::1/x", "invalid ZooKeeper URL 'zk://[::1/x': Invalid IPv6 URL"),
+    ("zk-open-bracket-hint", "zk://[::1/x", "in brackets: [::1]:2181)"),
     ("mongo-open-bracket", "mongodb://[::1:37017/", "invalid MongoDB URL"),
+    # the hint gave ZooKeeper's port for every backend
+    ("mongo-open-bracket-hint", "mongodb://[::1:37017/", "in brackets: [::1]:27017)"),
     ("sqlite-timeout-nan", "sqlite:///{tmp}/x.db?timeout=nan", "timeout=nan"),
     ("sqlite-timeout-inf", "sqlite:///{tmp}/x.db?timeout=inf", "timeout=inf"),
     ("sqlite-nul-in-path", "sqlite:///{tmp}/x\x00.db", "control character U+0000"),
@@ -406,6 +409,7 @@ BAD_URLS: list[tuple[str, object, str]] = [
     ("sqlite-poll-zero", "sqlite:///{tmp}/x.db?poll_interval=0",
      "poll_interval=0 in 'sqlite:///"),
     ("sqlite-poll-huge", "sqlite:///{tmp}/x.db?poll_interval=1e308", "0.01..60 seconds"),
+    ("sqlite-timeout-zero", "sqlite:///{tmp}/x.db?timeout=0", "more than 0, at most 3600"),
     ("sqlite-timeout-negative", "sqlite:///{tmp}/x.db?timeout=-1",
      "timeout=-1 in 'sqlite:///"),
     ("zk-timeout-nan", "zk://127.0.0.1:1/x?timeout=nan", "timeout=nan"),

@@ -621,7 +621,23 @@ def test_history_rows_name_only_the_actor_and_reason_of_their_own_call(mgr: Mana
         ("settle", "alice", "INC-1"),  # in alice's write: no worker applies it
         ("pause", "alice", "INC-1"),
     ]
-    assert rec.services["replication"].reason == "INC-1"
+    assert rec.services["replication"].reason is None  # bob gave none
+
+
+def test_the_status_never_shows_a_reason_beside_someone_who_did_not_give_it(mgr: Manager) -> None:
+    """A new-user review: alice paused for INC-1, bob cancelled the schedule, and the status
+    read 'INC-1 by bob', as if bob had paused for INC-1. Reason and actor are one pair, that of
+    the last change that gave either (docs/cli.md, "Reading state")."""
+    mgr.pause("us-east-1", "replication", actor="alice", reason="INC-1")
+    rec = mgr.resume("us-east-1", "replication", at=timedelta(hours=1))  # anonymous: kept
+    assert (rec.services["replication"].reason, rec.services["replication"].actor) == (
+        "INC-1", "alice")
+    rec = mgr.cancel_scheduled_resume("us-east-1", "replication", actor="bob")
+    assert (rec.services["replication"].reason, rec.services["replication"].actor) == (
+        None, "bob")
+    rec = mgr.resume("us-east-1", "replication", at=timedelta(hours=1), reason="window")
+    assert (rec.services["replication"].reason, rec.services["replication"].actor) == (
+        "window", None)
 
 
 _CALLS = st.tuples(

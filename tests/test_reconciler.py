@@ -378,11 +378,19 @@ def test_two_sidecars_fire_100_resumes_due_at_the_same_second_exactly_once(
         procs = [_start_sidecar(backend_url, tmp_path / f"sidecar-{i}.log") for i in (0, 1)]
         try:
             urls = [_sidecar_url(p, tmp_path / f"sidecar-{i}.log") for i, p in enumerate(procs)]
-            # Every resume due at the same whole second, a little after both sidecars are up.
-            # (10 s ahead: scheduling 100 resumes takes a few seconds on a loaded machine)
-            due = (datetime.now(UTC) + timedelta(seconds=10)).replace(microsecond=0)
+            # Every resume due at the same whole second, a little after both sidecars are up
+            # and after the last one is scheduled. Scheduling 100 resumes takes from a second
+            # to over 10 s (SecantusDB on a loaded machine), so a first pass an hour ahead
+            # measures it, and the second moves them all to twice that time from now (a fixed
+            # 10 s once let the first resumes fire before the last was scheduled).
+            t0 = time.monotonic()
+            for name in names:
+                setup.resume(name, "replication", at=datetime.now(UTC) + timedelta(hours=1))
+            ahead = max(5.0, 2 * (time.monotonic() - t0) + 2)
+            due = (datetime.now(UTC) + timedelta(seconds=ahead)).replace(microsecond=0)
             for name in names:
                 setup.resume(name, "replication", at=due)
+            assert datetime.now(UTC) < due, f"scheduling outran its own margin of {ahead:.1f}s"
             assert all(
                 s.services["replication"].resume_at == due for s in setup.statuses()
             )

@@ -19,6 +19,10 @@ the test's own ``datetime.now()`` is the backend's time.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -287,3 +291,78 @@ def test_processes_behind_look_alive_see_the_dead_and_fire_on_time(
     expected = datetime.fromtimestamp(cli.started, UTC) + timedelta(hours=2)
     assert at is not None
     assert expected - timedelta(seconds=1) <= at <= expected + timedelta(seconds=30)
+
+
+# -- the operator's recipe: Debian's faketime wrapper (docs/time.md "Reproducing a skewed host")
+
+
+def run_under_faketime(
+    url: str, args: list[str], *, fake_monotonic: bool, timeout: float
+) -> tuple[int, str, str, float]:
+    """``[FAKETIME_DONT_FAKE_MONOTONIC=1] faketime '+30 seconds' locstatus --backend URL ARGS``
+    as an operator types it: the wrapper, no shim on the path. Returns (exit code, stdout,
+    stderr, seconds); on a hang, kills the process group it started and fails."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FAKETIME", "LD_PRELOAD")) and k != "PYTHONPATH"}
+    if not fake_monotonic:
+        env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    began = time.monotonic()
+    proc = subprocess.Popen(
+        ["faketime", "+30 seconds", sys.executable, "-m", "locstatus", "--backend", url, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the wrapper and the locstatus it forked
+        out, err = proc.communicate()
+        raise AssertionError(f"{args} hung under faketime for {timeout:g}s: {err[-2000:]}") from None
+    return proc.returncode, out, err, time.monotonic() - began
+
+
+def test_faketime_faking_the_monotonic_clock_is_refused_at_once_not_a_hang(
+    mgr: Manager, backend_url: str, tmp_path: Path, procs: list[Skewed]
+) -> None:
+    """A new-user review: ``faketime '+30 seconds' locstatus pause X --wait 10`` hung for good
+    while a live worker applied the pause: the wrapper fakes CLOCK_MONOTONIC too (it reads the
+    faked wall clock, ~1.8e9 s), and every timed wait of Python then waits for decades
+    (docs/time.md). The CLI now refuses, naming the fix, before it writes anything."""
+    mgr.sync_locations({"drain": ["replication"]})
+    record = tmp_path / "w.jsonl"
+    worker = Skewed.worker(None, backend_url, "w-drain", record, [
+        "--services", "replication", "--locations", "drain", "--slow", "0.5", "--lease", "5",
+    ], tmp_path / "w.log")
+    procs.append(worker)
+    wait_for(worker_ready(worker, record), 60, "the worker to start")
+    code, _, err, took = run_under_faketime(
+        backend_url, ["pause", "drain", "--service", "replication", "--wait", "10"],
+        fake_monotonic=True, timeout=30)
+    assert code == 2 and "FAKETIME_DONT_FAKE_MONOTONIC=1" in err, err
+    assert took < 10  # refused, not waited out
+    assert mgr.status("drain").services["replication"].state is State.RUNNING  # nothing written
+
+
+def test_the_documented_faketime_recipe_waits_for_the_worker_without_any_shim(
+    mgr: Manager, backend_url: str, tmp_path: Path, procs: list[Skewed]
+) -> None:
+    """docs/time.md's recipe, ``FAKETIME_DONT_FAKE_MONOTONIC=1 faketime '+30 seconds' locstatus
+    pause X --wait 10``, with a live worker whose handler takes 2 s: it returns ``paused`` once
+    the handler ended, on the backend's time, with nothing on the Python path."""
+    mgr.sync_locations({"drain": ["replication"]})
+    record = tmp_path / "w.jsonl"
+    worker = Skewed.worker(None, backend_url, "w-drain", record, [
+        "--services", "replication", "--locations", "drain", "--slow", "2.0", "--lease", "5",
+    ], tmp_path / "w.log")
+    procs.append(worker)
+    wait_for(worker_ready(worker, record), 60, "the worker to start")
+    code, out, err, took = run_under_faketime(
+        backend_url, ["pause", "drain", "--service", "replication", "--wait", "10", "--json"],
+        fake_monotonic=False, timeout=60)
+    assert code == 0, err
+    assert json.loads(out)["services"]["replication"]["state"] == "paused", out
+    _, handler_end = handler_span(record, "pause", "drain", "replication")
+    settled = entries(mgr, "drain", "settle", "replication")[0].at
+    assert settled.timestamp() >= handler_end - CONVERSION.total_seconds()
+    assert abs(settled.timestamp() - time.time()) < 10  # stamped on the backend's time, not +30 s
+    assert took >= 2.0

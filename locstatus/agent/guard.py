@@ -10,6 +10,10 @@ computed in one place (:meth:`Guard.next_deadline`):
   "Handlers");
 - the end of the lease by the worker's own monotonic clock (:mod:`.lease`): past it, the agent
   self-fences (docs/agent.md "Self-fencing").
+
+A stuck handler also ends what ``start(wait=True)`` waits for at its location (and everywhere
+once every apply thread is stuck: nothing else can run), so a handler that hangs at start never
+hangs the worker's start (docs/agent.md "Handlers").
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ class Guard:
     worker.
 
     ``deadline``: seconds a handler may run before it is reported stuck.
+    ``threads``: the number of apply threads (when every one runs a stuck handler, nothing
+    else can run; 0: not known, never assumed).
     ``lease_until``: the monotonic time the worker's lease holds until by its own clock, or
     None when it is fenced already; ``on_lapse`` fences it (both from :mod:`.worker`).
     """
@@ -42,12 +48,14 @@ class Guard:
         worker_id: str,
         *,
         deadline: float,
+        threads: int = 0,
         lease_until: Callable[[], float | None] = lambda: None,
         on_lapse: Callable[[], None] = lambda: None,
     ) -> None:
         self.state = state
         self.worker_id = worker_id
         self.deadline = deadline
+        self.threads = threads
         self.lease_until = lease_until
         self.on_lapse = on_lapse
 
@@ -72,6 +80,17 @@ class Guard:
             times.append(until)
         return min(times) if times else None
 
+    def _release_start_locked(self) -> None:
+        """What ``start(wait=True)`` waits for, less what a stuck handler holds up: the first
+        pass of every location with a stuck handler (its other services queue behind it), and
+        all of it once every apply thread is stuck. Caller holds the lock."""
+        s = self.state
+        stuck = [key for key, r in s.running.items() if r.stuck]
+        where = {loc for loc, _ in stuck}
+        s.first_pass_discard_locked([k for k in s.first_pass if k[0] in where])
+        if self.threads and len(stuck) >= self.threads:
+            s.first_pass_discard_locked(list(s.first_pass))
+
     def check(self) -> None:
         """Mark the handlers past their deadline stuck; fence when the lease ran out."""
         s = self.state
@@ -83,6 +102,8 @@ class Guard:
                     r.stuck = True
                     s.metrics["stuck_handlers"] += 1
                     newly.append((key, r.handler, now - r.started))
+            if newly:
+                self._release_start_locked()
         for (loc, svc), handler, age in newly:
             log.warning(
                 "agent %s: handler %s for %s/%s has run %.1fs, past its %gs deadline: stuck",

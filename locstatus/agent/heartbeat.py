@@ -9,6 +9,9 @@ renews the lease (:meth:`Lease.renew`, never raises) and draws the consequences
 - the renewal succeeded while fenced and the lease now holds again: start coming back (read
   every record again); the fence lifts once its handlers returned and that re-read completed
   (:mod:`.fence`), here or in the thread that completes the last of them;
+- it succeeded but leaves the lease less than a heartbeat (it was sent long before it
+  landed: a server frozen and thawed): renew again at once; the worker comes back only on a
+  renewal sent after the fence that holds until the next one is due;
 - it succeeded after a failure or after the lease lapsed: re-read everything (notifications
   may have been missed) and, after a lapse, acknowledge again what was applied (the worker may
   have been dropped as expired, and its acknowledgements with it).
@@ -35,6 +38,8 @@ class Heartbeat:
         self.lease = lease
         self.worker_id = worker_id
         self.interval = interval
+        self.fenced_at = float("-inf")
+        """Monotonic time the last self-fence was imposed."""
 
     def run(self) -> None:
         """The heartbeat loop, until the agent stops."""
@@ -55,6 +60,8 @@ class Heartbeat:
         s = self.state
         with s.cond:
             newly = s.fence_locked(reason)
+            if newly:
+                self.fenced_at = s.monotonic()
         if newly:
             log.warning("agent %s: self-fenced: %s", self.worker_id, reason)
             s.beat_now.set()  # try to renew at once
@@ -75,8 +82,17 @@ class Heartbeat:
                 return
             s.metrics["heartbeats"] += 1
             until = self.lease.good_until
+            # A renewal that landed late (sent before a freeze, answered after the thaw) wrote
+            # a lease dated when it was sent: it may hold for less than a heartbeat. Renew at
+            # once; and come back only on a renewal sent after the fence, holding until the
+            # next one is due (coming back on the late one, the worker ran on_resume and
+            # fenced again a moment later: docs/agent.md "Self-fencing").
+            short = until is not None and until - now < self.interval
+            if short:
+                s.beat_now.set()
+            fresh = self.lease.last_sent >= self.fenced_at and not short
             lifted = False
-            if s.fence.fenced and until is not None and now < until:
+            if s.fence.fenced and until is not None and now < until and fresh:
                 if not s.fence.returning:
                     log.warning(
                         "agent %s: lease renewed: coming back once the fence's handlers "

@@ -130,6 +130,8 @@ class Lease:
         self.connected = True
         self.last_ok = 0.0
         """Monotonic time of the last successful registration or renewal."""
+        self.last_sent = 0.0
+        """Monotonic time at which that registration or renewal was sent."""
         self.good_until: float | None = None
         """Monotonic time until which the lease surely holds; None before registering."""
         self._registered: WorkerInfo | None = None  # what the backend holds, as last written
@@ -164,6 +166,7 @@ class Lease:
         self.backend.put_worker(info)
         self._registered = info
         self.last_ok = self._monotonic()
+        self.last_sent = sent
         self.good_until = sent + self.window - slack
         self.connected = True
 
@@ -202,6 +205,7 @@ class Lease:
         reconnected = not self.connected or lapsed
         self.connected = True
         self.last_ok = now
+        self.last_sent = sent
         self.good_until = sent + self.window - slack
         return Renewal(ok=True, reconnected=reconnected, lapsed=lapsed)
 

@@ -247,6 +247,7 @@ class Agent:
             self._state,
             worker_id,
             deadline=self.handler_deadline,
+            threads=self.handler_concurrency,
             lease_until=self._heartbeat.lease_until,
             on_lapse=lambda: self._heartbeat.fence("no renewal landed before the lease's end"),
         )
@@ -431,7 +432,12 @@ class Agent:
     def start(self, *, wait: bool = True) -> Agent:
         """Register the worker (lease), subscribe to hints, read every watched record and start
         the agent's threads. With ``wait`` (default) return once every handler due at start ran
-        once (a failing one is then retried in the background). Idempotent while running.
+        once (a failing one is then retried in the background) or is reported stuck: a handler
+        still running ``handler_deadline`` seconds after it started no longer holds up the
+        start, nor do the other handlers of its location queued behind it, nor anything else
+        once every apply thread runs a stuck handler (docs/agent.md "Handlers"): a handler that
+        hangs holds the start up for about ``handler_deadline`` seconds, not for good.
+        Idempotent while running.
 
         Raises :class:`BackendUnavailable` (nothing is left registered) when the backend
         cannot be reached. An unregistration an earlier :meth:`stop` left pending (backend

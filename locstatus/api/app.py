@@ -42,12 +42,16 @@ from locstatus.manager import Manager
 from . import problems
 from .auth import check_token
 from .backbeat import router as backbeat_router
+from .backbeat_trust import TrustedPeers
 from .context import CheckState, Context
 from .guard import HostPolicy
 from .metrics import Metrics
 from .middleware import MAX_BODY, Middleware, Scope
+from .principals import Principals
 from .problems import Problem
 from .routes import get_location, router
+from .series import DEFAULT_LIMIT, CheckView
+from .workers import router as workers_router
 
 if TYPE_CHECKING:
     from locstatus.reconciler import Reconciler
@@ -81,6 +85,9 @@ def create_app(
     max_body: int = MAX_BODY,
     inline_reads: bool | None = None,
     allowed_hosts: Iterable[str] | None = None,
+    backbeat_trust: Iterable[str] = (),
+    principals: Principals | None = None,
+    location_series: int = DEFAULT_LIMIT,
 ) -> FastAPI:
     """Build the sidecar app over ``mgr``.
 
@@ -91,9 +98,16 @@ def create_app(
       (127.0.0.0/8, ``::1``, ``localhost``, any port) or one of these names are served, others
       get a 421 (DNS rebinding, docs/http.md); ``["*"]`` serves every ``Host``. With a token
       every ``Host`` is served.
+    - ``principals``: named callers (:class:`~.principals.Principals`, e.g. from
+      ``LOCSTATUS_API_TOKENS_FILE``); ``token`` is then one more, the ``operator`` principal.
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
-    - ``check``: where the periodic consistency check stores its result (``/v1/check``).
+    - ``check``: where the periodic consistency check stores its result (``/v1/check``, and
+      the ``locstatus_check_*`` series of ``/metrics``).
+    - ``location_series``: at most this many per-location series in ``/metrics``, the oldest
+      services not running (0: none; docs/http.md "Metrics to alert on").
+    - ``backbeat_trust``: networks (CIDR) whose peers may call the Backbeat mutations without
+      the token (:class:`~.backbeat_trust.TrustedPeers`; InvalidInput for a bad one).
     - ``max_body``: largest request body in bytes (413 above).
     - ``inline_reads``: serve ``GET /v1/locations[/{location}]`` on the event loop instead of
       the thread pool; default: yes for ``sqlite://`` and ``memory://``, no for network backends.
@@ -101,9 +115,23 @@ def create_app(
 
 
     token = check_token(token) if token else None
+    if principals is not None and token is not None:
+        principals.legacy_token = token
+    principals = principals or Principals.from_settings(tokens_file=None, token=token)
     extra = list(allowed_hosts or ())
-    hosts = HostPolicy(allow_any=token is not None or "*" in extra, extra=extra)
-    metrics = Metrics(mgr, reconciler=lambda: reconciler)
+    hosts = HostPolicy(allow_any=principals.enabled or "*" in extra, extra=extra)
+
+    def check_view() -> CheckView | None:
+        if check is None:
+            return None
+        with check.lock:
+            if check.result is None and check.error is None:
+                return None  # not run yet
+            return CheckView(report=check.result, error=check.error)
+
+    metrics = Metrics(
+        mgr, reconciler=lambda: reconciler, check=check_view, location_series=location_series
+    )
     app = FastAPI(
         title="locstatus sidecar",
         version=__version__,
@@ -114,8 +142,12 @@ def create_app(
         openapi_url="/openapi.json",
         # The routes go straight into the app's router: FastAPI keeps an included router as a
         # nested level that every request walks through (about 15 us per request).
-        routes=[_fast_get_location(), *router.routes, *backbeat_router.routes],
+        routes=[
+            _fast_get_location(), *router.routes, *workers_router.routes,
+            *backbeat_router.routes,
+        ],
     )
+    app.state.backbeat_trust = TrustedPeers(backbeat_trust)
     app.state.locstatus = Context(
         mgr,
         token=token,
@@ -123,6 +155,7 @@ def create_app(
         reconciler=reconciler,
         check=check,
         inline_reads=inline_reads,
+        principals=principals,
     )
     problems.install(app)
     app.add_middleware(Middleware, metrics=metrics, max_body=max_body, hosts=hosts)

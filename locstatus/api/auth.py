@@ -1,4 +1,5 @@
-"""Bearer-token authorization of the mutating routes (docs/http.md, "Running it").
+"""Bearer-token authorization of the mutating routes (docs/http.md, "Running it", "Callers
+and roles").
 
 One module so that the token is handled in one place: the dependency that checks it on every
 mutating route (native and Backbeat alike) and the check that refuses, at start-up, a token no
@@ -7,57 +8,38 @@ client could ever send. The token never appears in an answer or a message.
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from locstatus.errors import InvalidInput, Unauthorized
-
-from .problems import ProblemError
+from .principals import check_secret, require
 
 _bearer = HTTPBearer(
     auto_error=False,
-    description="LOCSTATUS_API_TOKEN; required on mutating routes when the sidecar has one",
+    description=(
+        "LOCSTATUS_API_TOKEN or a token of LOCSTATUS_API_TOKENS_FILE; required on mutating "
+        "routes when the sidecar has tokens (docs/http.md \"Callers and roles\")"
+    ),
 )
+bearer = _bearer
+"""The bearer-token security scheme (shared by every module's routes)."""
 
 
 async def authorize(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)] = None,
 ) -> None:
-    """Require ``Authorization: Bearer <token>`` when the app has a token: missing or not a
-    bearer token -> 401, wrong token -> 403. The token never appears in an answer."""
-    token = request.app.state.locstatus.token
-    if token is None:
-        return
-    if credentials is None or not credentials.credentials:
-        raise Unauthorized(
-            "this route needs an Authorization header with the sidecar's bearer token "
-            "(LOCSTATUS_API_TOKEN)"
-        )
-    if not hmac.compare_digest(credentials.credentials.encode(), token.encode()):
-        raise ProblemError(403, "forbidden", "the bearer token is not the sidecar's token")
+    """Require an operator's bearer token when the app has tokens (docs/http.md "Callers and
+    roles"): missing or not a bearer token -> 401, unknown token or a role that may not
+    operate -> 403. The token never appears in an answer; the principal is the actor."""
+    require(request, credentials, "operate")
 
 
 def check_token(token: str) -> str:
-    """Return ``token`` if a client can present it, else raise :class:`InvalidInput` saying
-    why (never showing it): a bearer token travels in an HTTP header, which carries visible
-    ASCII and inner spaces only; the server strips surrounding whitespace and decodes other
-    bytes differently, so such a token could never match."""
-    if token != token.strip():
-        raise InvalidInput(
-            "the API token (LOCSTATUS_API_TOKEN) has leading or trailing whitespace: no client "
-            "can send it (HTTP strips it from the header); remove it"
-        )
-    for i, char in enumerate(token):
-        if not " " <= char <= "~":
-            kind = "a non-ASCII" if ord(char) > 0x7F else "a control"
-            raise InvalidInput(
-                f"the API token (LOCSTATUS_API_TOKEN) has {kind} character at position {i}: a "
-                "bearer token is sent in an HTTP header and must be visible ASCII (letters, "
-                "digits and punctuation such as - . _ ~ + /)"
-            )
-    return token
-
+    """Return ``token`` if a client can present it and it is long enough to be a secret, else
+    raise :class:`InvalidInput` saying why (never showing it): a bearer token travels in an
+    HTTP header, which carries visible ASCII and inner spaces only; the server strips
+    surrounding whitespace and decodes other bytes differently, so such a token could never
+    match (:func:`~.principals.check_secret`)."""
+    return check_secret(token, "the API token (LOCSTATUS_API_TOKEN)")

@@ -21,15 +21,17 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from pydantic import TypeAdapter
 
+from locstatus.audit import history_by_actor
 from locstatus.manager import Operation, worker_live
 from locstatus.models import HistoryEntry, LocationStatus
-from locstatus.names import LOCATION_RE
+from locstatus.names import LOCATION_RE, MAX_ACTOR
 
 from . import page, problems
 from .auth import authorize
 from .bodies import BulkResult, CancelBody, CheckView, Health, PauseBody, ResumeBody, WorkerView
 from .context import Context, Ctx
 from .guard import NativeRoute
+from .principals import actor_for
 from .problems import ProblemError, responses
 from .responses import corrupt_listing, etag, location_response, parse_if_match
 
@@ -146,7 +148,9 @@ def pause(
     if_match: IfMatch = None,
 ) -> Response:
     b = body or PauseBody()
-    operation = Operation.pause(ctx.service_arg(service), reason=b.reason, actor=b.actor)
+    operation = Operation.pause(
+        ctx.service_arg(service), reason=b.reason, actor=actor_for(request, b.actor)
+    )
     return ctx.respond(request, location, operation, if_match=if_match, wait=b.wait)
 
 
@@ -171,7 +175,7 @@ def resume(
     if b.in_seconds is not None:
         when = timedelta(seconds=b.in_seconds)
     operation = Operation.resume(
-        ctx.service_arg(service), at=when, reason=b.reason, actor=b.actor
+        ctx.service_arg(service), at=when, reason=b.reason, actor=actor_for(request, b.actor)
     )
     # Scheduling all targets the locations where the service is paused or pausing.
     return ctx.respond(
@@ -198,7 +202,7 @@ def cancel_schedule(
 ) -> Response:
     b = body or CancelBody()
     operation = Operation.cancel_scheduled_resume(
-        ctx.service_arg(service), reason=b.reason, actor=b.actor
+        ctx.service_arg(service), reason=b.reason, actor=actor_for(request, b.actor)
     )
     return ctx.respond(request, location, operation, if_match=if_match)
 
@@ -215,9 +219,18 @@ def history(
     location: LocationPath,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 50,
     before_version: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    actor: Annotated[
+        str | None,
+        Query(min_length=1, max_length=MAX_ACTOR, description="Only the changes of this actor"),
+    ] = None,
 ) -> Response:
     ctx.mgr.status(location)  # 404 for an unknown location, not an empty list
-    entries = ctx.mgr.history(location, limit=limit, before_version=before_version)
+    if actor is not None:
+        entries = history_by_actor(
+            ctx.mgr, location, actor, limit=limit, before_version=before_version
+        )
+    else:
+        entries = ctx.mgr.history(location, limit=limit, before_version=before_version)
     return Response(_HISTORY.dump_json(entries), media_type="application/json")
 
 

@@ -28,6 +28,7 @@ import contextlib
 import importlib
 import ipaddress
 import logging
+import signal
 import socket
 import threading
 import time
@@ -38,13 +39,19 @@ from typing import Any
 
 import uvicorn
 
+from locstatus import monotonic
 from locstatus.api.app import create_app
 from locstatus.api.auth import check_token
+from locstatus.api.backbeat_trust import TrustedPeers
 from locstatus.api.context import CheckState
 from locstatus.api.guard import split_host
+from locstatus.api.principals import Principals
 from locstatus.api.problems import SECRETS, redact
+from locstatus.api.series import DEFAULT_LIMIT
+from locstatus.api.workers import close_hub
 from locstatus.client import connect
 from locstatus.errors import InvalidInput
+from locstatus.logs import check_log_format, configure_logging
 from locstatus.manager import Manager
 from locstatus.reconciler import Reconciler
 from locstatus.settings import Settings
@@ -62,6 +69,9 @@ def serve(
     reconcile_interval: float,
     check_interval: float | None,
     allowed_hosts: Sequence[str] = (),
+    backbeat_trust: Sequence[str] = (),
+    location_series: int = DEFAULT_LIMIT,
+    log_format: str = "text",
 ) -> None:
     """Run the sidecar until interrupted (SIGINT/SIGTERM).
 
@@ -73,6 +83,12 @@ def serve(
     - ``check_interval``: seconds between read-only consistency checks, or None for none.
     - ``allowed_hosts``: ``Host`` names served besides loopback ones when there is no token
       (e.g. the name a local proxy forwards); see :func:`~locstatus.api.app.create_app`.
+    - ``backbeat_trust``: networks (CIDR) whose peers may call the Backbeat-route mutations
+      without the token: where CloudServer connects from (docs/http.md, "Putting locstatus
+      where Backbeat's API server was").
+    - ``location_series``: at most this many per-location series in ``/metrics`` (0: none).
+    - ``log_format``: ``text`` or ``json`` (one object per line, :mod:`locstatus.logs`), for
+      the sidecar's own records and uvicorn's.
 
     Raises :class:`InvalidInput` for a non-loopback bind without a token, a token no client
     could send, a bad port, interval or host name, or an address that cannot be bound;
@@ -82,12 +98,14 @@ def serve(
         secret = Settings().api_token
         token = secret.get_secret_value() if secret is not None else None
     token = check_token(token) if token else None
+    principals = Principals.from_settings(tokens_file=Settings().api_tokens_file, token=token)
     for name in allowed_hosts:
         if not name or name == "*" or split_host(name) is None:
             raise InvalidInput(
                 f"invalid --allow-host {name!r}: expected a host name or address such as "
                 "s3.zenko.local (any port is served)"
             )
+    TrustedPeers(backbeat_trust)  # a bad network is refused before anything starts
     if not host:
         raise InvalidInput("empty --host: give an address such as 127.0.0.1")
     if not 0 <= port <= 65535:
@@ -96,8 +114,11 @@ def serve(
         raise InvalidInput(f"reconcile interval must be > 0 seconds, got {reconcile_interval}")
     if check_interval is not None and not check_interval > 0:
         raise InvalidInput(f"check interval must be > 0 seconds, got {check_interval}")
+    log_format = check_log_format(log_format)
+    if location_series < 0:
+        raise InvalidInput(f"--location-series must be >= 0, got {location_series}")
     loopback = is_loopback(host)
-    if not loopback and token is None and not insecure:
+    if not loopback and not principals.enabled and not insecure:
         raise InvalidInput(
             f"refusing to serve on non-loopback address {host!r} without an API token: set "
             "LOCSTATUS_API_TOKEN (mutating routes then need 'Authorization: Bearer <token>'), "
@@ -113,9 +134,11 @@ def serve(
     reconciler = Reconciler(mgr, interval=reconcile_interval)
     check_state = CheckState() if check_interval is not None else None
     app = create_app(
-        mgr, token=token, reconciler=reconciler, check=check_state,
+        mgr, token=token, reconciler=reconciler, check=check_state, principals=principals,
         # --insecure on a non-loopback address serves the network on purpose: any Host
         allowed_hosts=["*"] if insecure and not loopback else allowed_hosts,
+        backbeat_trust=backbeat_trust,
+        location_series=location_series,
     )
     reconciler.observer = app.state.locstatus.metrics.transition
     checker = (
@@ -123,18 +146,30 @@ def serve(
         if check_interval is not None and check_state is not None
         else None
     )
-    config = uvicorn.Config(app, log_level="info", server_header=False, lifespan="off")
+    if log_format == "json":
+        # uvicorn's records go to the root logger's JSON handler instead of its own config
+        configure_logging("json")
+        logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # proxy_headers off: the peer is the socket's address, never a client's X-Forwarded-For
+    # (the --backbeat-trust rule trusts the peer).
+    config = uvicorn.Config(
+        app, log_level="info", server_header=False, lifespan="off", proxy_headers=False,
+        log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
+    )
     _install_redaction()
     bound = sock.getsockname()
     log.info(
         "locstatus sidecar on http://%s:%s, backend %s, auth %s, reconcile every %gs%s",
         _host_for_url(bound[0]), bound[1], redact(mgr.backend.url),
-        "token required" if token else "none (loopback only)" if loopback else "NONE (--insecure)",
+        _auth_mode(principals, token) if principals.enabled
+        else "none (loopback only)" if loopback else "NONE (--insecure)",
         reconcile_interval,
         f", check every {check_interval:g}s" if check_interval else "",
     )
-    if not loopback and token is None:
+    if not loopback and not principals.enabled:
         log.warning("--insecure: mutating routes on %s need no authentication", host)
+    if principals.path is not None:
+        signal.signal(signal.SIGHUP, lambda *_: principals.reload())
     reconciler.start()
     if checker is not None:
         checker.start()
@@ -144,8 +179,17 @@ def serve(
         if checker is not None:
             checker.stop()
         reconciler.stop()
+        close_hub(app)
         mgr.close()
         sock.close()
+
+
+def _auth_mode(principals: Principals, token: str | None) -> str:
+    """How callers authenticate, for the start-up line (principal counts, never a token)."""
+    if principals.path is None:
+        return "token required"
+    named = f"tokens file {principals.path} ({len(principals.names())} principal(s))"
+    return named + (" and LOCSTATUS_API_TOKEN" if token else "")
 
 
 def is_loopback(host: str) -> bool:
@@ -225,6 +269,8 @@ class _CheckRunner:
             self._thread.join(10)
 
     def _loop(self, run_check: Any) -> None:
+        log_report = getattr(importlib.import_module("locstatus.check"), "log_report", None)
+        known: set[str] = set()
         while not self._stop.is_set():
             start = time.monotonic()
             try:
@@ -236,6 +282,9 @@ class _CheckRunner:
                     self.state.error = message
                     self.state.at = self.mgr.clock()
             else:
+                if log_report is not None:  # new findings, the repairs and a summary
+                    log_report(result, known=known)
+                    known = {f.id for f in result.findings}
                 with self.state.lock:
                     self.state.result = result
                     self.state.error = None
@@ -299,7 +348,9 @@ class BackgroundServer:
     ) -> None:
         config.setdefault("log_level", "warning")
         config.setdefault("lifespan", "off")
+        config.setdefault("proxy_headers", False)  # as serve(): the peer is the socket's
         self.sock = bind_socket(host, port)
+        self.app = app
         self.server = uvicorn.Server(uvicorn.Config(app, **config))
         self._thread: threading.Thread | None = None
         host_, port_ = self.sock.getsockname()[:2]
@@ -317,12 +368,14 @@ class BackgroundServer:
         while not self.server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"server at {self.url} did not start")
-            time.sleep(0.01)
+            monotonic.sleep(0.01)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving and wait for the thread (idempotent)."""
         self.server.should_exit = True
+        if hasattr(getattr(self.app, "state", None), "locstatus"):
+            close_hub(self.app)  # open watch streams end, so the server can stop
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None

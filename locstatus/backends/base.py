@@ -151,6 +151,13 @@ class HistoryGaps:
 GAPS_LISTED = 1000
 """At most this many versions of each kind in one :class:`HistoryGaps`."""
 
+DOWN_GRACE = 0.5
+"""Seconds a network backend's call waits, counted from when its connection was seen going
+down (ZooKeeper SUSPENDED or LOST, no MongoDB server selectable), for it to come back before
+:class:`BackendUnavailable`. A blip (a leader failover, a cut TCP connection) is ridden
+through; an outage is answered within a second, never after the full ``timeout``
+(docs/reliability.md, "Failing fast while the backend is down")."""
+
 
 def distinct_locations(locations: Iterable[str]) -> None:
     """Refuse a batch naming a location twice (its two writes would race each other): raises

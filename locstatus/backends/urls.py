@@ -76,19 +76,23 @@ def check_url_text(url: object, kind: str, example: str, *, where: str | None = 
     return url
 
 
-def split_url(url: object, kind: str, example: str, *, where: str | None = None) -> SplitResult:
+def split_url(
+    url: object, kind: str, example: str, *, where: str | None = None, port: int | None = None
+) -> SplitResult:
     """``urlsplit(url)`` for a backend URL, after :func:`check_url_text` (same arguments).
 
-    Raises :class:`InvalidInput` as that does, and when the URL does not split (an unclosed
-    ``[`` of an IPv6 address)."""
+    ``port`` is the backend's default port, shown in the hint for a bracketed IPv6 address
+    (``[::1]:27017`` for MongoDB); None for a backend whose URLs name no host (SQLite).
+    Raises :class:`InvalidInput` as :func:`check_url_text` does, and when the URL does not
+    split (an unclosed ``[`` of an IPv6 address)."""
     url = check_url_text(url, kind, example, where=where)
     shown = where if where is not None else url
     try:
         return urlsplit(url)
     except ValueError as exc:  # "Invalid IPv6 URL", and friends
+        hint = "" if port is None else f"; an IPv6 address goes in brackets: [::1]:{port}"
         raise InvalidInput(
-            f"invalid {kind} URL {_shown(repr(shown), 120)}: {exc} (expected {example}; an IPv6 "
-            "address goes in brackets: [::1]:2181)"
+            f"invalid {kind} URL {_shown(repr(shown), 120)}: {exc} (expected {example}{hint})"
         ) from None
 
 

@@ -39,6 +39,14 @@ from .rendering import (
     report_corrupt,
 )
 
+CORRUPT_ADVICE = (
+    "'locstatus check' reports it and never rewrites it: restore it by hand with the "
+    "backend's own client, with every field, then sync again (docs/check.md, \"Repairs are "
+    "exactly once\")"
+)
+"""What a refused sync tells the operator to do about a corrupt record: the check reports
+such a record but never repairs it (docs/check.md), so the advice is the hand restore."""
+
 
 @locations_app.command("sync")
 def locations_sync(
@@ -96,9 +104,7 @@ def locations_sync(
         try:
             mgr.status(loc)
         except CorruptRecord as exc:
-            raise CorruptRecord(
-                loc, f"{exc.detail} (repair it with 'locstatus check' first)"
-            ) from None
+            raise CorruptRecord(loc, f"{exc.detail} ({CORRUPT_ADVICE})") from None
     if not dry_run:
         report = mgr.sync_locations(wanted, actor=who, remove_missing=not keep_missing)
     if as_json:

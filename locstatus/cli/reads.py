@@ -13,6 +13,7 @@ import typer
 import typer.core
 from rich.table import Table
 
+from locstatus.audit import history_by_actor
 from locstatus.errors import (
     CorruptRecord,
 )
@@ -93,6 +94,10 @@ def history(
         str, typer.Option("--limit", metavar="N", help="Newest entries to show (1..10000).")
     ] = "50",
     as_json: JsonOpt = False,
+    actor: Annotated[
+        str | None,
+        typer.Option("--actor", metavar="NAME", help="Only the changes of this actor (audit)."),
+    ] = None,
 ) -> None:
     """Show the history of a location, newest first."""
     check_location(location)
@@ -102,7 +107,11 @@ def history(
         mgr.status(location)  # unknown location: refused (exit 1)
     except CorruptRecord as exc:  # the history of a corrupt record is what one wants to see
         typer.echo(f"warning: {escaped(exc.message)}", err=True)
-    entries = mgr.history(location, limit=count)
+    entries = (
+        mgr.history(location, limit=count)
+        if actor is None
+        else history_by_actor(mgr, location, actor, limit=count)
+    )
     if as_json:
         print_json(HISTORY_LIST.dump_json(entries, indent=2).decode())
         return

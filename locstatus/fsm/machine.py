@@ -6,9 +6,11 @@ for a given status without I/O and without a Machine object per record: it looks
 ``(event, state)``, checks their conditions, and applies their effects to a copy of the status.
 The result is the new status plus the :class:`HistoryEntry` that must be written with it.
 
-The status carries the reason and actor of its desired state (a schedule change keeps the
-pause's); the history entry carries only the event's own, so a row never names someone who did
-not make it (docs/cli.md, "Reading state").
+The status carries one reason and actor pair: that of the last change that gave either (a
+pause, a resume, or a schedule change that names its actor); a change that gives neither (an
+anonymous schedule change, a settle) keeps it, so a reason is never shown beside someone who did
+not give it. The history entry carries only the event's own, so a row never names someone who
+did not make it (docs/cli.md, "Reading state").
 
 Returns None when the event changes nothing (idempotent; the caller writes nothing) and raises
 :class:`InvalidTransition` for the refused pairs of the table, :class:`InvalidInput` for a
@@ -194,9 +196,9 @@ def transition(
     """Apply ``event`` to ``status`` at ``now`` (aware UTC).
 
     Returns the :class:`Change` (new status and its history entry) or None when nothing changes.
-    The new status takes the event's reason and actor on ``pause``/``resume`` (a new desired
-    state) and keeps its own otherwise unless the event gives one; the entry records the
-    event's own reason and actor only.
+    The new status takes the event's reason and actor, as a pair, on ``pause``/``resume`` (a new
+    desired state) and on any event that gives either; it keeps its own pair otherwise. The
+    entry records the event's own reason and actor only.
     Raises :class:`InvalidTransition` for the refused pairs of docs/design.md §3 (e.g.
     ``schedule_resume``
     of a running service) and :class:`InvalidInput` for a ``schedule_resume`` time not in the
@@ -219,16 +221,14 @@ def transition(
                 fields["state"] = row.dest
             fields["op_id"] = op_id
             fields["updated_at"] = now
-            if event.name in _DESIRED_STATE_EVENTS:
-                # a new desired state: its reason and actor replace the old ones
+            if event.name in _DESIRED_STATE_EVENTS or (
+                event.reason is not None or event.actor is not None
+            ):
+                # a new desired state, or a change that says who or why: its reason and actor
+                # replace the pair (a reason is never shown beside someone who did not give it)
                 fields["reason"] = event.reason
                 fields["actor"] = event.actor
-            else:
-                # schedule changes, settle, resume_due keep the pause's reason unless given one
-                if event.reason is not None:
-                    fields["reason"] = event.reason
-                if event.actor is not None:
-                    fields["actor"] = event.actor
+            # otherwise (an anonymous schedule change, settle) the status keeps the pair
             new = status.model_copy(update=fields)
             entry = HistoryEntry(
                 op_id=op_id,

@@ -49,6 +49,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from locstatus import monotonic
 from locstatus.backends.base import Backend, CasItem
 from locstatus.clock import Clock
 from locstatus.errors import (
@@ -213,6 +214,7 @@ class Writer:
             retry=retry_if_exception_type(VersionConflict),
             stop=stop_after_attempt(policy.max_attempts - 1) | stop_after_delay(policy.max_seconds),
             wait=wait_random_exponential(multiplier=policy.base, max=policy.cap),
+            sleep=monotonic.sleep,  # not time.sleep: it fails under libfaketime (docs/time.md)
         )
         try:
             for attempt in retrying:

@@ -580,6 +580,10 @@ class Convergence:
     seconds: float | None
     polls: int
     last_divergence: list[str]
+    trace: list[tuple[float, str]] = field(default_factory=list)
+    """What kept it from converging, over time: (seconds since ``since`` at the end of the
+    poll, the first reason and how many), each time that first reason changed; last, the
+    converging poll. Shows what a convergence time is made of (report.json)."""
 
 
 def wait_converged(
@@ -590,12 +594,16 @@ def wait_converged(
     timeout: float,
     expect_corrupt: Iterable[str] = (),
     allow_kinds: Iterable[str] = (),
+    manager: Manager | None = None,
 ) -> Convergence:
     """Poll :func:`divergence` until it is empty (then ``seconds`` = now - ``since``) or
-    ``timeout`` seconds have passed since ``since`` (then ``seconds`` is None)."""
-    mgr = connect(url)
+    ``timeout`` seconds have passed since ``since`` (then ``seconds`` is None). ``manager``: one
+    connected (and its clock probed) before ``since``, so the time the checker takes to connect
+    is not counted as the system's (closed here); None: connect here."""
+    mgr = manager if manager is not None else connect(url)
     polls = 0
     why: list[str] = ["never checked"]
+    trace: list[tuple[float, str]] = [(round(time.time() - since, 3), "connected")]
     try:
         while True:
             polls += 1
@@ -604,10 +612,13 @@ def wait_converged(
                                  allow_kinds=allow_kinds)
             except Exception as exc:  # a backend still coming back: keep polling
                 why = [f"{type(exc).__name__}: {exc}"]
+            first = f"{why[0][:160]} (+{len(why) - 1} more)" if why else "converged"
+            if trace[-1][1] != first:
+                trace.append((round(time.time() - since, 3), first))
             if not why:
-                return Convergence(time.time() - since, polls, [])
+                return Convergence(time.time() - since, polls, [], trace)
             if time.time() - since > timeout:
-                return Convergence(None, polls, why)
+                return Convergence(None, polls, why, trace)
             time.sleep(0.05)
     finally:
         mgr.close()

@@ -21,6 +21,7 @@ Durations scale with ``LOCSTATUS_RELIABILITY_SECONDS`` (see :class:`Budget`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -37,6 +38,7 @@ from faults import FaultLog
 from loadgen import LoadFleet
 
 from locstatus import connect
+from locstatus.errors import LocstatusError
 
 DEFAULT_SECONDS = 120.0
 """Default total budget: the CI-length run."""
@@ -91,6 +93,8 @@ class Row:
     """Settles while a live worker had not applied the state (checker.check_clock_safety)."""
     early_resume: int = 0
     """Scheduled resumes fired before their time by the backend's clock."""
+    resumes_fired: int = 0
+    """Scheduled resumes fired (``resume_due`` in the history): what the early check checked."""
     unknown: int = 0
     convergence_s: float | None = None
     target_s: float | None = None
@@ -215,12 +219,18 @@ class Scenario:
         assert not unhealed, f"faults never healed: {unhealed}"
         t0 = time.monotonic()
         self.row.phases["load"] = round(t0 - self._t_load, 1)
+        # the checker's own connection and first clock probe, before the clock starts: they
+        # are the measuring instrument's time, not the system's
+        checker_mgr = connect(self.url)
+        with contextlib.suppress(LocstatusError):  # a backend still coming back: polls will say
+            checker_mgr.clock()
         self.load.stop()
         for a in self.agents:
             assert a.alive, f"worker {a.id} is not running:\n{a.proc.log_tail() if a.proc else ''}"
         since = max(self.faults.last_heal() or 0.0, self.load.stopped_at or 0.0)
         conv = wait_converged(self.url, self.agents, since=since, timeout=converge_timeout,
-                              expect_corrupt=expect_corrupt, allow_kinds=allow_kinds)
+                              expect_corrupt=expect_corrupt, allow_kinds=allow_kinds,
+                              manager=checker_mgr)
         ops = load_ops(self.load.outs)
         rep = check_ops(self.url, self.locations, ops)
         clock = check_clock_safety(self.url, self.locations, ops, self.agents)
@@ -228,6 +238,7 @@ class Scenario:
         row.ops, row.writes, row.unknown = rep.ops, rep.writes, rep.unknown
         row.lost, row.duplicated = rep.lost, rep.duplicated
         row.false_settle, row.early_resume = clock.false_settle, clock.early_resume
+        row.resumes_fired = clock.fired
         row.faults, row.fault_kinds = self.faults.count, self.faults.by_kind()
         row.convergence_s = None if conv.seconds is None else round(conv.seconds, 2)
         row.recovery_s = _recovery(self.faults, ops)
@@ -242,7 +253,8 @@ class Scenario:
         (self.dir / "report.json").write_text(json.dumps(
             {"row": row.as_dict(), "violations": rep.violations[:200],
              "clock_violations": clock.violations[:200],
-             "divergence": conv.last_divergence[:50]}, indent=1, default=str))
+             "divergence": conv.last_divergence[:50], "convergence_trace": conv.trace[:200]},
+            indent=1, default=str))
         assert rep.ops > 0, "no operation ran"
         assert not rep.violations, "\n".join(rep.violations[:30])
         assert rep.lost == 0 and rep.duplicated == 0

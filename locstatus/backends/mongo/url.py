@@ -81,7 +81,9 @@ SERVER_SELECTION_TIMEOUT_MS = Number(
 def parse_mongo_url(url: str) -> MongoSettings:
     """Split a ``mongodb://`` / ``mongodb+srv://`` URL into locstatus' options and the URL
     pymongo gets. Raises :class:`InvalidInput` naming the bad option or name."""
-    parts = split_url(url, "MongoDB", "mongodb://host[:port]/database", where=redact_url(url))
+    parts = split_url(
+        url, "MongoDB", "mongodb://host[:port]/database", where=redact_url(url), port=27017
+    )
     if parts.scheme not in ("mongodb", "mongodb+srv") or not parts.netloc:
         raise InvalidInput(f"invalid MongoDB URL {url!r}: expected mongodb://host[:port]/...")
     mine: dict[str, str] = {}

@@ -8,6 +8,10 @@ replaced here by a ``select`` wait, which libfaketime leaves alone. (Faking the 
 as well is no way out: every timed lock wait then hangs, Python passing a faked deadline to
 ``sem_clockwait``, which libfaketime does not intercept.) Nothing else changes; outside
 libfaketime (no ``FAKETIME`` in the environment) this module does nothing.
+
+locstatus itself does not need it (its waits go through ``locstatus.monotonic.sleep``): it is
+for the code in the faked processes that locstatus does not own, the test worker's handlers,
+kazoo's retries and pymongo's server monitors (docs/time.md, "Reproducing a skewed host").
 """
 
 from __future__ import annotations

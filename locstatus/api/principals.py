@@ -1,0 +1,373 @@
+"""Named callers of the sidecar (docs/http.md, "Callers and roles"): bearer tokens, each naming a
+principal and a role, so every change made over HTTP says who made it.
+
+Why it is shaped so:
+
+- **Roles** are few and fixed: ``read`` (GET only), ``worker`` (register, watch and acknowledge
+  as itself: its name, or the worker ids its entry lists), ``operator`` (pause, resume,
+  schedule, cancel; also the worker routes, for any worker id), ``admin`` (everything an
+  operator may, and the administrative routes to come: check ``--repair``, purge).
+- **Stored as hashes.** The tokens file (``LOCSTATUS_API_TOKENS_FILE``, JSON) holds the SHA-256
+  of each token, never the token: a token is a random secret of at least
+  :data:`MIN_TOKEN_LENGTH` characters (``python -m locstatus.api.principals new NAME ROLE``
+  makes one), so a plain hash is as good as a slow one and costs a microsecond per request.
+  A presented token is hashed and compared with *every* entry with
+  :func:`hmac.compare_digest`, whatever matched, so the time taken says nothing about which
+  entry, or how much of one, matched. Tokens never reach a log or an answer: only principal
+  names do.
+- **Reloaded on SIGHUP** (``serve`` installs the handler): a file that does not read keeps the
+  previous set in force and logs why, so a typo never locks every caller out.
+- The single ``LOCSTATUS_API_TOKEN`` keeps working as one ``operator`` principal named
+  ``operator`` that may name an ``actor`` (callers of that token always could).
+- **The actor** of a change defaults to the principal's name; a body's ``actor`` is accepted
+  only from a principal whose entry says ``"forward_actor": true`` (a proxy forwarding its
+  user's name), else it is a 403.
+
+Usage::
+
+    principals = Principals.from_settings(tokens_file="tokens.json", token=None)
+    who = principals.authenticate("the-presented-token")   # Principal or None
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import sys
+import threading
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.security import HTTPAuthorizationCredentials
+
+from locstatus.errors import InvalidInput, Unauthorized
+from locstatus.names import check_location
+
+from .problems import ProblemError
+
+__all__ = [
+    "MIN_TOKEN_LENGTH",
+    "Principal",
+    "Principals",
+    "Role",
+    "actor_for",
+    "check_secret",
+    "hash_token",
+    "require",
+]
+
+log = logging.getLogger("locstatus.api")
+
+MIN_TOKEN_LENGTH = 16
+"""Shortest token accepted, in characters (a short token is guessable, and one of a few
+characters would be redacted out of every log line that happens to contain it)."""
+
+
+class Role(StrEnum):
+    READ = "read"
+    WORKER = "worker"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+
+_MAY = {
+    Role.READ: frozenset({"read"}),
+    Role.WORKER: frozenset({"read", "worker"}),
+    Role.OPERATOR: frozenset({"read", "worker", "operate"}),
+    Role.ADMIN: frozenset({"read", "worker", "operate", "admin"}),
+}
+"""What each role may do: ``read`` GET routes, ``worker`` the worker routes (a worker role as
+itself only), ``operate`` the operator's mutations, ``admin`` administrative routes."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A named caller. ``workers``: worker ids (``fnmatch`` patterns) a ``worker`` principal may
+    act as (default: its own name); ``forward_actor``: may name another ``actor``."""
+
+    name: str
+    role: Role
+    forward_actor: bool = False
+    workers: tuple[str, ...] = ()
+
+    def may(self, action: str) -> bool:
+        """``action``: ``read``, ``worker``, ``operate`` or ``admin``."""
+        return action in _MAY[self.role]
+
+    def may_act_as(self, worker_id: str) -> bool:
+        """True if this principal may register, watch and acknowledge as ``worker_id``."""
+        if not self.may("worker"):
+            return False
+        if self.role is not Role.WORKER:
+            return True
+        patterns = self.workers or (self.name,)
+        return any(fnmatch.fnmatchcase(worker_id, p) for p in patterns)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    digest: bytes
+    principal: Principal
+
+
+def hash_token(token: str) -> str:
+    """The hex SHA-256 of ``token`` as the tokens file stores it."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def check_secret(token: str, what: str) -> str:
+    """Refuse a token no client can send (surrounding whitespace, a character outside visible
+    ASCII) or too short to be a secret; the message never shows it. Raises
+    :class:`InvalidInput`."""
+    if token != token.strip():
+        raise InvalidInput(
+            f"{what} has leading or trailing whitespace: no client can send it (HTTP strips "
+            "it from the header); remove it"
+        )
+    for i, char in enumerate(token):
+        if not " " <= char <= "~":
+            kind = "a non-ASCII" if ord(char) > 0x7F else "a control"
+            raise InvalidInput(
+                f"{what} has {kind} character at position {i}: a bearer token is sent in an "
+                "HTTP header and must be visible ASCII (letters, digits and punctuation such "
+                "as - . _ ~ + /)"
+            )
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise InvalidInput(
+            f"{what} is {len(token)} character(s) long: a token must have at least "
+            f"{MIN_TOKEN_LENGTH} (make one with: python -m locstatus.api.principals new NAME "
+            "ROLE)"
+        )
+    return token
+
+
+def _parse(text: str, source: str) -> list[_Entry]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{source}: not JSON: {exc.msg} (line {exc.lineno})") from None
+    items = doc.get("principals") if isinstance(doc, dict) else None
+    if not isinstance(items, list):
+        raise InvalidInput(f'{source}: expected {{"principals": [...]}}')
+    out: list[_Entry] = []
+    names: set[str] = set()
+    digests: set[str] = set()
+    for i, item in enumerate(items):
+        where = f"{source}: principals[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidInput(f"{where}: expected an object")
+        unknown = set(item) - {"name", "role", "sha256", "forward_actor", "workers"}
+        if unknown:
+            raise InvalidInput(f"{where}: unknown member(s) {sorted(unknown)}")
+        name, role, digest = item.get("name"), item.get("role"), item.get("sha256")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"{where}: 'name' must be a non-empty string")
+        try:
+            check_location(name)  # the principal names workers and actors: same rules
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: 'name': {exc.message}") from None
+        if name in names:
+            raise InvalidInput(f"{where}: the name {name!r} is used twice")
+        if role not in {r.value for r in Role}:
+            raise InvalidInput(
+                f"{where} ({name}): 'role' must be one of {[r.value for r in Role]}"
+            )
+        if not isinstance(digest, str) or len(digest) != 64 or any(
+            c not in "0123456789abcdef" for c in digest
+        ):
+            raise InvalidInput(
+                f"{where} ({name}): 'sha256' must be the 64 lower-case hex digits of the "
+                "token's SHA-256 (python -m locstatus.api.principals hash)"
+            )
+        if digest in digests:
+            raise InvalidInput(f"{where} ({name}): the same token is given twice")
+        forward = item.get("forward_actor", False)
+        if not isinstance(forward, bool):
+            raise InvalidInput(f"{where} ({name}): 'forward_actor' must be true or false")
+        workers = item.get("workers", [])
+        if not isinstance(workers, list) or not all(isinstance(w, str) and w for w in workers):
+            raise InvalidInput(f"{where} ({name}): 'workers' must be a list of worker ids")
+        names.add(name)
+        digests.add(digest)
+        out.append(
+            _Entry(bytes.fromhex(digest), Principal(name, Role(role), forward, tuple(workers)))
+        )
+    return out
+
+
+@dataclass
+class Principals:
+    """The callers a sidecar knows. ``enabled`` is false when there is no token at all (the
+    sidecar then trusts whoever reaches it, docs/http.md "Requests from browsers")."""
+
+    path: Path | None = None
+    legacy_token: str | None = None
+    _entries: list[_Entry] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def from_settings(cls, *, tokens_file: str | Path | None, token: str | None) -> Principals:
+        """Load ``tokens_file`` (JSON, see the module docs) and take ``token`` (the single
+        ``LOCSTATUS_API_TOKEN``) as the ``operator`` principal. Raises :class:`InvalidInput`
+        naming what is wrong in the file (never a token)."""
+        p = cls(path=Path(tokens_file) if tokens_file else None)
+        if token:
+            p.legacy_token = check_secret(token, "the API token (LOCSTATUS_API_TOKEN)")
+        if p.path is not None:
+            p._entries = p._read()
+        return p
+
+    def _read(self) -> list[_Entry]:
+        assert self.path is not None
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInput(
+                f"cannot read the tokens file {self.path} (LOCSTATUS_API_TOKENS_FILE): "
+                f"{exc.strerror}"
+            ) from None
+        return _parse(text, str(self.path))
+
+    def reload(self) -> bool:
+        """Read the tokens file again (SIGHUP). True if the new set is in force; on an error
+        the previous set stays and the error is logged."""
+        if self.path is None:
+            return False
+        try:
+            entries = self._read()
+        except InvalidInput as exc:
+            log.error("tokens file not reloaded, the previous tokens stay in force: %s", exc)
+            return False
+        with self._lock:
+            self._entries = entries
+        log.info("tokens file %s reloaded: %d principal(s)", self.path, len(entries))
+        return True
+
+    @property
+    def enabled(self) -> bool:
+        return self.legacy_token is not None or self.path is not None
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return [e.principal.name for e in self._entries]
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal ``token`` belongs to, or None. Every entry is compared (constant time
+        in which one matched)."""
+        digest = hashlib.sha256(token.encode()).digest()
+        with self._lock:
+            entries = list(self._entries)
+        found: Principal | None = None
+        for e in entries:
+            if hmac.compare_digest(digest, e.digest):
+                found = e.principal
+        if self.legacy_token is not None and hmac.compare_digest(
+            digest, hashlib.sha256(self.legacy_token.encode()).digest()
+        ):
+            found = found or Principal("operator", Role.OPERATOR, forward_actor=True)
+        return found
+
+
+_DOING = {
+    "read": "read",
+    "worker": "use the worker routes",
+    "operate": "pause, resume, schedule or cancel",
+    "admin": "use administrative routes",
+}
+
+
+def require(
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None,
+    action: str,
+    worker_id: str | None = None,
+) -> Principal | None:
+    """Authenticate the request for ``action`` (``read``, ``worker``, ``operate``, ``admin``;
+    with ``worker_id``: acting as that worker) and keep the principal in
+    ``request.state.principal`` (None when the sidecar has no token). Raises
+    :class:`Unauthorized` (401: no bearer token) or a 403 problem: an unknown token, or a
+    principal whose role may not (the answer names the principal and its role, never the
+    token)."""
+    principals: Principals = request.app.state.locstatus.principals
+    request.state.principal = None
+    if not principals.enabled:
+        return None
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized(
+            "this route needs an Authorization header with a bearer token of the sidecar "
+            "(LOCSTATUS_API_TOKEN or LOCSTATUS_API_TOKENS_FILE)"
+        )
+    who = principals.authenticate(credentials.credentials)
+    if who is None:
+        raise ProblemError(403, "forbidden", "the bearer token is not one of the sidecar's tokens")
+    if not who.may(action):
+        raise ProblemError(
+            403, "forbidden",
+            f"principal {who.name!r} (role {who.role.value}) may not {_DOING[action]}",
+            type_="urn:locstatus:role",
+        )
+    if worker_id is not None and not who.may_act_as(worker_id):
+        raise ProblemError(
+            403, "forbidden",
+            f"principal {who.name!r} (role {who.role.value}) may act as its own workers only, "
+            f"not as {worker_id!r}",
+            type_="urn:locstatus:role",
+        )
+    request.state.principal = who
+    return who
+
+
+def actor_for(request: Request, given: str | None) -> str | None:
+    """The actor to record for a change: the principal's name, or ``given`` when the principal
+    may forward another's (``forward_actor``) or the sidecar has no token. Raises a 403
+    problem for an ``actor`` the principal may not name."""
+    who: Principal | None = getattr(request.state, "principal", None)
+    if who is None:
+        return given
+    if given is None or given == who.name:
+        return who.name
+    if who.forward_actor:
+        return given
+    raise ProblemError(
+        403, "forbidden",
+        f"principal {who.name!r} may not name another actor ({given[:64]!r}): the actor is "
+        "the principal; a proxy that forwards its users' names needs \"forward_actor\": true "
+        "in the tokens file",
+        type_="urn:locstatus:role",
+    )
+
+
+def _main(argv: list[str]) -> int:
+    """``new NAME ROLE [--forward-actor]``: print a fresh token (to give the caller) and its
+    tokens-file entry; ``hash``: print the SHA-256 of a token read from stdin."""
+    if argv[:1] == ["hash"]:
+        token = sys.stdin.readline().rstrip("\n")
+        check_secret(token, "the token")
+        print(hash_token(token))
+        return 0
+    if len(argv) >= 3 and argv[0] == "new" and argv[2] in {r.value for r in Role}:
+        token = secrets.token_urlsafe(32)
+        entry: dict[str, Any] = {"name": argv[1], "role": argv[2], "sha256": hash_token(token)}
+        if "--forward-actor" in argv[3:]:
+            entry["forward_actor"] = True
+        _parse(json.dumps({"principals": [entry]}), "the new entry")
+        print(f"token (give it to {argv[1]}, it is shown once): {token}")
+        print(f"entry for LOCSTATUS_API_TOKENS_FILE: {json.dumps(entry)}")
+        return 0
+    print(
+        "usage: python -m locstatus.api.principals new NAME {read|worker|operator|admin} "
+        "[--forward-actor]\n       python -m locstatus.api.principals hash  < token",
+        file=sys.stderr,
+    )
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through a subprocess in the tests
+    raise SystemExit(_main(sys.argv[1:]))
