@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from locstatus.backends import Backend, codec
+from locstatus.backends.base import CasItem, CasResult
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -980,3 +984,171 @@ def test_the_store_tells_its_own_time(b: Backend) -> None:
     b.close()
     with pytest.raises(BackendUnavailable):
         b.probe_time()
+
+
+# -- batches (invariant 12) --------------------------------------------------------------------
+
+
+def test_a_batch_writes_each_location_at_its_own_version_and_a_conflict_fails_only_itself(
+    b: Backend,
+) -> None:
+    names = [f"batch-{i:02d}" for i in range(7)]
+    versions = {n: b.create(record(n), []).version for n in names}
+    stale = names[3]  # in the middle of the batch: written by someone else first
+    b.compare_and_set(record(stale, State.PAUSING, 5), versions[stale], [entry(stale, "op-other")])
+    before = (b.read(stale), b.history(stale, limit=100))
+    items = [
+        CasItem(record(n, State.PAUSING, 1), versions[n], [entry(n, f"op-{n}")]) for n in names
+    ]
+    results = b.compare_and_set_many(items)
+    assert len(results) == len(names)
+    for n, result in zip(names, results, strict=True):
+        if n == stale:
+            assert isinstance(result, VersionConflict)
+            continue
+        assert isinstance(result, LocationStatus), result
+        assert result.version == versions[n] + 1
+        assert b.read(n) == result
+        assert [e.op_id for e in b.history_write(n, versions[n] + 1)] == [f"op-{n}"]
+    assert (b.read(stale), b.history(stale, limit=100)) == before
+
+
+def test_a_batch_reports_a_missing_location_as_not_found_and_writes_the_rest(b: Backend) -> None:
+    v = b.create(record("here"), []).version
+    results = b.compare_and_set_many([
+        CasItem(record("ghost"), 1, [entry("ghost", "op-g")]),
+        CasItem(record("here", State.PAUSING, 1), v, [entry("here", "op-h")]),
+    ])
+    assert isinstance(results[0], NotFound)
+    assert isinstance(results[1], LocationStatus) and results[1].version == v + 1
+    with pytest.raises(NotFound):
+        b.read("ghost")
+
+
+def test_a_batch_naming_a_location_twice_is_refused_and_writes_nothing(b: Backend) -> None:
+    v = b.create(record("twice"), []).version
+    other = b.create(record("other"), []).version
+    with pytest.raises(InvalidInput, match="twice"):
+        b.compare_and_set_many([
+            CasItem(record("other", State.PAUSING, 1), other, [entry("other", "op-o")]),
+            CasItem(record("twice", State.PAUSING, 1), v, [entry("twice", "op-1")]),
+            CasItem(record("twice", State.PAUSING, 2), v, [entry("twice", "op-2")]),
+        ])
+    assert b.read("twice").version == v and b.read("other").version == other
+    with pytest.raises(InvalidInput, match="twice"):
+        b.create_many([(record("new"), []), (record("new"), [])])
+    with pytest.raises(NotFound):
+        b.read("new")
+
+
+def test_an_empty_batch_writes_nothing(b: Backend) -> None:
+    assert b.compare_and_set_many([]) == []
+    assert b.create_many([]) == []
+
+
+def test_a_batch_of_creates_stores_each_with_its_history_and_refuses_only_an_existing_one(
+    b: Backend,
+) -> None:
+    first = b.create(record("exists"), [])
+    results = b.create_many([
+        (record(n), [entry(n, f"op-{n}", "create", "*")]) for n in ("c-1", "exists", "c-2")
+    ])
+    assert isinstance(results[1], AlreadyExists)
+    assert b.read("exists") == first
+    for n, result in (("c-1", results[0]), ("c-2", results[2])):
+        assert isinstance(result, LocationStatus) and b.read(n) == result
+        assert [e.op_id for e in b.history(n)] == [f"op-{n}"]
+
+
+def test_two_racing_batches_give_each_location_exactly_one_winner(kit: Kit) -> None:
+    clients = [kit.open() for _ in range(2)]
+    names = [f"race-{i:02d}" for i in range(20)]
+    versions = {n: clients[0].create(record(n), []).version for n in names}
+    barrier = threading.Barrier(len(clients))
+    results: dict[int, list[CasResult]] = {}
+
+    def race(i: int, client: Backend) -> None:
+        items = [
+            CasItem(record(n, State.PAUSING, i + 1), versions[n], [entry(n, f"op-{i}-{n}")])
+            for n in (names if i == 0 else names[::-1])
+        ]
+        barrier.wait()
+        got = client.compare_and_set_many(items)
+        results[i] = got if i == 0 else got[::-1]
+
+    threads = [threading.Thread(target=race, args=(i, c)) for i, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for k, n in enumerate(names):
+        outcomes = [results[i][k] for i in range(len(clients))]
+        winners = [i for i, r in enumerate(outcomes) if isinstance(r, LocationStatus)]
+        assert len(winners) == 1, (n, outcomes)
+        assert all(isinstance(r, VersionConflict) for r in outcomes if r is not outcomes[winners[0]])
+        final = clients[0].read(n)
+        assert final.version == versions[n] + 1
+        assert final.services["replication"].generation == winners[0] + 1
+        assert [e.op_id for e in clients[0].history(n, limit=100)] == [f"op-{winners[0]}-{n}"]
+
+
+@settings(
+    max_examples=12, deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    plan=st.lists(st.sampled_from(["fresh", "stale", "ahead", "missing"]), min_size=1,
+                  max_size=12),
+    data=st.data(),
+)
+def test_a_batch_writes_exactly_the_items_a_lone_compare_and_set_would(
+    b: Backend, plan: list[str], data: st.DataObject
+) -> None:
+    """Whatever mix of current, stale, future and missing versions a batch carries, each item
+    ends as it would alone: written at version + 1 with its history, or refused with the
+    store's record and history unchanged."""
+    prefix = uuid.uuid4().hex[:8]
+    names = [f"p{prefix}-{i:02d}" for i in range(len(plan))]
+    current: dict[str, int] = {}
+    items: list[CasItem] = []
+    for n, kind in zip(names, plan, strict=True):
+        if kind != "missing":
+            current[n] = b.create(record(n), []).version
+            if data.draw(st.booleans(), label=f"{n} written before"):
+                current[n] = b.compare_and_set(record(n, State.PAUSING, 9), current[n], []).version
+        expected = {
+            "fresh": current.get(n, 1),
+            "stale": current.get(n, 2) - 1,
+            "ahead": current.get(n, 0) + 1,
+            "missing": 1,
+        }[kind]
+        items.append(CasItem(record(n, State.PAUSED, 3), expected, [entry(n, f"op-{n}")]))
+    before = {n: (b.read(n), b.history(n, limit=100)) for n in current}
+    results = b.compare_and_set_many(items)
+    assert len(results) == len(items)
+    for item, kind, result in zip(items, plan, results, strict=True):
+        n = item.record.location
+        if kind == "missing":
+            assert isinstance(result, NotFound)
+        elif kind == "fresh":
+            assert isinstance(result, LocationStatus), result
+            assert result.version == item.expected_version + 1 == b.read(n).version
+            assert [e.op_id for e in b.history_write(n, result.version)] == [f"op-{n}"]
+        else:
+            assert isinstance(result, VersionConflict), result
+            assert (b.read(n), b.history(n, limit=100)) == before[n]
+
+
+def test_a_batch_of_creates_gives_a_location_stored_before_a_life_above_its_earlier_one(
+    b: Backend,
+) -> None:
+    old = b.create(record("again"), [])
+    b.delete("again", old.version)
+    results = b.create_many([(record(n), [entry(n, f"op-{n}", "create", "*")])
+                             for n in ("again", "first")])
+    again, first = results
+    assert isinstance(again, LocationStatus) and isinstance(first, LocationStatus)
+    assert again.version > old.version and b.read("again") == again
+    with pytest.raises(VersionConflict):
+        b.compare_and_set(record("again", State.PAUSING, 1), old.version, [])
+    assert [e.op_id for e in b.history("again")] == ["op-again"]

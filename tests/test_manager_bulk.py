@@ -199,10 +199,13 @@ def test_ctrl_c_stops_cleanly_and_raises_the_report_of_what_was_done(mgr: Manage
     report = info.value.report
     assert isinstance(info.value, KeyboardInterrupt) and report.interrupted and not report.ok
     assert report.refusal is None
-    assert [i.location for i in report.items] == sorted(seen)
+    # every location decided is reported, also one written in the same batch as the
+    # interrupted one and not yet handed to progress (a backend batching writes)
+    reported = [i.location for i in report.items]
+    assert reported == sorted(reported) and set(seen) <= set(reported)
     assert all(i.outcome is Outcome.CHANGED for i in report.items)
-    untouched = set(LOCATIONS) - set(seen)
-    assert len(untouched) == 1
+    untouched = set(LOCATIONS) - set(reported)
+    assert len(untouched) == (1 if mgr.backend.batch_size == 1 else 0)
     for loc in LOCATIONS:
         expected = State.RUNNING if loc in untouched else State.PAUSED
         assert mgr.status(loc).services["replication"].state is expected

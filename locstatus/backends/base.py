@@ -68,6 +68,14 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    (a server's stamp, the kernel's file stamp), never the calling process's own clock, in one
    round trip; every deadline is judged on it (docs/time.md).
 
+12. **A batch is many compare-and-sets, never one.** :meth:`Backend.compare_and_set_many`
+   (and :meth:`Backend.create_many`) keep invariants 1-4 per item: each item writes only at its
+   own expected version, with its own history in the same atomic write as its record, and its
+   result is its own (the stored record, or the error :meth:`compare_and_set` would have
+   raised for it alone); a conflict or an error at one item never fails, undoes or delays
+   another. How the items travel (one SQLite transaction, pipelined ZooKeeper requests, one
+   MongoDB ``bulk_write``) is the backend's; the default is one call per item.
+
 History of the design: one record per location (not per service) so that a bulk pause of every
 service of a location is one compare-and-set, and so that a tombstone is one field.
 """
@@ -75,12 +83,18 @@ service of a location is one compare-and-set, and so that a tombstone is one fie
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from locstatus.errors import BackendFull, CorruptRecord, VersionConflict
+from locstatus.errors import (
+    BackendFull,
+    CorruptRecord,
+    InvalidInput,
+    LocstatusError,
+    VersionConflict,
+)
 from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
 
 HintCallback = Callable[[Hint], None]
@@ -96,6 +110,26 @@ def stale_ack(location: str, if_version: int) -> VersionConflict:
     return VersionConflict(
         f"location {location!r} is not at version {if_version}: not acknowledged"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CasItem:
+    """One compare-and-set of a batch (:meth:`Backend.compare_and_set_many`): the arguments of
+    :meth:`Backend.compare_and_set`."""
+
+    record: LocationStatus
+    expected_version: int
+    history: Sequence[HistoryEntry]
+
+
+CasResult = LocationStatus | LocstatusError
+"""One item's result in a batch: the stored record (written), or the error the item alone
+would have raised: :class:`VersionConflict` (a conflict), any other
+:class:`~locstatus.errors.LocstatusError` (:class:`NotFound`, :class:`AmbiguousCommit`,
+:class:`BackendUnavailable`, :class:`CorruptRecord`...)."""
+
+CreateItem = tuple[LocationStatus, Sequence[HistoryEntry]]
+"""One create of a batch (:meth:`Backend.create_many`): the arguments of :meth:`Backend.create`."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +157,17 @@ down (ZooKeeper SUSPENDED or LOST, no MongoDB server selectable), for it to come
 :class:`BackendUnavailable`. A blip (a leader failover, a cut TCP connection) is ridden
 through; an outage is answered within a second, never after the full ``timeout``
 (docs/reliability.md, "Failing fast while the backend is down")."""
+
+
+def distinct_locations(locations: Iterable[str]) -> None:
+    """Refuse a batch naming a location twice (its two writes would race each other): raises
+    :class:`InvalidInput` naming it. Every :meth:`Backend.compare_and_set_many` and
+    :meth:`Backend.create_many` calls it before writing anything."""
+    seen: set[str] = set()
+    for location in locations:
+        if location in seen:
+            raise InvalidInput(f"location {location!r} appears twice in one batch")
+        seen.add(location)
 
 
 class Scan(Protocol):
@@ -188,6 +233,12 @@ class Backend(ABC):
     sidecar does, docs/http.md "Performance"). False: a network store, whose reads belong in a
     thread pool."""
 
+    batch_size: int = 1
+    """How many locations a bulk operation hands :meth:`compare_and_set_many` (and
+    :meth:`create_many`) at once: 1 when the backend writes one item per call anyway (an
+    interrupted operation then knows exactly which location was in flight); a batching backend
+    sets what suits it. Bounds what a bulk operation holds and has in flight."""
+
     @classmethod
     def missing_store(cls, url: str) -> str | None:
         """Where the store named by ``url`` should be and is not, for a backend that would
@@ -227,6 +278,40 @@ class Backend(ABC):
         Raises :class:`VersionConflict`, :class:`NotFound`, :class:`AmbiguousCommit`,
         :class:`BackendUnavailable`.
         """
+
+    def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
+        """Many compare-and-sets in one call (invariant 12): ``result[i]`` is item ``i``'s, as
+        :data:`CasResult`. Each item is its own :meth:`compare_and_set`: written only at its
+        own ``expected_version``, its history in the same atomic write, a conflict or an error
+        at one item leaving the others as they would be without it. Never raises for one
+        item; the locations of ``items`` are distinct (:class:`InvalidInput` otherwise,
+        nothing written). The default runs :meth:`compare_and_set` per item; a backend that
+        can send many at once (one transaction, pipelined requests, a bulk write) overrides
+        it for speed, never for meaning."""
+        distinct_locations(item.record.location for item in items)
+        out: list[CasResult] = []
+        for item in items:
+            try:
+                out.append(
+                    self.compare_and_set(item.record, item.expected_version, item.history)
+                )
+            except LocstatusError as exc:
+                out.append(exc)
+        return out
+
+    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+        """Many :meth:`create` calls in one (invariant 12): ``result[i]`` is item ``i``'s stored
+        record, or its error (:class:`AlreadyExists`, :class:`BackendUnavailable`...); one
+        item's error never fails another. Distinct locations (:class:`InvalidInput`
+        otherwise, nothing written). The default runs :meth:`create` per item."""
+        distinct_locations(record.location for record, _ in items)
+        out: list[CasResult] = []
+        for record, history in items:
+            try:
+                out.append(self.create(record, history))
+            except LocstatusError as exc:
+                out.append(exc)
+        return out
 
     @abstractmethod
     def delete(self, location: str, expected_version: int) -> None:

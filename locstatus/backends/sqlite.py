@@ -42,7 +42,18 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
+from locstatus.backends.base import (
+    AckMap,
+    Backend,
+    CasItem,
+    CasResult,
+    CreateItem,
+    HintCallback,
+    ScanItem,
+    Unsubscribe,
+    distinct_locations,
+    stale_ack,
+)
 from locstatus.backends.hints import HintBatch, Subscribers
 from locstatus.backends.history import HistoryPage
 from locstatus.backends.urls import Number, query_params, split_url
@@ -250,23 +261,8 @@ class SQLiteBackend(Backend):
     # -- records -------------------------------------------------------------------------
 
     def create(self, record: LocationStatus, history: Sequence[HistoryEntry]) -> LocationStatus:
-        loc = record.location
         with self._write() as db:
-            if db.execute("SELECT 1 FROM locations WHERE location = ?", (loc,)).fetchone():
-                raise AlreadyExists(f"location {loc!r} already exists")
-            row = db.execute("SELECT last FROM incarnations WHERE location = ?", (loc,)).fetchone()
-            incarnation = (row[0] if row else 0) + 1
-            db.execute(
-                "INSERT OR REPLACE INTO incarnations (location, last) VALUES (?, ?)",
-                (loc, incarnation),
-            )
-            version = LIVES.first(incarnation - 1)
-            db.execute(
-                "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)",
-                (loc, version, codec.encode_record(record)),
-            )
-            _insert_history(db, loc, version, history)
-        return record.model_copy(update={"version": version})
+            return _create_in(db, record, history)
 
     def read(self, location: str) -> LocationStatus:
         rows = self._query("SELECT version, data FROM locations WHERE location = ?", (location,))
@@ -308,6 +304,60 @@ class SQLiteBackend(Backend):
             if history:
                 _insert_history(db, loc, version, history)
         return record.model_copy(update={"version": version})
+
+    batch_size = 1000
+    """Locations per bulk write (:meth:`compare_and_set_many`, one transaction and one fsync):
+    large enough that the fsync is a small part of it, small enough that the write lock is
+    held for a few tens of milliseconds, so other writers (agents' acknowledgements) wait
+    little."""
+
+    def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
+        """Every item in one ``BEGIN IMMEDIATE`` transaction (one fsync). Each item's history
+        row goes in first, only where none is (``ON CONFLICT DO NOTHING``), then its
+        ``UPDATE ... WHERE version = ?``; an item whose update matched no row (a conflict, a
+        record gone) deletes the history row it just inserted, and one whose history row was
+        already there (a hand edit, as :func:`_insert_history` refuses it) updates nothing:
+        either way nothing of that item stays, and the others commit. A transaction that
+        fails as a whole (a full disk, the lock not obtained within ``timeout``) wrote
+        nothing: every item gets its :class:`BackendUnavailable`."""
+        distinct_locations(item.record.location for item in items)
+        if not items:
+            return []
+        rows = [  # encoded before the write lock is taken
+            (
+                codec.encode_record(item.record),
+                codec.encode_history(codec.stamp(item.history, item.expected_version + 1))
+                if item.history else None,
+            )
+            for item in items
+        ]
+        try:
+            with self._write() as db:
+                return [
+                    _cas_one(db, item, data, history)
+                    for item, (data, history) in zip(items, rows, strict=True)
+                ]
+        except BackendUnavailable as exc:
+            return [exc] * len(items)
+
+    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+        """Every create in one transaction (one fsync), each as :meth:`create` does it; one
+        already stored is :class:`AlreadyExists` and left as it is. A transaction that fails as
+        a whole wrote nothing: every item gets its :class:`BackendUnavailable`."""
+        distinct_locations(record.location for record, _ in items)
+        if not items:
+            return []
+        out: list[CasResult] = []
+        try:
+            with self._write() as db:
+                for record, history in items:
+                    try:
+                        out.append(_create_in(db, record, history))
+                    except (AlreadyExists, CorruptRecord) as exc:
+                        out.append(exc)
+        except BackendUnavailable as exc:
+            return [exc] * len(items)
+        return out
 
     def delete(self, location: str, expected_version: int) -> None:
         with self._write() as db:
@@ -585,6 +635,74 @@ class _ChunkedScan:
             if len(rows) < self.batch:
                 return
             after = str(rows[-1][0])
+
+
+def _create_in(
+    db: sqlite3.Connection, record: LocationStatus, history: Sequence[HistoryEntry]
+) -> LocationStatus:
+    """Create ``record`` in the caller's transaction (its first version above every version of
+    an earlier life). Raises :class:`AlreadyExists`, :class:`CorruptRecord` (see
+    :func:`_insert_history`), having written nothing."""
+    loc = record.location
+    if db.execute("SELECT 1 FROM locations WHERE location = ?", (loc,)).fetchone():
+        raise AlreadyExists(f"location {loc!r} already exists")
+    row = db.execute("SELECT last FROM incarnations WHERE location = ?", (loc,)).fetchone()
+    incarnation = (row[0] if row else 0) + 1
+    version = LIVES.first(incarnation - 1)
+    _insert_history(db, loc, version, history)  # first: refused, it leaves nothing behind
+    db.execute(
+        "INSERT OR REPLACE INTO incarnations (location, last) VALUES (?, ?)", (loc, incarnation)
+    )
+    db.execute(
+        "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)",
+        (loc, version, codec.encode_record(record)),
+    )
+    return record.model_copy(update={"version": version})
+
+
+def _cas_one(
+    db: sqlite3.Connection, item: CasItem, data: str, history: str | None
+) -> CasResult:
+    """One item of :meth:`SQLiteBackend.compare_and_set_many` in the caller's transaction:
+    its stored record, or its error with nothing of it written."""
+    loc = item.record.location
+    version = item.expected_version + 1
+    if history is not None:
+        cur = db.execute(
+            "INSERT INTO history (location, version, data) VALUES (?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (loc, version, history),
+        )
+        if cur.rowcount != 1:
+            refused = _stored_version(db, loc, item.expected_version)
+            return refused or CorruptRecord(
+                loc, f"the history already holds a write at version {version}, which this "
+                "write would make: nothing written (see 'locstatus check')"
+            )
+    cur = db.execute(
+        "UPDATE locations SET version = ?, data = ? WHERE location = ? AND version = ?",
+        (version, data, loc, item.expected_version),
+    )
+    if cur.rowcount == 1:
+        return item.record.model_copy(update={"version": version})
+    if history is not None:  # ours: inserted just above, where none was
+        db.execute("DELETE FROM history WHERE location = ? AND version = ?", (loc, version))
+    refused = _stored_version(db, loc, item.expected_version)
+    assert refused is not None, "an UPDATE matching no row means another version or none"
+    return refused
+
+
+def _stored_version(
+    db: sqlite3.Connection, location: str, expected: int
+) -> VersionConflict | NotFound | None:
+    """Why a compare-and-set at ``expected`` is refused (the record is at another version, or
+    gone), or None when the record is at ``expected``."""
+    row = db.execute("SELECT version FROM locations WHERE location = ?", (location,)).fetchone()
+    if row is None:
+        return NotFound(f"unknown location {location!r}")
+    if row[0] != expected:
+        return VersionConflict(f"location {location!r} is at version {row[0]}, expected {expected}")
+    return None
 
 
 def _insert_history(

@@ -53,6 +53,7 @@ from .parsing import (
     wait_seconds,
 )
 from .rendering import (
+    bulk_progress,
     escaped,
     iso,
     location_table,
@@ -225,17 +226,23 @@ def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool) -> None:
     one skipped) exits 1 after the table. Ctrl-C prints what was done, then exits 130."""
     details: dict[str, str] = {}
 
-    def progress(item: BulkItem, _done: int, _total: int | None) -> None:
-        if item.status is not None and item.outcome in (Outcome.CHANGED, Outcome.UNCHANGED):
-            details[item.location] = m.describe(
-                item.location, item.status, list(item.changed)
-            ).split(": ", 1)[1] + "".join(
-                f"; {svc} rescheduled (was {_short(was, item.status.services[svc].resume_at)})"
-                for svc, was in item.rescheduled
-            )
-
     try:
-        report = mgr.bulk(m.operation(), wait=m.wait, progress=progress)
+        with bulk_progress(f"{m.command} {ALL}", enabled=not as_json) as bar:
+
+            def progress(item: BulkItem, done: int, total: int | None) -> None:
+                if item.status is not None and item.outcome in (
+                    Outcome.CHANGED, Outcome.UNCHANGED
+                ):
+                    details[item.location] = m.describe(
+                        item.location, item.status, list(item.changed)
+                    ).split(": ", 1)[1] + "".join(
+                        f"; {svc} rescheduled (was "
+                        f"{_short(was, item.status.services[svc].resume_at)})"
+                        for svc, was in item.rescheduled
+                    )
+                bar(done, total)
+
+            report = mgr.bulk(m.operation(), wait=m.wait, progress=progress)
     except BulkInterrupted as stop:
         _show_bulk(m, stop.report, details, as_json)
         fail(

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ import typer
 import typer.core
 from pydantic import TypeAdapter
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -305,3 +307,28 @@ def report_corrupt_workers(corrupt: Sequence[WorkerInfo], more: bool) -> None:
     if not more:
         raise typer.Exit(2)
 
+
+
+@contextmanager
+def bulk_progress(
+    label: str, *, enabled: bool = True, console: Console | None = None
+) -> Iterator[Callable[[int, int | None], None]]:
+    """A transient progress bar of a bulk operation on stderr, ``update(done, total)`` called
+    as each location is decided (``total`` None: not known yet). Drawn only on a terminal
+    (``console``: where to draw, a terminal console on stderr by default): piped or captured,
+    ``update`` does nothing, so a script's output never holds a bar (docs/cli.md, "Bulk:
+    `all`"); nor with ``enabled`` False (``--json``)."""
+    console = console or Console(stderr=True)
+    if not enabled or not console.is_terminal:
+        yield lambda _done, _total: None
+        return
+    columns = (
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update

@@ -8,10 +8,14 @@ Shaped for the fleet (issue 21: 100 000 locations, batched writes per backend):
   so the first compare-and-set needs no second read), then written through
   :meth:`~.writes.Writer.write_batch`, whose results stream back per location. Each location
   stays its own compare-and-set on its own version with its history in the same write;
-  a conflict re-reads and re-applies that location only. A backend that batches (many
-  locations per SQLite transaction, pipelined ZooKeeper operations, MongoDB ``bulk_write``)
-  changes the write step and :data:`BATCH` alone, never a caller. What is held is one batch of
-  plans and one compact :class:`BulkItem` per location, never the store twice.
+  a conflict re-reads and re-applies that location only. Each batch is as large as the backend
+  says (:attr:`~locstatus.backends.base.Backend.batch_size`) and goes to it as one
+  :meth:`~locstatus.backends.base.Backend.compare_and_set_many` (many locations per SQLite
+  transaction, pipelined ZooKeeper requests, one MongoDB ``bulk_write``); the settles of the
+  changed locations no live worker applies follow as a second batch, the worker list read
+  once per batch after its writes (:func:`~.reconcile.settle_unwatched_many`). What is held
+  is one batch of plans and one compact :class:`BulkItem` per location, never the store
+  twice.
 - **One report, one verdict.** :class:`BulkReport` says per location ``changed``,
   ``unchanged``, ``skipped`` (with why) or ``failed`` (with the error); a corrupt record is a
   failed location, never left out. Whether the operation as a whole was refused is decided
@@ -47,16 +51,12 @@ from locstatus.errors import (
 from locstatus.models import LocationStatus, new_op_id
 from locstatus.names import check_location
 
+from .collector import collection_paused
 from .core import Core
 from .operator import Operation
-from .plans import check_op_id, check_wait
-from .reconcile import settle_unwatched, wait_all
+from .plans import Plan, check_op_id, check_wait
+from .reconcile import settle_unwatched_many, wait_all
 from .writes import WriteRequest
-
-BATCH = 1
-"""Locations per write batch. One today: the write step is one compare-and-set per location,
-so an interrupted operation knows exactly which location was in flight. A batching backend
-raises it (issue 21)."""
 
 
 class Outcome(StrEnum):
@@ -183,20 +183,36 @@ def run(
     progress: Progress | None = None,
     op_id: str | None = None,
 ) -> BulkReport:
-    """See :meth:`Manager.bulk <locstatus.manager.Manager.bulk>`."""
+    """See :meth:`Manager.bulk <locstatus.manager.Manager.bulk>` (run with the cyclic
+    collector held off: :mod:`.collector`)."""
+    with collection_paused():
+        return _run(core, operation, locations, wait=wait, progress=progress, op_id=op_id)
+
+
+def _run(
+    core: Core,
+    operation: Operation,
+    locations: Iterable[str] | None = None,
+    *,
+    wait: float | None = None,
+    progress: Progress | None = None,
+    op_id: str | None = None,
+) -> BulkReport:
     op = operation.checked(core.services, core.clock())
     check_wait(wait)
     op_id = new_op_id() if op_id is None else check_op_id(op_id)
     names = None if locations is None else _names(locations)
     report = BulkReport(op, op_id)
     inflight: dict[str, WriteRequest] = {}
+    written: list[BulkItem] = []  # the batch's outcomes known, before its settles
+    plans: dict[tuple[str, ...], Plan] = {}
     try:
         total, source = _source(core, names)
         done = 0
-        for batch in _batched(source, BATCH):
+        for batch in _batched(source, max(1, core.backend.batch_size)):
             requests: list[WriteRequest] = []
             for location, entry in batch:
-                decided = _decide(op, op_id, location, entry)
+                decided = _decide(op, op_id, location, entry, plans)
                 if isinstance(decided, WriteRequest):
                     requests.append(decided)
                     inflight[location] = decided
@@ -205,19 +221,28 @@ def run(
                 done += 1
                 if progress is not None:
                     progress(decided, done, total)
+            written.clear()
             for req, result in core.writer.write_batch(requests):
-                item = _written(op, op_id, req, result)
+                written.append(_written(op, op_id, req, result))
+            changed = [
+                i.status for i in written if i.outcome is Outcome.CHANGED and i.status is not None
+            ]
+            settled = settle_unwatched_many(core, changed, op_id, op.actor, op.reason)
+            for item in written:
+                if (after := settled.get(item.location)) is not None:
+                    item = replace(item, status=after)
                 report.items.append(item)
-                del inflight[req.location]
-                if item.outcome is Outcome.CHANGED and item.status is not None:
-                    settled = settle_unwatched(core, item.status, op_id, op.actor, op.reason)
-                    report.items[-1] = replace(item, status=settled)
+                del inflight[item.location]
                 done += 1
                 if progress is not None:
-                    progress(report.items[-1], done, total)
+                    progress(item, done, total)
         if wait is not None and op.event in ("pause", "resume"):
             _wait(core, report, wait)
     except KeyboardInterrupt:
+        for item in written:
+            if item.location in inflight:
+                del inflight[item.location]
+                report.items.append(item)
         for location in inflight:
             report.items.append(
                 BulkItem(
@@ -281,16 +306,28 @@ def _batched(items: Iterator[tuple[str, _Entry]], size: int) -> Iterator[list[tu
         yield batch
 
 
-def _decide(op: Operation, op_id: str, location: str, entry: _Entry) -> WriteRequest | BulkItem:
+def _decide(
+    op: Operation, op_id: str, location: str, entry: _Entry, plans: dict[tuple[str, ...], Plan]
+) -> WriteRequest | BulkItem:
     """Pure: the write request of one location, or its outcome when there is nothing to write
-    (a record that cannot be read, a location without any targeted service)."""
+    (a record that cannot be read, a location without any targeted service). ``plans``: the
+    operation's plan per set of targeted services, made once for every location with that set
+    (a plan is pure: the same for any record)."""
     if isinstance(entry, LocstatusError):
         return BulkItem(location, Outcome.FAILED, error=entry)
     wanted = op.names()
-    present = None if wanted is None else [s for s in wanted if s in entry.services]
-    if present is not None and not present:
-        return BulkItem(location, Outcome.SKIPPED, entry, why=f"has no {', '.join(wanted or ())}")
-    return WriteRequest(location, op.plan(op_id, present), op_id, known=entry, replaced=[])
+    if wanted is None:
+        present: tuple[str, ...] = ()
+    else:
+        present = tuple(s for s in wanted if s in entry.services)
+        if not present:
+            return BulkItem(
+                location, Outcome.SKIPPED, entry, why=f"has no {', '.join(wanted)}"
+            )
+    plan = plans.get(present)
+    if plan is None:
+        plan = plans[present] = op.plan(op_id, None if wanted is None else list(present))
+    return WriteRequest(location, plan, op_id, known=entry, replaced=[])
 
 
 def _written(

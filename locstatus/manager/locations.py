@@ -2,8 +2,11 @@
 
 :func:`sync_locations` reads every record once, decides per location what the list asks for with
 the pure :func:`sync_change` (create, restore, add services, nothing, tombstone) and, unless it is
-a dry run, makes each change as a compare-and-set write of its own (a create where the location
-is absent). The dry run and the real run are one function, so what ``--dry-run`` shows is what a
+a dry run, makes each change as a compare-and-set write of its own; the locations absent from
+the store are created a batch at a time (:meth:`~locstatus.backends.base.Backend.create_many`,
+as many as the backend's ``batch_size``: one SQLite transaction for a thousand), each still its
+own create, one that appeared meanwhile added to as a stored one.
+The dry run and the real run are one function, so what ``--dry-run`` shows is what a
 sync does, corrupt records included: a listed location whose stored record is corrupt is never
 rewritten (the check job reports it) and is named in the report.
 """
@@ -20,11 +23,13 @@ from locstatus.errors import (
     CorruptRecord,
     InvalidInput,
     InvalidTransition,
+    LocstatusError,
     NotFound,
 )
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, new_op_id
 from locstatus.names import canonical_service, check_location
 
+from .collector import collection_paused
 from .core import Core
 from .plans import NOTHING, Decision, Write, check_free_text, record_entry
 
@@ -100,20 +105,43 @@ def sync_locations(
     remove_missing: bool = True,
     dry_run: bool = False,
 ) -> SyncReport:
-    """See :meth:`Manager.sync_locations <locstatus.manager.Manager.sync_locations>`."""
+    """See :meth:`Manager.sync_locations <locstatus.manager.Manager.sync_locations>` (run
+    with the cyclic collector held off: :mod:`.collector`)."""
+    with collection_paused():
+        return _sync(core, locations, actor=actor, remove_missing=remove_missing,
+                     dry_run=dry_run)
+
+
+def _sync(
+    core: Core,
+    locations: Iterable[str] | Mapping[str, Iterable[str]],
+    *,
+    actor: str | None,
+    remove_missing: bool,
+    dry_run: bool,
+) -> SyncReport:
     check_free_text(None, actor)
     wanted = normalise_locations(locations, core.services)
     report = SyncReport(dry_run=dry_run)
     existing = {r.location: r for r in core.backend.read_all()}
+    creates: list[str] = []  # new locations, created a batch at a time (create_many)
+    size = max(1, core.backend.batch_size)
     for loc in sorted(wanted):
         svcs = wanted[loc]
         rec = existing.get(loc)
+        if rec is None and not dry_run:
+            creates.append(loc)
+            if len(creates) >= size:
+                _create_batch(core, creates, wanted, actor, report)
+            continue
+        _create_batch(core, creates, wanted, actor, report)
         if isinstance(rec, CorruptRecord):
             report.corrupt.append(loc)  # never rewritten; the check job reports it
         elif dry_run:
             _report(report, loc, None if rec is None else sync_change(rec, svcs))
         else:
-            _add(core, loc, svcs, actor, report, exists=rec is not None)
+            _add(core, loc, svcs, actor, report, exists=True)
+    _create_batch(core, creates, wanted, actor, report)
     for loc, item in sorted(existing.items()):
         if loc in wanted or not isinstance(item, LocationStatus) or item.deleted:
             continue
@@ -199,17 +227,52 @@ def _add(
 
 
 def _create(core: Core, location: str, services: Sequence[str], *, actor: str | None) -> bool:
+    try:
+        core.backend.create(*_new_record(core, location, services, actor))
+    except AlreadyExists:
+        return False
+    return True
+
+
+def _new_record(
+    core: Core, location: str, services: Sequence[str], actor: str | None
+) -> tuple[LocationStatus, list[HistoryEntry]]:
+    """A new location's record and the history of its create."""
     now = core.clock()
     op_id = new_op_id()
     rec = LocationStatus(
         location=location,
         services={s: ServiceStatus(op_id=op_id, updated_at=now, actor=actor) for s in services},
     )
-    try:
-        core.backend.create(rec, [record_entry(location, "create", op_id, now, actor)])
-    except AlreadyExists:
-        return False
-    return True
+    return rec, [record_entry(location, "create", op_id, now, actor)]
+
+
+def _create_batch(
+    core: Core,
+    locations: list[str],
+    wanted: Mapping[str, Sequence[str]],
+    actor: str | None,
+    report: SyncReport,
+) -> None:
+    """Create ``locations`` (not stored when the sync read the store) in one
+    :meth:`~locstatus.backends.base.Backend.create_many`, then empty the list. One created
+    meanwhile by another process is added to through :func:`_add` alone; any other error is
+    raised after the batch's creates are counted (as :func:`_create` raises it)."""
+    if not locations:
+        return
+    items = [_new_record(core, loc, wanted[loc], actor) for loc in locations]
+    results = core.backend.create_many(items)
+    failure: LocstatusError | None = None
+    for loc, result in zip(locations, results, strict=True):
+        if isinstance(result, LocationStatus):
+            _report(report, loc, None)
+        elif isinstance(result, AlreadyExists):
+            _add(core, loc, wanted[loc], actor, report, exists=True)
+        elif failure is None:
+            failure = result
+    locations.clear()
+    if failure is not None:
+        raise failure
 
 
 def _ensure(

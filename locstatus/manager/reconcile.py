@@ -17,12 +17,13 @@ from datetime import datetime
 
 from locstatus.errors import LocstatusError
 from locstatus.fsm import Event
-from locstatus.models import LocationStatus, new_op_id
+from locstatus.models import LocationStatus, WorkerInfo, new_op_id
 from locstatus.names import check_location
 
 from .core import Core
 from .liveness import lagging_workers, settle_timeout, worker_live
 from .plans import NOTHING, Decision, Plan, Refuse, ServiceArg, plan_events, services_arg, targets
+from .writes import WriteRequest
 
 log = logging.getLogger("locstatus.manager")
 
@@ -129,24 +130,80 @@ def settle_unwatched(
         return stored
 
 
-def _settle_mine(
+def settle_unwatched_many(
     core: Core,
-    stored: LocationStatus,
-    mine: Sequence[str],
+    stored: Sequence[LocationStatus],
     op_id: str,
     actor: str | None,
     reason: str | None,
-) -> LocationStatus:
+) -> dict[str, LocationStatus]:
+    """:func:`settle_unwatched` for the records a bulk operation's batch just wrote: the
+    worker list read once for the batch, after every one of its writes is visible (so after
+    each record's own write, as :func:`settle_unwatched` reads it), the settles written as
+    one batch (:meth:`~.writes.Writer.write_batch`, planned from the records written).
+    Returns location -> the record this settle wrote, for each record of ``stored`` that it
+    settled (:func:`settle_unwatched` returns that one; for the others, the record given)."""
+    out: dict[str, LocationStatus] = {}
+    by_location = {rec.location: rec for rec in stored}
+    mine = {
+        rec.location: [
+            s for s, st in sorted(rec.services.items())
+            if st.op_id == op_id and st.state.transitional
+        ]
+        for rec in by_location.values()
+        if not rec.deleted
+    }
+    mine = {loc: svcs for loc, svcs in mine.items() if svcs}
+    if not mine:
+        return out
+    try:
+        live = [w for w in core.backend.workers() if worker_live(w, core.time)]
+    except LocstatusError as exc:
+        log.warning(
+            "op %s left %d locations pausing/resuming and could not read the workers to "
+            "settle them (%s); the next settle does (sidecar reconciler, check --repair, wait=)",
+            op_id, len(mine), exc,
+        )
+        return out
+    requests: list[WriteRequest] = []
+    wanted: dict[str, dict[str, int]] = {}
+    for location, svcs in mine.items():
+        rec = by_location[location]
+        unwatched = _unwatched(rec, svcs, live)
+        if unwatched:
+            wanted[location] = unwatched
+            requests.append(
+                WriteRequest(location, _settle_plan(unwatched, op_id, actor, reason), op_id,
+                             known=rec)
+            )
+    for req, after in core.writer.write_batch(requests):
+        if isinstance(after, LocstatusError):
+            log.warning(
+                "location %s: op %s left %s pausing/resuming and could not settle it (%s); "
+                "the next settle does (sidecar reconciler, check --repair, wait=)",
+                req.location, op_id, ", ".join(mine[req.location]), after,
+            )
+        elif _settled_by(after, wanted[req.location], op_id):
+            out[req.location] = after
+    return out
+
+
+def _unwatched(
+    stored: LocationStatus, mine: Sequence[str], live: Sequence[WorkerInfo]
+) -> dict[str, int]:
+    """The services of ``mine`` no live worker applies at the record's location, with the
+    generation to settle."""
     location = stored.location
-    live = [w for w in core.backend.workers() if worker_live(w, core.time)]
-    unwatched = {
+    return {
         s: stored.services[s].generation
         for s in mine
         if not any(w.applies(location, s) for w in live)
     }
-    if not unwatched:
-        return stored
 
+
+def _settle_plan(
+    unwatched: Mapping[str, int], op_id: str, actor: str | None, reason: str | None
+) -> Plan:
     def plan(rec: LocationStatus, now: datetime) -> Decision:
         if rec.deleted:
             return NOTHING
@@ -165,12 +222,32 @@ def _settle_mine(
             ),
         )
 
-    after = core.writer.write(location, plan, op_id=op_id, use_hint=True)
-    if any(
+    return plan
+
+
+def _settled_by(after: LocationStatus, unwatched: Mapping[str, int], op_id: str) -> bool:
+    return any(
         (st := after.services.get(s)) is not None and st.op_id == op_id
         and not st.state.transitional
         for s in unwatched
-    ):
+    )
+
+
+def _settle_mine(
+    core: Core,
+    stored: LocationStatus,
+    mine: Sequence[str],
+    op_id: str,
+    actor: str | None,
+    reason: str | None,
+) -> LocationStatus:
+    live = [w for w in core.backend.workers() if worker_live(w, core.time)]
+    unwatched = _unwatched(stored, mine, live)
+    if not unwatched:
+        return stored
+    plan = _settle_plan(unwatched, op_id, actor, reason)
+    after = core.writer.write(stored.location, plan, op_id=op_id, use_hint=True)
+    if _settled_by(after, unwatched, op_id):
         return after  # settled by this call
     return stored  # settled or changed by another call first: what this call wrote
 

@@ -25,9 +25,11 @@ the record: model/README.md, finding 1): they come as a ``prepare(record) -> pla
 done by the loop between the read and the pure plan.
 
 :meth:`Writer.write_batch` is the shape a bulk operation writes through: many locations, each its
-own compare-and-set on its own version, results in order. Today it runs :meth:`Writer.write` per
-location; a backend that can batch (many locations per SQLite transaction, pipelined ZooKeeper
-operations, MongoDB ``bulk_write``) slots in here without changing a caller.
+own compare-and-set on its own version. The locations planned from a known record go to the
+backend in one :meth:`~locstatus.backends.base.Backend.compare_and_set_many` (many locations per
+SQLite transaction, pipelined ZooKeeper requests, one MongoDB ``bulk_write``: backend invariant
+12); a location that conflicted there, or that needs a fresh read, goes through
+:meth:`Writer.write` alone, so only it is read again.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from tenacity import (
 )
 
 from locstatus import monotonic
-from locstatus.backends.base import Backend
+from locstatus.backends.base import Backend, CasItem
 from locstatus.clock import Clock
 from locstatus.errors import (
     AmbiguousCommit,
@@ -179,6 +181,23 @@ class Writer:
         :class:`BackendUnavailable`."""
         prep = _prepared(plan, prepare)
         ambiguity = _Ambiguity()
+        return self._write(
+            location, prep, op_id, if_version, known, use_hint, ambiguity, replaced
+        )
+
+    def _write(
+        self,
+        location: str,
+        prep: Prepare,
+        op_id: str,
+        if_version: int | None,
+        known: LocationStatus | None,
+        use_hint: bool,
+        ambiguity: _Ambiguity,
+        replaced: list[LocationStatus] | None = None,
+    ) -> LocationStatus:
+        """:meth:`write` with its ambiguity record given (a batch's ambiguous item arrives
+        with what it sent, so the first read looks for its op_id)."""
         if known is None and use_hint:
             known = self.hints.get(location)
         if known is not None and (if_version is None or known.version == if_version):
@@ -223,21 +242,73 @@ class Writer:
     def write_batch(
         self, requests: Sequence[WriteRequest]
     ) -> Iterator[tuple[WriteRequest, LocationStatus | LocstatusError]]:
-        """Write many locations, each its own :meth:`write` (its own version, its own
+        """Write many locations, each its own compare-and-set on its own version (its own
         conflicts and ambiguity), yielding each request with its stored record or the
-        :class:`LocstatusError` it ended with, in order, as each completes. What a caller sees
-        is the contract a batching backend keeps too: a conflict or error at one location never
-        fails another."""
+        :class:`LocstatusError` it ended with, as each completes (not in request order).
+
+        The requests planned from a known record (``known``, or the version hint with
+        ``use_hint``) whose plan is a write go to the backend as one batch
+        (:meth:`~locstatus.backends.base.Backend.compare_and_set_many`: one SQLite transaction,
+        pipelined ZooKeeper requests...). Every other one, and every item of the batch that
+        conflicted (a stale known record), goes through :meth:`write` alone: re-read,
+        re-planned, retried under the policy, so only that location is read again. An item
+        whose outcome is unknown (:class:`AmbiguousCommit`) is resolved by its op_id as in
+        :meth:`write`. A conflict or error at one location never fails another."""
+        batched: list[tuple[WriteRequest, LocationStatus]] = []
+        items: list[CasItem] = []
+        alone: list[WriteRequest] = []
+        now = self.clock()
         for req in requests:
-            try:
-                stored = self.write(
-                    req.location, req.plan, op_id=req.op_id, known=req.known,
-                    use_hint=req.use_hint, replaced=req.replaced,
-                )
-            except LocstatusError as exc:
-                yield req, exc
-            else:
-                yield req, stored
+            known = req.known
+            if known is None and req.use_hint:
+                known = self.hints.get(req.location)
+            decision = None if known is None else req.plan(known, now)
+            if known is None or not isinstance(decision, Write):
+                alone.append(req)  # "nothing to do" or a refusal is only true of a fresh read
+                continue
+            batched.append((req, known))
+            items.append(CasItem(decision.record, known.version, decision.entries))
+        results = self.backend.compare_and_set_many(items) if items else []
+        for (req, known), item, result in zip(batched, items, results, strict=True):
+            if isinstance(result, LocationStatus):
+                self.stats["writes"] += 1
+                self.hints.put(result)
+                if req.replaced is not None:
+                    req.replaced.append(known)  # the compare-and-set at its version replaced it
+                yield req, result
+                continue
+            if isinstance(result, VersionConflict):
+                self.stats["stale_hints"] += 1
+                yield req, self._alone(req)  # re-read and re-apply this location only
+                continue
+            if not isinstance(result, AmbiguousCommit):
+                yield req, result  # NotFound, unavailable...: as the write alone would end
+                continue
+            self.stats["ambiguous"] += 1
+            ambiguity = _Ambiguity()  # the next read first looks for op_id (docs/design.md §3.2)
+            version = known.version + 1
+            ambiguity.sent[version] = item.record.model_copy(update={"version": version})
+            yield req, self._alone(req, ambiguity=ambiguity)
+        for req in alone:
+            yield req, self._alone(req, known=req.known, use_hint=req.use_hint)
+
+    def _alone(
+        self,
+        req: WriteRequest,
+        *,
+        ambiguity: _Ambiguity | None = None,
+        known: LocationStatus | None = None,
+        use_hint: bool = False,
+    ) -> LocationStatus | LocstatusError:
+        """One request written through the loop of :meth:`write` (from a fresh read unless
+        ``known`` or ``use_hint`` says otherwise), its error as a value."""
+        try:
+            return self._write(
+                req.location, _prepared(req.plan, None), req.op_id, None, known, use_hint,
+                ambiguity or _Ambiguity(), req.replaced,
+            )
+        except LocstatusError as exc:
+            return exc
 
     def _from_known(
         self,

@@ -19,7 +19,15 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import Callback
 
-from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
+from locstatus.backends.base import (
+    AckMap,
+    Backend,
+    CasItem,
+    CasResult,
+    CreateItem,
+    HintCallback,
+    Unsubscribe,
+)
 from locstatus.backends.zookeeper.client import ZkClient
 from locstatus.backends.zookeeper.freshness import WorkersCopy
 from locstatus.backends.zookeeper.layout import Layout
@@ -102,6 +110,16 @@ class ZooKeeperBackend(Backend):
         self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
     ) -> LocationStatus:
         return self._records.compare_and_set(record, expected_version, history)
+
+    batch_size = 500
+    """Locations per bulk write, pipelined on the session (bounded in flight: 500 multi-ops of
+    a few KiB each)."""
+
+    def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
+        return self._records.compare_and_set_many(items)
+
+    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+        return self._records.create_many(items)
 
     def delete(self, location: str, expected_version: int) -> None:
         self._records.delete(location, expected_version)

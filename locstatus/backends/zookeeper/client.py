@@ -32,6 +32,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from kazoo.client import KazooClient
@@ -236,8 +237,15 @@ class ZkClient:
         :class:`AmbiguousCommit` when the answer was lost after sending (outcome unknown),
         :class:`BackendUnavailable` when it was not sent or the credentials were refused."""
         self.wait_connected(what)
+        return self._settled(what, txn, lambda: self.get(txn.tx.commit_async()))
+
+    def _settled(
+        self, what: str, txn: Transaction, results_of: Callable[[], Any]
+    ) -> Refusal | None:
+        """The outcome of ``txn`` from ``results_of()`` (its results, waited for): see
+        :meth:`commit`."""
         try:
-            results = self.get(txn.tx.commit_async())
+            results = results_of()
         except (ConnectionLoss, SessionExpiredError, KazooTimeoutError) as exc:
             raise AmbiguousCommit(
                 f"ZooKeeper {self.params.hosts}: connection lost after {what} was sent "
@@ -251,6 +259,35 @@ class ZkClient:
         if refused is not None and isinstance(refused.error, (NoAuthError, AuthFailedError)):
             raise self.unavailable(what, refused.error)
         return refused
+
+    def commit_many(
+        self, what: Callable[[int], str], txns: Sequence[Transaction]
+    ) -> list[Refusal | LocstatusError | None]:
+        """Send several transactions at once, pipelined on the session (each its own multi-op,
+        applied or refused alone; ``what(i)`` names the ``i``-th), when connected, and
+        collect each outcome as :meth:`commit` decides it, an error as a value:
+        :class:`AmbiguousCommit` for one whose answer was lost, :class:`BackendUnavailable`
+        for one not sent. Raises nothing for one transaction."""
+        try:
+            self.wait_connected(what(0) if txns else "")
+        except BackendUnavailable as exc:
+            return [exc] * len(txns)
+        sent: list[Any] = []
+        for txn in txns:
+            try:
+                sent.append(txn.tx.commit_async())
+            except (KazooException, OSError) as exc:  # not queued: nothing sent
+                sent.append(self.unavailable("a pipelined write", exc))
+        out: list[Refusal | LocstatusError | None] = []
+        for i, (txn, pending) in enumerate(zip(txns, sent, strict=True)):
+            if isinstance(pending, LocstatusError):
+                out.append(pending)
+                continue
+            try:
+                out.append(self._settled(what(i), txn, partial(self.get, pending)))
+            except LocstatusError as exc:
+                out.append(exc)
+        return out
 
     def check_size(self, location: str, what: str, *parts: bytes) -> None:
         """Refuse a write of ``parts`` above ``max_bytes`` (:class:`InvalidInput`, nothing

@@ -12,6 +12,11 @@ Why it is shaped so:
   (``match`` on the :class:`~locstatus.backends.zookeeper.txn.Refusal`), and an outcome lost
   with the connection (:class:`AmbiguousCommit`) is never mistaken for a refusal: the manager
   resolves it by the write's history (invariants 4, 9), a create and a delete here by a re-read.
+- **Batches** (:meth:`Records.compare_and_set_many`, :meth:`Records.create_many`) put ten
+  locations' operations in one multi-op and send every multi-op of the batch at once,
+  pipelined: one server transaction per ten locations and one wait per batch. A multi-op is
+  all or nothing, so a refused one is sent again one location per multi-op, and a conflict
+  fails only its own location.
 - **Delete** removes the record and its acknowledgements atomically; its history is keyed by
   incarnation, so what an interrupted clean-up leaves behind is never read again.
 """
@@ -29,6 +34,7 @@ from kazoo.protocol.states import ZnodeStat
 from pydantic import TypeAdapter
 
 from locstatus.backends import codec
+from locstatus.backends.base import CasItem, CasResult, CreateItem, distinct_locations
 from locstatus.backends.history import HistoryPage
 from locstatus.backends.zookeeper.client import ZkClient
 from locstatus.backends.zookeeper.layout import (
@@ -39,7 +45,7 @@ from locstatus.backends.zookeeper.layout import (
     record_bytes,
     split_version,
 )
-from locstatus.backends.zookeeper.txn import Refusal
+from locstatus.backends.zookeeper.txn import Refusal, Transaction
 from locstatus.errors import (
     AlreadyExists,
     AmbiguousCommit,
@@ -56,6 +62,9 @@ log = logging.getLogger(__name__)
 _HISTORY = TypeAdapter(list[HistoryEntry])
 _RACES = 20
 """Attempts of a create or delete that keeps meeting a concurrent one."""
+GROUP = 10
+"""Locations per multi-op in a batched compare-and-set or create (one server transaction, one
+log append, for ten locations)."""
 
 
 class Records:
@@ -94,18 +103,7 @@ class Records:
 
             inc = client.call(f"create location {loc!r}", counter)
             version = join_version(inc, 1)
-            payload = record_bytes(record, inc)
-            entries = _HISTORY.dump_json(codec.stamp(history, version))
-            client.check_size(loc, "record and history", payload, entries)
-            txn = client.transaction()
-            txn.check("incarnation", parent, inc)
-            txn.set_data("incarnation", parent, b"", inc)
-            txn.create("location", pa.location(loc), payload)
-            txn.create("acks", pa.acks(loc))
-            txn.create("history", pa.incarnation(loc, inc))
-            txn.create("history", pa.bucket(loc, inc, 1))
-            if history:
-                txn.create("history", pa.entry(loc, inc, 1), entries)
+            txn, payload = self._create_txn(record, history, inc)
             try:
                 refused = client.commit(f"create of location {loc!r}", txn)
             except AmbiguousCommit:
@@ -128,6 +126,100 @@ class Records:
                 case Refusal(label, exc):
                     raise client.unavailable(f"create location {loc!r} ({label})", exc)
         raise BackendUnavailable(f"create of location {loc!r} kept racing; try again")
+
+    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+        """Creates grouped :data:`GROUP` locations to a multi-op, every group sent at once,
+        pipelined on the session (:meth:`ZkClient.commit_many`), each location created as
+        the first life of a location never stored (its incarnation counter created in the
+        same multi-op, where :meth:`create` reads or creates it first). A group refused (a
+        location there already, or stored before: its counter exists) or whose answer was
+        lost and not found applied is done again one location at a time by :meth:`create`,
+        which handles each of those."""
+        distinct_locations(record.location for record, _ in items)
+        results: list[CasResult | None] = [None] * len(items)
+        groups: list[list[int]] = []
+        txns: list[Transaction] = []
+        payloads: dict[int, bytes] = {}
+        size = self.client.params.max_bytes
+        used = size
+        for i, (record, history) in enumerate(items):
+            try:
+                payload, entries = self._create_parts(record, history, 0)
+            except LocstatusError as exc:
+                results[i] = exc
+                continue
+            weight = len(payload) + len(entries) + 400
+            if used + weight > size or len(groups[-1]) >= GROUP:
+                groups.append([])
+                txns.append(self.client.transaction())
+                used = 0
+            parent = self.paths.history(record.location)
+            txns[-1].create("incarnation", parent)
+            txns[-1].set_data("incarnation", parent, b"", 0)
+            self._create_ops(txns[-1], record, 0, payload, entries, bool(history))
+            payloads[i] = payload
+            groups[-1].append(i)
+            used += weight
+        outcomes = self.client.commit_many(
+            lambda k: f"create of location {items[groups[k][0]][0].location!r}", txns
+        )
+        for group, outcome in zip(groups, outcomes, strict=True):
+            if isinstance(outcome, AmbiguousCommit):
+                try:  # one multi-op: all of it applied or none
+                    outcome = self._resolve_create(items[group[0]][0].location,
+                                                   payloads[group[0]])
+                except LocstatusError as exc:
+                    outcome = exc
+            if isinstance(outcome, LocstatusError):
+                for i in group:
+                    results[i] = outcome  # unreachable, closed, or still unknown: as alone
+            elif outcome is None:
+                for i in group:
+                    record = items[i][0]
+                    results[i] = record.model_copy(update={"version": join_version(0, 1)})
+        for i, (record, history) in enumerate(items):
+            if results[i] is None:
+                try:
+                    results[i] = self.create(record, history)
+                except LocstatusError as exc:
+                    results[i] = exc
+        return [r for r in results if r is not None]
+
+    def _create_parts(
+        self, record: LocationStatus, history: Sequence[HistoryEntry], inc: int
+    ) -> tuple[bytes, bytes]:
+        """The payload and history bytes of a create as life ``inc + 1``. Raises
+        :class:`InvalidInput` for a record too large."""
+        payload = record_bytes(record, inc)
+        entries = _HISTORY.dump_json(codec.stamp(history, join_version(inc, 1)))
+        self.client.check_size(record.location, "record and history", payload, entries)
+        return payload, entries
+
+    def _create_ops(
+        self, txn: Transaction, record: LocationStatus, inc: int, payload: bytes,
+        entries: bytes, with_history: bool,
+    ) -> None:
+        loc = record.location
+        pa = self.paths
+        txn.create("location", pa.location(loc), payload)
+        txn.create("acks", pa.acks(loc))
+        txn.create("history", pa.incarnation(loc, inc))
+        txn.create("history", pa.bucket(loc, inc, 1))
+        if with_history:
+            txn.create("history", pa.entry(loc, inc, 1), entries)
+
+    def _create_txn(
+        self, record: LocationStatus, history: Sequence[HistoryEntry], inc: int
+    ) -> tuple[Transaction, bytes]:
+        """The multi-op creating ``record`` as life ``inc + 1`` (the counter read at ``inc``),
+        and its payload. Raises :class:`InvalidInput` for a record too large."""
+        payload, entries = self._create_parts(record, history, inc)
+        parent = self.paths.history(record.location)
+        txn = self.client.transaction()
+        txn.check("incarnation", parent, inc)
+        txn.set_data("incarnation", parent, b"", inc)
+        self._create_ops(txn, record, inc, payload, entries, bool(history))
+        return txn, payload
 
     def _resolve_create(self, location: str, payload: bytes) -> Refusal | None:
         """After an ambiguous create: None if our record is there, a refusal to act on else."""
@@ -189,23 +281,126 @@ class Records:
     def compare_and_set(
         self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
     ) -> LocationStatus:
+        txn = self._cas_txn(record, expected_version, history)
+        refused = self.client.commit(f"compare-and-set of location {record.location!r}", txn)
+        return self._cas_outcome(record, expected_version, refused)
+
+    def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
+        """Items grouped :data:`GROUP` locations to a multi-op (each location's operations
+        those of :meth:`compare_and_set`, a group at most ``max_bytes``), every group sent at
+        once, pipelined on the session (:meth:`ZkClient.commit_many`). A group that applied
+        wrote each of its locations at its own version with its history; a group the server
+        refused (a conflict at one of its locations refuses them all) is sent again one
+        location per multi-op, so a conflict fails only its own location. A group whose answer
+        was lost leaves each of its locations :class:`AmbiguousCommit` (each resolved by its
+        op_id, as a lone write's)."""
+        distinct_locations(item.record.location for item in items)
+        out: list[CasResult | None] = [None] * len(items)
+        groups: list[list[int]] = []
+        txns: list[Transaction] = []
+        size = self.client.params.max_bytes
+        used = size
+        for i, item in enumerate(items):
+            try:
+                parts = self._cas_parts(item.record, item.expected_version, item.history)
+            except LocstatusError as exc:  # not a version of it, too large: nothing sent
+                out[i] = exc
+                continue
+            weight = sum(len(p) for p in parts) + 200
+            if used + weight > size or len(groups[-1]) >= GROUP:
+                groups.append([])
+                txns.append(self.client.transaction())
+                used = 0
+            self._cas_ops(txns[-1], item.record, item.expected_version, parts)
+            groups[-1].append(i)
+            used += weight
+
+        def what(k: int) -> str:
+            locs = [items[i].record.location for i in groups[k]]
+            return f"compare-and-set of location {locs[0]!r}" + (
+                f" and {len(locs) - 1} more" if len(locs) > 1 else ""
+            )
+
+        again: list[int] = []
+        for group, outcome in zip(groups, self.client.commit_many(what, txns), strict=True):
+            if isinstance(outcome, LocstatusError):  # lost, unreachable: each as alone
+                for i in group:
+                    out[i] = outcome
+            elif outcome is None:
+                for i in group:
+                    item = items[i]
+                    out[i] = item.record.model_copy(update={"version": item.expected_version + 1})
+            elif len(group) == 1:
+                out[group[0]] = self._outcome_of(items[group[0]], outcome)
+            else:
+                again.extend(group)  # refused as a whole: each location alone
+        if again:
+            alone = [self._cas_txn(items[i].record, items[i].expected_version,
+                                   items[i].history) for i in again]
+            outcomes = self.client.commit_many(
+                lambda k: f"compare-and-set of location {items[again[k]].record.location!r}",
+                alone,
+            )
+            for i, outcome in zip(again, outcomes, strict=True):
+                out[i] = outcome if isinstance(outcome, LocstatusError) else self._outcome_of(
+                    items[i], outcome
+                )
+        return [r for r in out if r is not None]
+
+    def _outcome_of(self, item: CasItem, refused: Refusal | None) -> CasResult:
+        try:
+            return self._cas_outcome(item.record, item.expected_version, refused)
+        except LocstatusError as exc:
+            return exc
+
+    def _cas_parts(
+        self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
+    ) -> tuple[bytes, bytes]:
+        """The payload and history bytes of one compare-and-set. Raises
+        :class:`VersionConflict` for a version no life of the record has, :class:`InvalidInput`
+        for a write too large (nothing sent)."""
         loc = record.location
-        pa, client = self.paths, self.client
         inc, seq = split_version(expected_version)
         if seq < 1:
             raise VersionConflict(f"location {loc!r}: {expected_version} is not a version of it")
-        version = expected_version + 1
         payload = record_bytes(record, inc)
+        version = expected_version + 1
         entries = _HISTORY.dump_json(codec.stamp(history, version)) if history else b""
-        client.check_size(loc, "record and history", payload, entries)
-        txn = client.transaction()
+        self.client.check_size(loc, "record and history", payload, entries)
+        return payload, entries
+
+    def _cas_ops(
+        self, txn: Transaction, record: LocationStatus, expected_version: int,
+        parts: tuple[bytes, bytes],
+    ) -> None:
+        """Add one compare-and-set's operations to ``txn`` (see the module docstring)."""
+        loc = record.location
+        pa = self.paths
+        inc, seq = split_version(expected_version)
+        payload, entries = parts
         txn.check("incarnation", pa.history(loc), inc + 1)
         txn.set_data("location", pa.location(loc), payload, seq - 1)
         if (seq + 1) % BUCKET == 0:
             txn.create("history", pa.bucket(loc, inc, seq + 1))
-        if history:
+        if entries:
             txn.create("history", pa.entry(loc, inc, seq + 1), entries)
-        match client.commit(f"compare-and-set of location {loc!r}", txn):
+
+    def _cas_txn(
+        self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
+    ) -> Transaction:
+        """The multi-op of one compare-and-set. Raises as :meth:`_cas_parts`."""
+        txn = self.client.transaction()
+        self._cas_ops(txn, record, expected_version,
+                      self._cas_parts(record, expected_version, history))
+        return txn
+
+    def _cas_outcome(
+        self, record: LocationStatus, expected_version: int, refused: Refusal | None
+    ) -> LocationStatus:
+        """The stored record of a compare-and-set that applied, or the error of its refusal."""
+        loc = record.location
+        version = expected_version + 1
+        match refused:
             case None:
                 return record.model_copy(update={"version": version})
             case Refusal("location", NoNodeError()):
@@ -219,7 +414,9 @@ class Records:
                     loc, f"history of version {version} cannot be written ({type(exc).__name__})"
                 )
             case Refusal(label, exc):
-                raise client.unavailable(f"compare-and-set of location {loc!r} ({label})", exc)
+                raise self.client.unavailable(
+                    f"compare-and-set of location {loc!r} ({label})", exc
+                )
 
     def _explain_incarnation(self, location: str, expected: int, exc: Exception) -> NoReturn:
         """The incarnation check failed: say why (always raises)."""

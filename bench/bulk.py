@@ -1,0 +1,298 @@
+"""Fleet-scale bulk operations (issue 21): ``pause all`` / ``resume all`` of N locations x 1
+service and ``locations sync`` of a fresh store, through the manager, against a raw batched
+write of the same records with the same client.
+
+Each round (interleaved, same process, same durability settings; who goes first alternates)
+times, on two stores of N locations each (one for locstatus, one for the baseline):
+
+- ``pause``: ``Manager.bulk(Operation.pause("replication"))`` over every location, with one live
+  worker applying the service registered (the usual fleet: each location is then its one write,
+  left ``pausing`` for the workers to acknowledge) against the raw write: read every row, parse
+  it, set the service's state, serialise it, and write every row with a versioned ``UPDATE``
+  plus one history row each, batched the backend's fastest way (SQLite: ``executemany`` in one
+  ``BEGIN IMMEDIATE`` transaction; ZooKeeper: kazoo multi-ops of several locations, sent
+  asynchronously; see :data:`RAW`);
+- ``resume``: the same back;
+- ``sync``: ``Manager.sync_locations`` of N new locations into an empty store against the raw
+  creates of the same rows (SQLite: ``executemany`` of the records, their history rows and
+  incarnations in one transaction).
+
+The ratio is raw time / locstatus time (1.0: as fast as the raw write; target >= 0.5x).
+Absolute targets (issue 21): pause all 100 000 on SQLite <= 3 s, on ZooKeeper <= 20 s; sync
+100 000 on SQLite <= 10 s.
+
+Run: ``python bench/bulk.py [--backend sqlite|zk] [--locations 10000] [--rounds 5]
+[--only pause,resume,sync] [--json out.json]``; ZooKeeper starts a local server
+(tests/support/servers.py) unless ``--url`` names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from locstatus import Manager, Operation  # noqa: E402
+from locstatus.backends import Backend, open_backend  # noqa: E402
+from locstatus.models import WorkerInfo  # noqa: E402
+
+SERVICE = "replication"
+STATES = {"pause": "pausing", "resume": "resuming"}
+
+
+def names(n: int) -> list[str]:
+    return [f"loc-{i:06d}" for i in range(n)]
+
+
+def history_row(location: str, version: int, event: str, to_state: str, op_id: str) -> str:
+    """One history write as locstatus stores it (a JSON list of one entry)."""
+    return json.dumps([{
+        "version": version, "op_id": op_id, "at": datetime.now(UTC).isoformat(),
+        "location": location, "service": SERVICE, "event": event, "from_state": None,
+        "to_state": to_state, "generation": 1, "reason": None, "actor": None,
+    }], separators=(",", ":"))
+
+
+class Raw:
+    """A raw baseline on one store: ``flip(event)`` sets every location's service to the
+    event's state with versioned batched writes; ``create(locations)`` creates them."""
+
+    def flip(self, event: str) -> None:
+        raise NotImplementedError
+
+    def create(self, locations: list[str]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class RawSQLite(Raw):
+    """``sqlite3`` on the same file settings as locstatus (WAL, ``synchronous=FULL``)."""
+
+    def __init__(self, url: str) -> None:
+        path = url.removeprefix("sqlite:///")
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+
+    def flip(self, event: str) -> None:
+        op_id = uuid.uuid4().hex
+        state = STATES[event]
+        rows = self.db.execute("SELECT location, version, data FROM locations").fetchall()
+        updates, histories = [], []
+        for location, version, data in rows:
+            doc = json.loads(data)
+            doc["services"][SERVICE]["state"] = state
+            doc["services"][SERVICE]["op_id"] = op_id
+            updates.append((version + 1, json.dumps(doc, separators=(",", ":")), location, version))
+            histories.append((location, version + 1,
+                              history_row(location, version + 1, event, state, op_id)))
+        self.db.execute("BEGIN IMMEDIATE")
+        cur = self.db.executemany(
+            "UPDATE locations SET version = ?, data = ? WHERE location = ? AND version = ?",
+            updates,
+        )
+        assert cur.rowcount == len(updates), (cur.rowcount, len(updates))
+        self.db.executemany(
+            "INSERT INTO history (location, version, data) VALUES (?, ?, ?)", histories
+        )
+        self.db.execute("COMMIT")
+
+    def create(self, locations: list[str]) -> None:
+        now = datetime.now(UTC).isoformat()
+        op_id = uuid.uuid4().hex
+        records, histories = [], []
+        for location in locations:
+            doc = {"services": {SERVICE: {
+                "state": "running", "generation": 0, "resume_at": None, "reason": None,
+                "actor": None, "op_id": op_id, "updated_at": now}}, "deleted_at": None}
+            records.append((location, 1, json.dumps(doc, separators=(",", ":"))))
+            histories.append((location, 1, history_row(location, 1, "create", "running", op_id)))
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany(
+            "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)", records
+        )
+        self.db.executemany(
+            "INSERT INTO history (location, version, data) VALUES (?, ?, ?)", histories
+        )
+        self.db.executemany(
+            "INSERT INTO incarnations (location, last) VALUES (?, 1)",
+            [(r[0],) for r in records],
+        )
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+
+RAW: dict[str, Callable[[str], Raw]] = {"sqlite": RawSQLite}
+"""backend name -> factory(url of a store locstatus created) -> its raw baseline."""
+
+
+class Stores:
+    """Fresh stores of one backend kind: ``new()`` gives the URL of an empty one."""
+
+    def __init__(self, backend: str, url: str | None, tmp: str) -> None:
+        self.backend, self.base, self.tmp = backend, url, tmp
+        self.count = 0
+
+    def new(self) -> str:
+        self.count += 1
+        if self.backend == "sqlite":
+            return f"sqlite:///{self.tmp}/store-{self.count}.db"
+        assert self.base is not None
+        return f"{self.base.rstrip('/')}-{uuid.uuid4().hex[:8]}"
+
+
+def live_worker(backend: Backend) -> None:
+    """One worker applying the service everywhere, its lease an hour long: a bulk pause is then
+    one write per location, left pausing (no settle), as in a fleet with workers."""
+    backend.put_worker(WorkerInfo(
+        worker_id="bench-worker", services=(SERVICE,), host="bench", pid=os.getpid(),
+        lease_expires_at=datetime.now(UTC) + timedelta(hours=1),
+    ))
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp: str,
+        progress: Callable[[str], None]) -> dict[str, Any]:
+    stores = Stores(backend, url, tmp)
+    locations = names(n)
+    wanted = {loc: [SERVICE] for loc in locations}
+    results: dict[str, dict[str, list[float]]] = {
+        k: {"locstatus": [], "raw": []} for k in ("pause", "resume", "sync") if k in only
+    }
+    ls_url, raw_url = stores.new(), stores.new()
+    mgr = Manager(open_backend(ls_url), services=(SERVICE,))
+    build = timed(lambda: mgr.sync_locations(wanted))
+    live_worker(mgr.backend)
+    Manager(open_backend(raw_url), services=(SERVICE,)).sync_locations(wanted)
+    raw = RAW[backend](raw_url)
+    progress(f"built 2 stores of {n} locations ({build:.1f} s for the locstatus one)")
+    for r in range(rounds):
+        first_ls = r % 2 == 0
+        for event in ("pause", "resume"):
+            if event not in results:
+                continue
+            op = Operation.pause(SERVICE) if event == "pause" else Operation.resume(SERVICE)
+            pair: list[tuple[str, Callable[[], Any]]] = [
+                ("locstatus", lambda op=op: _checked(mgr.bulk(op), n)),
+                ("raw", lambda event=event: raw.flip(event)),
+            ]
+            for who, fn in (pair if first_ls else pair[::-1]):
+                results[event][who].append(timed(fn))
+        if "sync" in results:
+            ls_new, raw_new = stores.new(), stores.new()
+            fresh = Manager(open_backend(ls_new), services=(SERVICE,))
+            raw_store = Manager(open_backend(raw_new), services=(SERVICE,))  # the empty schema
+            raw_sync = RAW[backend](raw_new)
+            pair = [
+                ("locstatus", partial(fresh.sync_locations, wanted)),
+                ("raw", partial(raw_sync.create, locations)),
+            ]
+            for who, fn in (pair if first_ls else pair[::-1]):
+                results["sync"][who].append(timed(fn))
+            for closing in (fresh, raw_store):
+                closing.backend.close()
+            raw_sync.close()
+            _drop(backend, ls_new, raw_new)
+        progress(f"round {r + 1}/{rounds}: " + ", ".join(
+            f"{k} {v['locstatus'][-1]:.2f} s vs raw {v['raw'][-1]:.2f} s"
+            for k, v in results.items()
+        ))
+    raw.close()
+    mgr.backend.close()
+    summary: dict[str, Any] = {"backend": backend, "locations": n, "rounds": rounds,
+                               "load_average": os.getloadavg()[0]}
+    for k, v in results.items():
+        ls, bare = statistics.median(v["locstatus"]), statistics.median(v["raw"])
+        ratios = [b / a for a, b in zip(v["locstatus"], v["raw"], strict=True)]
+        summary[k] = {
+            "locstatus_s": round(ls, 3), "raw_s": round(bare, 3),
+            "ratio": round(statistics.median(ratios), 3),
+            "locstatus_per_s": round(n / ls), "raw_per_s": round(n / bare),
+            "rounds_locstatus_s": [round(x, 3) for x in v["locstatus"]],
+            "rounds_raw_s": [round(x, 3) for x in v["raw"]],
+        }
+    return summary
+
+
+def _checked(report: Any, n: int) -> None:
+    assert len(report.items) == n and not report.failed, report.failed[:3]
+
+
+def _drop(backend: str, *urls: str) -> None:
+    if backend == "sqlite":
+        for url in urls:
+            for suffix in ("", "-wal", "-shm", "-clock"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(url.removeprefix("sqlite:///") + suffix)
+
+
+@contextlib.contextmanager
+def server(backend: str, url: str | None, tmp: str) -> Iterator[str | None]:
+    """The base URL of the stores: the given one, or a local server started for the run
+    (tests/support/servers.py, stopped by PID on exit)."""
+    if url is not None or backend == "sqlite":
+        yield url
+        return
+    from support import servers
+
+    zk = servers.start_zookeeper(tmp)
+    try:
+        yield f"zk://{zk.hosts}/bench-bulk"
+    finally:
+        zk.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="sqlite", choices=["sqlite", "zk"])
+    ap.add_argument("--url", help="a server's base URL (ZooKeeper: zk://host:port/prefix)")
+    ap.add_argument("--locations", type=int, default=10_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default="pause,resume,sync")
+    ap.add_argument("--json", help="write the summary here")
+    args = ap.parse_args(argv)
+    if args.backend == "zk":
+        import raw_bulk_zk  # noqa: F401  (registers RAW["zk"])
+    only = set(args.only.split(","))
+    with tempfile.TemporaryDirectory(prefix="locstatus-bulk-") as tmp, \
+            server(args.backend, args.url, tmp) as base:
+        summary = run(args.backend, base, args.locations, args.rounds, only, tmp,
+                      lambda line: print(line, flush=True))
+    for k in ("pause", "resume", "sync"):
+        if k in summary:
+            s = summary[k]
+            print(f"{k} all {args.locations} on {args.backend}: locstatus {s['locstatus_s']} s "
+                  f"({s['locstatus_per_s']}/s), raw {s['raw_s']} s ({s['raw_per_s']}/s), "
+                  f"ratio {s['ratio']}x (target >= 0.5x)")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
