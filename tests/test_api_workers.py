@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import KIT_FACTORIES
 
 from locstatus import State, connect
 from locstatus.agent import Agent
@@ -26,7 +25,8 @@ from locstatus.api.watch import WatchHub
 from locstatus.api.workers import hub_of
 from locstatus.client import Client
 
-from support.kits_zk import wait_until
+from support.kits import sqlite_kit
+from support.kits_zk import wait_until, zk_kit
 from support.sse import SseReader
 
 LOCATIONS = ["eu-west-1", "us-east-1"]
@@ -35,7 +35,12 @@ JSON = {"Content-Type": "application/json"}
 
 @pytest.fixture(params=["sqlite", "zk"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    kit = KIT_FACTORIES[request.param](request, tmp_path)
+    # the kits named here, not conftest's table: "conftest" may name tests/reliability's one
+    # when the whole suite is collected
+    if request.param == "sqlite":
+        kit = sqlite_kit(tmp_path)
+    else:
+        kit = zk_kit(request.getfixturevalue("zk_server"))
     try:
         yield kit.url
     finally:
