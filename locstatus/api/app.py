@@ -44,6 +44,7 @@ from .auth import check_token
 from .backbeat import router as backbeat_router
 from .context import CheckState, Context
 from .guard import HostPolicy
+from .live import router as live_router
 from .metrics import Metrics
 from .middleware import MAX_BODY, Middleware, Scope
 from .principals import Principals
@@ -124,7 +125,7 @@ def create_app(
         # nested level that every request walks through (about 15 us per request).
         routes=[
             _fast_get_location(), *router.routes, *workers_router.routes,
-            *backbeat_router.routes,
+            *backbeat_router.routes, *live_router.routes,
         ],
     )
     app.state.locstatus = Context(
