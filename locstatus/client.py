@@ -54,6 +54,7 @@ def connect(
     services: Iterable[str] | None = None,
     clock: Clock | TimeSource | None = None,
     retry: RetryPolicy | None = None,
+    connect_timeout: float | None = None,
 ) -> Client:
     """Open the backend at ``url`` (default ``$LOCSTATUS_BACKEND``, else
     ``sqlite:///./locstatus.db``) and return a :class:`Client` (a :class:`Manager` that can
@@ -64,8 +65,12 @@ def connect(
     ``$LOCSTATUS_CLOCK_MAX_UNCERTAINTY`` seconds (docs/time.md); a callable (a fake clock in
     tests) or a :class:`~locstatus.clock.TimeSource` is used as given.
 
-    Raises :class:`InvalidInput` for a malformed URL and :class:`BackendUnavailable`
-    when the backend cannot be reached.
+    ``connect_timeout`` (seconds, 0-3600): give up connecting to a network backend after it
+    unless the URL sets its own bound (ZooKeeper ``timeout``, MongoDB
+    ``serverSelectionTimeoutMS``); None keeps the backend's default (10 s, 5 s).
+
+    Raises :class:`InvalidInput` for a malformed URL or a bad ``connect_timeout``, and
+    :class:`BackendUnavailable` when the backend cannot be reached.
 
     Usage::
 
@@ -77,7 +82,7 @@ def connect(
         settings = Settings()  # only read the environment for what was not given
         url = settings.backend if url is None else url
         services = settings.service_list if services is None else services
-    backend = open_backend(url)
+    backend = open_backend(url, connect_timeout=connect_timeout)
     if clock is None:
         assert settings is not None
         clock = time_source_for(

@@ -197,6 +197,11 @@ class Reconciler:
                         report.fired.append((loc, svc))
                         self.stats["fired"] += 1
                         self._observe("resume_due", "applied")
+                        log.info(
+                            "fired the scheduled resume of %s/%s", loc, svc,
+                            extra={"location": loc, "service": svc, "op_id": st.op_id,
+                                   "actor": self.actor, "event": "resume_due"},
+                        )
                 rec = after
             transitional = [s for s, st in rec.services.items() if st.state.transitional]
             if transitional:
@@ -211,6 +216,11 @@ class Reconciler:
                         report.settled.append((loc, svc))
                         self.stats["settled"] += 1
                         self._observe("settle", "applied")
+                        log.info(
+                            "settled %s/%s: %s", loc, svc, st.state.value,
+                            extra={"location": loc, "service": svc, "op_id": st.op_id,
+                                   "event": "settle", "state": st.state.value},
+                        )
                 rec = after
         except LocstatusError as exc:
             self._error(loc, exc, report)
@@ -232,7 +242,10 @@ class Reconciler:
         self.stats["errors"] += 1
         if self._logged.get(location) != exc.message:  # log each distinct error once
             self._logged[location] = exc.message
-            log.warning("reconcile %s: %s: %s", location, type(exc).__name__, exc.message)
+            log.warning(
+                "reconcile %s: %s: %s", location, type(exc).__name__, exc.message,
+                extra={"location": location, "error": type(exc).__name__},
+            )
 
     def _observe(self, event: str, result: str) -> None:
         if self.observer is not None:

@@ -785,6 +785,8 @@ def test_serve_and_demo_wiring(
         "s3.zenko.local",
         "--allow-host",
         "cloudserver",
+        "--backbeat-trust",
+        "10.100.0.0/16",
         env={"LOCSTATUS_API_TOKEN": "s3cret"},
     )
     assert result.exit_code == 0, result.stderr
@@ -797,7 +799,18 @@ def test_serve_and_demo_wiring(
         "reconcile_interval": 1.0,
         "check_interval": 30.0,
         "allowed_hosts": ("s3.zenko.local", "cloudserver"),
+        "backbeat_trust": ("10.100.0.0/16",),
+        "location_series": 1000,
+        "log_format": "text",
     }
+    result = synced("serve", "--location-series", "0", "--log-format", "JSON")
+    assert result.exit_code == 0, result.stderr
+    assert fake_modules["serve"]["location_series"] == 0
+    assert fake_modules["serve"]["log_format"] == "json"
+    for option, bad in (("--location-series", "-1"), ("--location-series", "many"),
+                        ("--log-format", "yaml")):
+        result = synced("serve", option, bad)
+        assert result.exit_code == 2 and f"invalid {option} {bad!r}" in result.stderr
     assert synced("serve", "--port", "65536").exit_code == 2
     assert synced("serve", "--port", "-1").exit_code == 2
 

@@ -34,6 +34,7 @@ from locstatus.agent.replica import PURGED
 from locstatus.agent.settle import is_settler
 from locstatus.agent.state import FENCE, AgentState, Running
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
+from locstatus.logs import log_context
 from locstatus.manager import worker_live
 from locstatus.models import (
     TOMBSTONE_ACK,
@@ -90,7 +91,8 @@ class Applier:
                     if key is None:
                         return
                 try:
-                    self.apply(key)
+                    with log_context(worker=self.worker_id, location=key[0], service=key[1]):
+                        self.apply(key)
                 except Exception:  # pragma: no cover - a bug in the agent; retry, keep going
                     log.exception("agent %s: applying %s failed", self.worker_id, key)
                     with s.cond:
@@ -270,6 +272,13 @@ class Applier:
                 if not self._started(key, event, fn):
                     self._ended(key)
                     return False  # fenced meanwhile: lifting the fence plans it again
+                log.info(
+                    "agent %s: %s handler %s for %s/%s (generation %d)", self.worker_id, event,
+                    handler_name(fn), location, service, generation,
+                    extra={"event": event, "generation": generation,
+                           "op_id": None if status is None else status.op_id,
+                           "actor": None if status is None else status.actor},
+                )
                 self.handlers.call(fn, location, what, fence=fenced)
         except BaseException as exc:
             self._ended(key)
@@ -396,6 +405,10 @@ class Applier:
         except LocstatusError as exc:
             self._backend_retry(key, generation, exc)
             return False
+        log.debug(
+            "agent %s: acknowledged %s/%s generation %d", self.worker_id, location, service,
+            generation, extra={"generation": generation},
+        )
         with s.lock:
             s.metrics["acks"] += 1
             s.copy.applied[key] = generation

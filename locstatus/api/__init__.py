@@ -15,7 +15,8 @@ What lives here, top to bottom (each module imports only those below it; import 
   metrics, the mutation path of one location or ``all``); :mod:`.page`: the status page.
 - :mod:`.auth` (bearer token), :mod:`.bodies` (request/response models), :mod:`.responses`
   (ETags, bulk results, listings with corrupt records), :mod:`.middleware` (metrics, Host
-  check, body limit and deadline), :mod:`.metrics` (Prometheus), :mod:`.guard` (route classes,
+  check, body limit and deadline), :mod:`.metrics` (Prometheus) over :mod:`.series` (the
+  bounded per-location, per-worker and check series alerts read), :mod:`.guard` (route classes,
   Host policy) and :mod:`.problems` (errors as ``application/problem+json``).
 """
 

@@ -42,6 +42,7 @@ from locstatus.manager import Manager
 from . import problems
 from .auth import check_token
 from .backbeat import router as backbeat_router
+from .backbeat_trust import TrustedPeers
 from .context import CheckState, Context
 from .guard import HostPolicy
 from .live import router as live_router
@@ -50,6 +51,7 @@ from .middleware import MAX_BODY, Middleware, Scope
 from .principals import Principals
 from .problems import Problem
 from .routes import get_location, router
+from .series import DEFAULT_LIMIT, CheckView
 from .workers import router as workers_router
 
 if TYPE_CHECKING:
@@ -84,7 +86,9 @@ def create_app(
     max_body: int = MAX_BODY,
     inline_reads: bool | None = None,
     allowed_hosts: Iterable[str] | None = None,
+    backbeat_trust: Iterable[str] = (),
     principals: Principals | None = None,
+    location_series: int = DEFAULT_LIMIT,
 ) -> FastAPI:
     """Build the sidecar app over ``mgr``.
 
@@ -99,7 +103,12 @@ def create_app(
       ``LOCSTATUS_API_TOKENS_FILE``); ``token`` is then one more, the ``operator`` principal.
     - ``reconciler``: the sidecar's :class:`~locstatus.reconciler.Reconciler`, reported by
       ``/readyz`` and ``/metrics`` (the app does not start or stop it).
-    - ``check``: where the periodic consistency check stores its result (``/v1/check``).
+    - ``check``: where the periodic consistency check stores its result (``/v1/check``, and
+      the ``locstatus_check_*`` series of ``/metrics``).
+    - ``location_series``: at most this many per-location series in ``/metrics``, the oldest
+      services not running (0: none; docs/http.md "Metrics to alert on").
+    - ``backbeat_trust``: networks (CIDR) whose peers may call the Backbeat mutations without
+      the token (:class:`~.backbeat_trust.TrustedPeers`; InvalidInput for a bad one).
     - ``max_body``: largest request body in bytes (413 above).
     - ``inline_reads``: serve ``GET /v1/locations[/{location}]`` on the event loop instead of
       the thread pool; default: yes for ``sqlite://`` and ``memory://``, no for network backends.
@@ -112,7 +121,18 @@ def create_app(
     principals = principals or Principals.from_settings(tokens_file=None, token=token)
     extra = list(allowed_hosts or ())
     hosts = HostPolicy(allow_any=principals.enabled or "*" in extra, extra=extra)
-    metrics = Metrics(mgr, reconciler=lambda: reconciler)
+
+    def check_view() -> CheckView | None:
+        if check is None:
+            return None
+        with check.lock:
+            if check.result is None and check.error is None:
+                return None  # not run yet
+            return CheckView(report=check.result, error=check.error)
+
+    metrics = Metrics(
+        mgr, reconciler=lambda: reconciler, check=check_view, location_series=location_series
+    )
     app = FastAPI(
         title="locstatus sidecar",
         version=__version__,
@@ -128,6 +148,7 @@ def create_app(
             *backbeat_router.routes, *live_router.routes,
         ],
     )
+    app.state.backbeat_trust = TrustedPeers(backbeat_trust)
     app.state.locstatus = Context(
         mgr,
         token=token,

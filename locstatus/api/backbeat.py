@@ -1,5 +1,7 @@
-"""Backbeat-compatible routes under ``/_/backbeat/api/{crr|ingestion|lifecycle}/`` (docs/design.md
-§5.3).
+"""Backbeat-compatible routes under ``/_/{crr|ingestion|lifecycle}/`` (Backbeat's API server's
+own paths) and ``/_/backbeat/api/{crr|ingestion|lifecycle}/`` (CloudServer's, which it rewrites
+to the former before forwarding), plus ``GET /_/healthcheck`` (docs/http.md, "Backbeat-compatible
+routes").
 
 Why it is shaped so: existing tooling (Backbeat's API clients, operator scripts) drives pause and
 resume through these paths, so they are kept as Backbeat documents them (``docs/pause-resume.md``
@@ -24,6 +26,12 @@ targets the locations where the service is paused (409 if there is none). An unk
 or one without that service, is a 404. A corrupt record is never absent: with ``all`` a read
 answers a problem document naming it beside the readable locations, a mutation counts it as a
 failed location (docs/http.md, "Corrupt records in listings").
+
+Routing is Backbeat's too (its ``BackbeatRequest`` / ``findValidRoute``): a known path asked with
+a method it does not take (``POST status``, ``GET pause``) is a 404, not a 405; another method
+than GET, POST or DELETE is a 405; a trailing slash names the same route (``status/`` is
+``status``: Backbeat splits the path on ``/`` and an empty part is the default), never a
+redirect, which behind a proxy would point at the sidecar's own address.
 """
 
 from __future__ import annotations
@@ -35,14 +43,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Match
+from starlette.types import Scope
 
 from locstatus.errors import InvalidInput, InvalidTransition, NotFound
 from locstatus.manager import Operation
 from locstatus.models import LocationStatus
 from locstatus.names import check_location
 
-from .auth import authorize
+from .backbeat_trust import authorize_mutation
 from .context import ALL, Context, Ctx
 from .guard import BackbeatRoute
 from .principals import actor_for
@@ -91,7 +102,30 @@ _HOURS_BODY: dict[str, Any] = {
 _READ = responses(400, 404, 500, 503)
 _WRITE = responses(400, 401, 403, 404, 409, 413, 415, 503)
 
-router = APIRouter(prefix="/_/backbeat/api/{service}", tags=["backbeat"], route_class=BackbeatRoute)
+BACKBEAT_METHODS = frozenset({"GET", "POST", "DELETE"})
+"""The methods Backbeat's API server takes at all (any other is its 405)."""
+PREFIXES = ("/_/backbeat/api/{service}", "/_/{service}")
+"""CloudServer's path first (the one in the OpenAPI document), then Backbeat's own."""
+
+
+class BackbeatPath(BackbeatRoute):
+    """A Backbeat route routed as Backbeat routes: a path asked with a method of
+    :data:`BACKBEAT_METHODS` the route does not take matches nothing (404 once no other route
+    takes it), and trailing slashes are the route without them (Backbeat reads an empty part
+    of the path as the default)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            if len(path) > 1 and path.endswith("/"):
+                scope = {**scope, "path": path.rstrip("/") or "/"}
+        match, child = super().matches(scope)
+        if match is Match.PARTIAL and scope.get("method") in BACKBEAT_METHODS:
+            return Match.NONE, {}
+        return match, child
+
+
+_routes = APIRouter(tags=["backbeat"], route_class=BackbeatPath)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -172,9 +206,7 @@ def parse_hours(raw: bytes) -> int:
         data = json.loads(raw)
     except (ValueError, RecursionError):
         raise InvalidInput('schedule body must be JSON such as {"hours": 6}') from None
-    if data is None:
-        return DEFAULT_HOURS
-    if not isinstance(data, dict):
+    if not isinstance(data, dict):  # ``null`` included: the docs say an object, or no body
         raise InvalidInput('schedule body must be a JSON object such as {"hours": 6}')
     extra = sorted(str(k)[:40] for k in data if k != "hours")
     if extra:
@@ -194,13 +226,13 @@ def _status(request: Request, ctx: Context, service: str, loc: str) -> Response:
     return _read(request, ctx, loc, svc, _enabled(svc))
 
 
-@router.get("/status", response_model=StatusMap, responses=_READ,
+@_routes.get("/status", response_model=StatusMap, responses=_READ,
             summary="enabled/disabled for every location")
 def status_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
     return _status(request, ctx, service, ALL)
 
 
-@router.get("/status/{loc}", response_model=StatusMap, responses=_READ,
+@_routes.get("/status/{loc}", response_model=StatusMap, responses=_READ,
             summary="enabled/disabled for one location (or all)")
 def status_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
     return _status(request, ctx, service, loc)
@@ -221,20 +253,20 @@ def _resume(request: Request, ctx: Context, service: str, loc: str) -> Response:
     return _mutate(request, ctx, loc, operation, _enabled(svc))
 
 
-@router.post("/pause", response_model=StatusMap, responses=_WRITE,
-             dependencies=[Depends(authorize)], summary="Pause every location")
+@_routes.post("/pause", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize_mutation)], summary="Pause every location")
 def pause_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
     return _pause(request, ctx, service, ALL)
 
 
-@router.post("/pause/{loc}", response_model=StatusMap, responses=_WRITE,
-             dependencies=[Depends(authorize)], summary="Pause one location (or all)")
+@_routes.post("/pause/{loc}", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize_mutation)], summary="Pause one location (or all)")
 def pause_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
     return _pause(request, ctx, service, loc)
 
 
-@router.post("/resume", response_model=StatusMap, responses=_WRITE,
-             dependencies=[Depends(authorize)], summary="Resume every location now")
+@_routes.post("/resume", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize_mutation)], summary="Resume every location now")
 def resume_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
     return _resume(request, ctx, service, ALL)
 
@@ -262,44 +294,44 @@ def _cancel(request: Request, ctx: Context, service: str, loc: str) -> Response:
     return _mutate(request, ctx, loc, operation, _schedule(svc))
 
 
-@router.get("/resume", response_model=StatusMap, responses=_READ,
+@_routes.get("/resume", response_model=StatusMap, responses=_READ,
             summary="Scheduled resume of every location")
 def get_schedule_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
     return _get_schedule(request, ctx, service, ALL)
 
 
-@router.get("/resume/schedule", response_model=StatusMap, responses=_READ,
+@_routes.get("/resume/schedule", response_model=StatusMap, responses=_READ,
             summary="Scheduled resume of every location")
 def get_schedule_all2(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
     return _get_schedule(request, ctx, service, ALL)
 
 
-@router.post("/resume/schedule", response_model=StatusMap, responses=_WRITE,
-             dependencies=[Depends(authorize)], openapi_extra=_HOURS_BODY,
+@_routes.post("/resume/schedule", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize_mutation)], openapi_extra=_HOURS_BODY,
              summary="Schedule a resume of every paused location in N hours")
 async def post_schedule_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
     return await _post_schedule(request, ctx, service, ALL)
 
 
-@router.delete("/resume", response_model=StatusMap, responses=_WRITE,
-               dependencies=[Depends(authorize)], summary="Cancel every scheduled resume")
+@_routes.delete("/resume", response_model=StatusMap, responses=_WRITE,
+               dependencies=[Depends(authorize_mutation)], summary="Cancel every scheduled resume")
 def cancel_all(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
     return _cancel(request, ctx, service, ALL)
 
 
-@router.delete("/resume/schedule", response_model=StatusMap, responses=_WRITE,
-               dependencies=[Depends(authorize)], summary="Cancel every scheduled resume")
+@_routes.delete("/resume/schedule", response_model=StatusMap, responses=_WRITE,
+               dependencies=[Depends(authorize_mutation)], summary="Cancel every scheduled resume")
 def cancel_all2(request: Request, ctx: Ctx, service: ServiceParam) -> Response:
     return _cancel(request, ctx, service, ALL)
 
 
-@router.post("/resume/{loc}", response_model=StatusMap, responses=_WRITE,
-             dependencies=[Depends(authorize)], summary="Resume one location (or all) now")
+@_routes.post("/resume/{loc}", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize_mutation)], summary="Resume one location (or all) now")
 def resume_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
     return _resume(request, ctx, service, loc)
 
 
-@router.get("/resume/{loc}", response_model=StatusMap, responses=_READ,
+@_routes.get("/resume/{loc}", response_model=StatusMap, responses=_READ,
             summary="Scheduled resume of one location (or all)")
 def get_schedule_one(
     request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam
@@ -307,13 +339,13 @@ def get_schedule_one(
     return _get_schedule(request, ctx, service, loc)
 
 
-@router.delete("/resume/{loc}", response_model=StatusMap, responses=_WRITE,
-               dependencies=[Depends(authorize)], summary="Cancel a scheduled resume")
+@_routes.delete("/resume/{loc}", response_model=StatusMap, responses=_WRITE,
+               dependencies=[Depends(authorize_mutation)], summary="Cancel a scheduled resume")
 def cancel_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
     return _cancel(request, ctx, service, loc)
 
 
-@router.get("/resume/{loc}/schedule", response_model=StatusMap, responses=_READ,
+@_routes.get("/resume/{loc}/schedule", response_model=StatusMap, responses=_READ,
             summary="Scheduled resume of one location (or all)")
 def get_schedule_one2(
     request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam
@@ -321,8 +353,8 @@ def get_schedule_one2(
     return _get_schedule(request, ctx, service, loc)
 
 
-@router.post("/resume/{loc}/schedule", response_model=StatusMap, responses=_WRITE,
-             dependencies=[Depends(authorize)], openapi_extra=_HOURS_BODY,
+@_routes.post("/resume/{loc}/schedule", response_model=StatusMap, responses=_WRITE,
+             dependencies=[Depends(authorize_mutation)], openapi_extra=_HOURS_BODY,
              summary="Schedule a resume in N hours (default 6)")
 async def post_schedule_one(
     request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam
@@ -330,7 +362,39 @@ async def post_schedule_one(
     return await _post_schedule(request, ctx, service, loc)
 
 
-@router.delete("/resume/{loc}/schedule", response_model=StatusMap, responses=_WRITE,
-               dependencies=[Depends(authorize)], summary="Cancel a scheduled resume")
+@_routes.delete("/resume/{loc}/schedule", response_model=StatusMap, responses=_WRITE,
+               dependencies=[Depends(authorize_mutation)], summary="Cancel a scheduled resume")
 def cancel_one2(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam) -> Response:
     return _cancel(request, ctx, service, loc)
+
+
+# -- healthcheck ------------------------------------------------------------------------------
+
+
+def healthcheck(ctx: Ctx) -> Response:
+    """``GET /_/healthcheck`` (zenkoclient's ``checkConnection``): 200 while the backend answers
+    a ping, else the 503 problem of :class:`~locstatus.errors.BackendUnavailable`. The body has
+    Backbeat's shape (its Kafka topics and connections): no topic here, one connection."""
+    ctx.mgr.backend.ping()
+    return JSONResponse({"topics": {}, "internalConnections": {"backend": "ok"}})
+
+
+router = APIRouter()
+"""Every Backbeat route, under both prefixes, and the healthcheck under both. Copied flat, not
+included (FastAPI keeps an included router as a level every request walks through)."""
+for _prefix in PREFIXES:
+    for _route in _routes.routes:
+        assert isinstance(_route, APIRoute)
+        router.add_api_route(
+            _prefix + _route.path, _route.endpoint, methods=sorted(_route.methods or ()),
+            response_model=_route.response_model, responses=_route.responses,
+            dependencies=_route.dependencies, summary=_route.summary, tags=_route.tags,
+            openapi_extra=_route.openapi_extra, route_class_override=BackbeatPath,
+            include_in_schema=_prefix == PREFIXES[0],
+        )
+for _path in ("/_/healthcheck", "/_/backbeat/api/healthcheck"):
+    router.add_api_route(
+        _path, healthcheck, methods=["GET"], tags=["backbeat"], responses=responses(503),
+        summary="Backbeat's healthcheck: 200 while the backend answers",
+        include_in_schema=_path == "/_/healthcheck",
+    )

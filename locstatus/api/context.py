@@ -13,8 +13,9 @@ counts it in the metrics.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -41,6 +42,8 @@ from .responses import bulk_response, dump, location_response, parse_if_match
 
 if TYPE_CHECKING:
     from locstatus.reconciler import Reconciler
+
+log = logging.getLogger("locstatus.api")
 
 ALL = BULK_LOCATION
 """The location (and service) name that means "every one" in mutating routes."""
@@ -144,6 +147,7 @@ class Context:
             self.metrics.transition(event, type(exc).__name__)
             raise
         self.metrics.transition(event, "applied" if after.version != before.version else "noop")
+        _log_changes(event, before, after)
         if wait is not None:
             after = self.mgr.wait_settled(location, operation.service, timeout=wait)
         return after
@@ -164,6 +168,8 @@ class Context:
         def count(item: BulkItem, _done: int, _total: int | None) -> None:
             if item.outcome is Outcome.CHANGED:
                 self.metrics.transition(event, "applied")
+                if item.status is not None:
+                    _log_changes(event, None, item.status, operation.service)
             elif item.outcome is Outcome.UNCHANGED:
                 self.metrics.transition(event, "noop")
             elif item.outcome is Outcome.FAILED and not isinstance(item.error, CorruptRecord):
@@ -201,6 +207,30 @@ class Context:
             return problems.problem(409, "invalid transition", empty, instance=request.url.path,
                                     type_="urn:locstatus:invalid-transition")
         return bulk_response(request, results, render or dump)
+
+
+def _log_changes(
+    event: str, before: LocationStatus | None, after: LocationStatus,
+    service: str | Iterable[str] | None = None,
+) -> None:
+    """One INFO record per service this request changed (its last ``op_id`` moved), with the
+    location, service, op_id and actor (docs/http.md "Logs"). ``before`` None (bulk): the
+    services named by ``service`` (None: every one) whose last change is ``after``'s."""
+    named = None if service is None else {service} if isinstance(service, str) else set(service)
+    for svc, st in after.services.items():
+        if before is not None:
+            old = before.services.get(svc)
+            if old is not None and old.op_id == st.op_id:
+                continue
+        elif named is not None and svc not in named:
+            continue
+        log.info(
+            "%s %s/%s: %s (version %d)", event, after.location, svc, st.state.value,
+            after.version,
+            extra={"location": after.location, "service": svc, "op_id": st.op_id,
+                   "actor": st.actor, "event": event, "state": st.state.value,
+                   "version": after.version},
+        )
 
 
 async def context(request: Request) -> Context:

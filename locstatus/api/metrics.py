@@ -26,6 +26,13 @@ HTTP and each new label value would be a new series kept forever):
   (registrations that do not read, each counted as a live worker applying everything:
   docs/agent.md "Unreadable registrations and acknowledgements")
 - ``locstatus_reconciler_{runs,fired,settled,errors}_total``, ``..._last_run_timestamp_seconds``
+- what on-call alerts read (:mod:`.series`): ``locstatus_service_seconds_in_state_max{service,
+  state}``, and for the services not running, capped: ``locstatus_service_seconds_in_state{
+  location,service,state}``, ``locstatus_scheduled_resume_timestamp_seconds{location,service}``,
+  ``locstatus_transition_lagging_workers{location,service,state}``,
+  ``locstatus_location_series_omitted``; per live worker ``locstatus_worker_lagging_transitions``
+  and ``locstatus_worker_clock_offset_seconds``; after a periodic check ``locstatus_check_up``
+  and the ``locstatus_check_*`` families of ``check --metrics-file``
 - ``locstatus_clock_offset_seconds`` (this host's wall clock minus the backend's time),
   ``locstatus_clock_uncertainty_seconds`` (how far this process's estimate of the backend's
   time may be off), ``locstatus_clock_max_uncertainty_seconds`` (above it deadlines are
@@ -44,8 +51,11 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from locstatus.errors import LocstatusError
+from locstatus.fsm.table import EVENTS
 from locstatus.manager import Manager, lagging_workers, worker_live
 from locstatus.models import LocationStatus, State, WorkerInfo
+
+from .series import DEFAULT_LIMIT, CheckView, check_series, location_series
 
 if TYPE_CHECKING:
     from locstatus.reconciler import Reconciler
@@ -59,9 +69,17 @@ _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 class _StateCollector(Collector):
     """Reads the stored state at scrape time."""
 
-    def __init__(self, mgr: Manager, reconciler: Callable[[], Reconciler | None]) -> None:
+    def __init__(
+        self,
+        mgr: Manager,
+        reconciler: Callable[[], Reconciler | None],
+        check: Callable[[], CheckView | None],
+        limit: int,
+    ) -> None:
         self.mgr = mgr
         self.reconciler = reconciler
+        self.check = check
+        self.limit = limit
 
     def collect(self) -> Iterator[Metric]:
         stats = self.mgr.stats
@@ -82,6 +100,7 @@ class _StateCollector(Collector):
         )
         full.add_metric([], 0.0 if self.mgr.backend.store_full is None else 1.0)
         yield full
+        yield from check_series(self.check)
         up = GaugeMetricFamily("locstatus_backend_up", "1 if the last scrape read the backend")
         try:
             records, corrupt = self.mgr.listing(include_removed=True)
@@ -97,6 +116,11 @@ class _StateCollector(Collector):
         yield up
         yield from self._clock()
         yield from self._state(records, workers, acks, now)
+        yield from location_series(
+            records, workers, acks, now, self.mgr.time,
+            sorted(set(self.mgr.services) | {s for r in records for s in r.services}),
+            self.limit,
+        )
         g = GaugeMetricFamily(
             "locstatus_corrupt_records",
             "Location records that do not parse or validate (see 'locstatus check')",
@@ -242,7 +266,14 @@ class Metrics:
         mgr: Manager,
         *,
         reconciler: Callable[[], Reconciler | None] = lambda: None,
+        check: Callable[[], CheckView | None] = lambda: None,
+        location_series: int = DEFAULT_LIMIT,
     ) -> None:
+        """``check``: the sidecar's last periodic check, if it runs one; ``location_series``:
+        at most this many per-location (and per-worker) series, the oldest (0: none;
+        :mod:`.series`). Raises :class:`ValueError` for a negative limit."""
+        if location_series < 0:
+            raise ValueError(f"location_series must be >= 0, got {location_series}")
         self.registry = CollectorRegistry(auto_describe=True)
         self._requests = Counter(
             "locstatus_http_requests", "HTTP requests",
@@ -256,12 +287,15 @@ class Metrics:
             "locstatus_transitions", "State-machine events by event and result",
             ["event", "result"], registry=self.registry,
         )
+        for event in EVENTS:  # present from the start: a rate() over them is 0, not "no data"
+            for result in ("applied", "noop"):
+                self._transitions.labels(event, result)
         self._exhausted = Counter(
             "locstatus_conflicts_exhausted",
             "Operations refused because compare-and-set kept conflicting (409)",
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(mgr, reconciler))
+        self.registry.register(_StateCollector(mgr, reconciler, check, location_series))
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:

@@ -42,13 +42,16 @@ import uvicorn
 from locstatus import monotonic
 from locstatus.api.app import create_app
 from locstatus.api.auth import check_token
+from locstatus.api.backbeat_trust import TrustedPeers
 from locstatus.api.context import CheckState
 from locstatus.api.guard import split_host
 from locstatus.api.principals import Principals
 from locstatus.api.problems import SECRETS, redact
+from locstatus.api.series import DEFAULT_LIMIT
 from locstatus.api.workers import close_hub
 from locstatus.client import connect
 from locstatus.errors import InvalidInput
+from locstatus.logs import check_log_format, configure_logging
 from locstatus.manager import Manager
 from locstatus.reconciler import Reconciler
 from locstatus.settings import Settings
@@ -66,6 +69,9 @@ def serve(
     reconcile_interval: float,
     check_interval: float | None,
     allowed_hosts: Sequence[str] = (),
+    backbeat_trust: Sequence[str] = (),
+    location_series: int = DEFAULT_LIMIT,
+    log_format: str = "text",
 ) -> None:
     """Run the sidecar until interrupted (SIGINT/SIGTERM).
 
@@ -77,6 +83,12 @@ def serve(
     - ``check_interval``: seconds between read-only consistency checks, or None for none.
     - ``allowed_hosts``: ``Host`` names served besides loopback ones when there is no token
       (e.g. the name a local proxy forwards); see :func:`~locstatus.api.app.create_app`.
+    - ``backbeat_trust``: networks (CIDR) whose peers may call the Backbeat-route mutations
+      without the token: where CloudServer connects from (docs/http.md, "Putting locstatus
+      where Backbeat's API server was").
+    - ``location_series``: at most this many per-location series in ``/metrics`` (0: none).
+    - ``log_format``: ``text`` or ``json`` (one object per line, :mod:`locstatus.logs`), for
+      the sidecar's own records and uvicorn's.
 
     Raises :class:`InvalidInput` for a non-loopback bind without a token, a token no client
     could send, a bad port, interval or host name, or an address that cannot be bound;
@@ -93,6 +105,7 @@ def serve(
                 f"invalid --allow-host {name!r}: expected a host name or address such as "
                 "s3.zenko.local (any port is served)"
             )
+    TrustedPeers(backbeat_trust)  # a bad network is refused before anything starts
     if not host:
         raise InvalidInput("empty --host: give an address such as 127.0.0.1")
     if not 0 <= port <= 65535:
@@ -101,6 +114,9 @@ def serve(
         raise InvalidInput(f"reconcile interval must be > 0 seconds, got {reconcile_interval}")
     if check_interval is not None and not check_interval > 0:
         raise InvalidInput(f"check interval must be > 0 seconds, got {check_interval}")
+    log_format = check_log_format(log_format)
+    if location_series < 0:
+        raise InvalidInput(f"--location-series must be >= 0, got {location_series}")
     loopback = is_loopback(host)
     if not loopback and not principals.enabled and not insecure:
         raise InvalidInput(
@@ -121,6 +137,8 @@ def serve(
         mgr, token=token, reconciler=reconciler, check=check_state, principals=principals,
         # --insecure on a non-loopback address serves the network on purpose: any Host
         allowed_hosts=["*"] if insecure and not loopback else allowed_hosts,
+        backbeat_trust=backbeat_trust,
+        location_series=location_series,
     )
     reconciler.observer = app.state.locstatus.metrics.transition
     checker = (
@@ -128,7 +146,16 @@ def serve(
         if check_interval is not None and check_state is not None
         else None
     )
-    config = uvicorn.Config(app, log_level="info", server_header=False, lifespan="off")
+    if log_format == "json":
+        # uvicorn's records go to the root logger's JSON handler instead of its own config
+        configure_logging("json")
+        logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # proxy_headers off: the peer is the socket's address, never a client's X-Forwarded-For
+    # (the --backbeat-trust rule trusts the peer).
+    config = uvicorn.Config(
+        app, log_level="info", server_header=False, lifespan="off", proxy_headers=False,
+        log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
+    )
     _install_redaction()
     bound = sock.getsockname()
     log.info(
@@ -242,6 +269,8 @@ class _CheckRunner:
             self._thread.join(10)
 
     def _loop(self, run_check: Any) -> None:
+        log_report = getattr(importlib.import_module("locstatus.check"), "log_report", None)
+        known: set[str] = set()
         while not self._stop.is_set():
             start = time.monotonic()
             try:
@@ -253,6 +282,9 @@ class _CheckRunner:
                     self.state.error = message
                     self.state.at = self.mgr.clock()
             else:
+                if log_report is not None:  # new findings, the repairs and a summary
+                    log_report(result, known=known)
+                    known = {f.id for f in result.findings}
                 with self.state.lock:
                     self.state.result = result
                     self.state.error = None
@@ -316,6 +348,7 @@ class BackgroundServer:
     ) -> None:
         config.setdefault("log_level", "warning")
         config.setdefault("lifespan", "off")
+        config.setdefault("proxy_headers", False)  # as serve(): the peer is the socket's
         self.sock = bind_socket(host, port)
         self.app = app
         self.server = uvicorn.Server(uvicorn.Config(app, **config))

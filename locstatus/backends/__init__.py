@@ -33,17 +33,52 @@ _SCHEMES = {
 }
 
 
-def open_backend(url: str) -> Backend:
+CONNECT_TIMEOUT_OPTIONS = {
+    "zk": ("timeout", 1.0),
+    "mongodb": ("serverSelectionTimeoutMS", 1000.0),
+    "mongodb+srv": ("serverSelectionTimeoutMS", 1000.0),
+}
+"""Per scheme: the URL parameter that bounds connecting, and its unit in seconds."""
+
+
+def with_connect_timeout(url: str, seconds: float) -> str:
+    """``url`` with its backend's connect bound set to ``seconds`` (ZooKeeper ``timeout``,
+    MongoDB ``serverSelectionTimeoutMS``) unless the URL already sets it; embedded backends
+    (SQLite, memory) have nothing to connect to and are returned unchanged. Raises
+    :class:`InvalidInput` unless ``0 < seconds <= 3600`` (docs/cli.md, "Global options")."""
+    if not 0 < seconds <= 3600:
+        raise InvalidInput(
+            f"invalid connect timeout {seconds!r}: expected seconds, more than 0 and at most 3600"
+        )
+    match = _SCHEME_RE.match(url)
+    option = CONNECT_TIMEOUT_OPTIONS.get(match.group(1).lower() if match else "")
+    if option is None:
+        return url
+    name, unit = option
+    base, _, fragment = url.partition("#")
+    query = base.partition("?")[2]
+    if any(p.split("=", 1)[0].lower() == name.lower() for p in query.split("&") if p):
+        return url
+    value = f"{seconds / unit:g}" if unit == 1.0 else str(max(1, round(seconds * 1000)))
+    sep = "&" if query else ("" if base.endswith("?") else "?")
+    return f"{base}{sep}{name}={value}" + (f"#{fragment}" if fragment else "")
+
+
+def open_backend(url: str, *, connect_timeout: float | None = None) -> Backend:
     """Open the backend named by ``url`` (``memory://``, ``sqlite:///path``,
     ``zk://host:port[,host:port]/chroot``, ``mongodb://...``; parameters and their bounds:
-    docs/cli.md, docs/zookeeper.md, docs/mongodb.md).
+    docs/cli.md, docs/zookeeper.md, docs/mongodb.md). ``connect_timeout`` (seconds): give up
+    connecting after it unless the URL sets its own bound (:func:`with_connect_timeout`).
 
     Raises :class:`InvalidInput` for something that is not a URL string, an unknown scheme, a
     malformed URL or a parameter out of its bounds (naming it),
     :class:`BackendUnavailable` when the backend cannot be reached, and :class:`InvalidInput`
     naming the extra to install when its client library is missing.
     """
-    backend: Backend = _backend_class(url)(url)
+    cls = _backend_class(url)
+    if connect_timeout is not None:
+        url = with_connect_timeout(url, connect_timeout)
+    backend: Backend = cls(url)
     return backend
 
 
@@ -100,4 +135,5 @@ __all__ = [
     "missing_store",
     "open_backend",
     "redact_url",
+    "with_connect_timeout",
 ]

@@ -117,6 +117,13 @@ class HistoryGaps:
 GAPS_LISTED = 1000
 """At most this many versions of each kind in one :class:`HistoryGaps`."""
 
+DOWN_GRACE = 0.5
+"""Seconds a network backend's call waits, counted from when its connection was seen going
+down (ZooKeeper SUSPENDED or LOST, no MongoDB server selectable), for it to come back before
+:class:`BackendUnavailable`. A blip (a leader failover, a cut TCP connection) is ridden
+through; an outage is answered within a second, never after the full ``timeout``
+(docs/reliability.md, "Failing fast while the backend is down")."""
+
 
 class Scan(Protocol):
     """What :meth:`Backend.scan_with_history` returns: iterable once, sized (``len`` may be an

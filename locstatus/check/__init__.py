@@ -38,9 +38,10 @@ What lives here, one idea per module, layered so that each only looks down:
 - :mod:`.findings`: what each finding kind says (message, evidence, repair plan);
 - :mod:`.scan`: the one pass that reads and judges;
 - :mod:`.repair`: the repairs, planned purely and made through the manager's guarded writes;
-- :mod:`.render` (rich: the table, the summary line, the progress bar) and
-  :mod:`.prometheus` (the textfile collector's file): the only modules that format for an
-  outside reader;
+- :mod:`.render` (rich: the table, the summary line, the progress bar),
+  :mod:`.prometheus` (the textfile collector's file, and the families the sidecar serves) and
+  :mod:`.events` (one log record per finding and repair): the only modules that format for
+  an outside reader;
 - :mod:`.run`: :func:`run_check`, which strings them together.
 
 Why it is shaped so:
@@ -80,7 +81,8 @@ Usage::
 
 from __future__ import annotations
 
-from locstatus.check.prometheus import metrics_text, write_metrics
+from locstatus.check.events import log_report
+from locstatus.check.prometheus import metrics_text, report_families, write_metrics
 from locstatus.check.render import PROGRESS_THRESHOLD, render_report
 from locstatus.check.report import (
     FORMAT,
@@ -107,8 +109,10 @@ __all__ = [
     "Kind",
     "Outcome",
     "Repair",
+    "log_report",
     "metrics_text",
     "render_report",
+    "report_families",
     "run_check",
     "write_metrics",
 ]

@@ -48,16 +48,30 @@ def write_metrics(report: CheckReport, path: str) -> None:
                 os.unlink(tmp)
 
 
+Family = tuple[str, str, list[tuple[dict[str, str], float]]]
+"""One gauge family: name, help text, samples (labels, value)."""
+
+
 def metrics_text(report: CheckReport) -> str:
     """The Prometheus text exposition of ``report`` (what :func:`write_metrics` writes)."""
     out: list[str] = []
-
-    def family(name: str, help_: str, samples: Iterable[tuple[dict[str, str], float]]) -> None:
+    for name, help_, samples in report_families(report):
         out.append(f"# HELP {name} {help_}")
         out.append(f"# TYPE {name} gauge")
         for labels, value in samples:
             inner = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
             out.append(f"{name}{{{inner}}} {_num(value)}" if inner else f"{name} {_num(value)}")
+    return "\n".join(out) + "\n"
+
+
+def report_families(report: CheckReport) -> list[Family]:
+    """The gauge families of ``report``: what :func:`metrics_text` writes for the textfile
+    collector, and what the sidecar serves at ``/metrics`` after its periodic check
+    (``serve --check-interval``), under the same names, so one alert rule reads either."""
+    out: list[Family] = []
+
+    def family(name: str, help_: str, samples: Iterable[tuple[dict[str, str], float]]) -> None:
+        out.append((name, help_, [(labels, float(value)) for labels, value in samples]))
 
     s = report.summary
     family(
@@ -111,7 +125,7 @@ def metrics_text(report: CheckReport) -> str:
         "Exit code of the last consistency check: 0 clean, 1 findings left, 2 error.",
         [({}, report.exit_code)],
     )
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _label(value: str) -> str:

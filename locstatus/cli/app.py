@@ -22,6 +22,7 @@ from locstatus import __version__
 from locstatus.backends import DEFAULT_URL, missing_store
 from locstatus.client import connect
 from locstatus.errors import (
+    BackendUnavailable,
     InvalidInput,
     LocstatusError,
 )
@@ -32,6 +33,7 @@ from locstatus.names import (
 )
 
 from .parsing import (
+    parse_number,
     parse_services,
     shown,
 )
@@ -99,6 +101,7 @@ class Options:
     backend_given: bool
     services: tuple[str, ...]
     ctx: typer.Context
+    connect_timeout: float = 3.0
     _manager: Manager | None = field(default=None, repr=False)
 
     def manager(self, *, create: bool = False) -> Manager:
@@ -115,7 +118,14 @@ class Options:
                     "with 'locstatus locations sync FILE'"
                 )
             try:
-                self._manager = connect(self.backend, services=self.services)
+                self._manager = connect(
+                    self.backend, services=self.services, connect_timeout=self.connect_timeout
+                )
+            except BackendUnavailable as exc:  # say how to wait longer
+                raise BackendUnavailable(
+                    f"{exc.message}; --connect-timeout SECONDS (LOCSTATUS_CONNECT_TIMEOUT) sets "
+                    "how long to try"
+                ) from None
             except ValidationError as exc:  # another LOCSTATUS_* variable is malformed
                 raise InvalidInput(
                     f"invalid LOCSTATUS_* environment: {short_validation(exc)}"
@@ -176,6 +186,16 @@ def _root(
             help="The configured service set (comma-separated).",
         ),
     ] = ",".join(DEFAULT_SERVICES),
+    connect_timeout: Annotated[
+        str,
+        typer.Option(
+            "--connect-timeout",
+            envvar="LOCSTATUS_CONNECT_TIMEOUT",
+            metavar="SECONDS",
+            help="Give up connecting to a ZooKeeper or MongoDB backend after this long "
+            "(unless the URL sets its own timeout; 'serve' uses the URL's).",
+        ),
+    ] = "3",
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
@@ -185,12 +205,16 @@ def _root(
     check_monotonic()  # a faked monotonic clock would hang every --wait (docs/time.md)
     if not backend.strip():
         raise InvalidInput(f"invalid --backend {backend!r}: empty URL")
+    timeout = parse_number(
+        "--connect-timeout", connect_timeout, low=0, high=3600, low_inclusive=False
+    )
     source = ctx.get_parameter_source("backend")
     ctx.obj = Options(
         backend=backend.strip(),
         backend_given=getattr(source, "name", None) == "COMMANDLINE",
         services=parse_services(services),
         ctx=ctx,
+        connect_timeout=timeout,
     )
 
 

@@ -1,5 +1,7 @@
 """``check``, ``serve`` and ``demo``: commands implemented in other modules, imported only when
 they run, so a missing optional dependency only breaks that command (exit 2, with the reason).
+The ``import`` and ``bridge`` groups (Backbeat, docs/backbeat.md) are defined in their own
+packages and registered here; they import their drivers (kazoo, pymongo, redis) only when run.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from typing import Annotated, Any
 import typer
 import typer.core
 
+from locstatus.bridge.command import bridge_app
 from locstatus.errors import (
     InvalidInput,
 )
+from locstatus.importers.command import import_app
 from locstatus.locations import load_locations
+from locstatus.logs import check_log_format, configure_logging
 
 from .app import (
     JsonOpt,
@@ -105,8 +110,19 @@ def check(
             help="Report a worker (or this host) whose clock is off the backend's by more.",
         ),
     ] = 1.0,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            envvar="LOCSTATUS_LOG_FORMAT",
+            metavar="text|json",
+            help="json: also log every finding and repair as one JSON object per line on "
+            "stderr (location, service, worker, kind); text: the report only.",
+        ),
+    ] = None,
 ) -> None:
     """Consistency check (docs/design.md §5.4): exit 0 clean, 1 findings left, 2 could not run."""
+    fmt = check_log_format(log_format) if log_format is not None else None
     stuck = parse_duration(stuck_after, option="--stuck-after")
     ttl = parse_duration(tombstone_ttl, option="--tombstone-ttl")
     if location_config is not None and locations is None:
@@ -123,6 +139,8 @@ def check(
     run_check, render_report, write_metrics = _feature(
         "locstatus.check", "check", "run_check", "render_report", "write_metrics"
     )
+    if fmt == "json":
+        configure_logging(fmt)
     mgr = options_of(ctx).manager()
     report = run_check(
         mgr,
@@ -140,6 +158,9 @@ def check(
         render_report(report, new_console())
     if metrics_file is not None:
         write_metrics(report, metrics_file)
+    if fmt == "json":
+        (log_report,) = _feature("locstatus.check", "check", "log_report")
+        log_report(report)
     raise typer.Exit(int(report.exit_code))
 
 
@@ -186,12 +207,42 @@ def serve(
             "loopback names are always served.",
         ),
     ] = None,
+    backbeat_trust: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backbeat-trust",
+            metavar="CIDR",
+            help="Peers in this network (repeatable) may call the Backbeat-route mutations "
+            "without the token: where CloudServer connects from (docs/http.md).",
+        ),
+    ] = None,
+    location_series: Annotated[
+        str,
+        typer.Option(
+            "--location-series",
+            metavar="N",
+            help="At most N per-location series in /metrics: the services not running that "
+            "changed longest ago (0: none; fleet-wide series are always there).",
+        ),
+    ] = "1000",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            envvar="LOCSTATUS_LOG_FORMAT",
+            metavar="text|json",
+            help="json: one JSON object per line (location, service, op_id, actor when known).",
+        ),
+    ] = "text",
 ) -> None:
     """Run the HTTP sidecar (docs/design.md §5.3); the token comes from $LOCSTATUS_API_TOKEN."""
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # a long-running process logs them
     port_number = parse_port(port)
     reconcile = interval_seconds("--reconcile-interval", reconcile_interval)
     check_every = interval_seconds("--check-interval", check_interval)
+    series = int(parse_number("--location-series", location_series, low=0, high=1_000_000,
+                              integer=True))
+    log_format = check_log_format(log_format)
     (serve_fn,) = _feature("locstatus.api.server", "serve", "serve", extra="server")
     serve_fn(
         options_of(ctx).backend,
@@ -202,6 +253,9 @@ def serve(
         reconcile_interval=reconcile,
         check_interval=check_every,
         allowed_hosts=tuple(allow_host or ()),
+        backbeat_trust=tuple(backbeat_trust or ()),
+        location_series=series,
+        log_format=log_format,
     )
 
 
@@ -238,3 +292,5 @@ def demo(
     )
 
 
+app.add_typer(import_app, name="import")
+app.add_typer(bridge_app, name="bridge")

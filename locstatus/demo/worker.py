@@ -56,6 +56,7 @@ from typing import Any
 from locstatus.agent import Agent
 from locstatus.client import connect
 from locstatus.errors import LocstatusError
+from locstatus.logs import LOG_FORMATS, check_log_format, configure_logging
 from locstatus.manager import Manager
 from locstatus.names import check_location
 from locstatus.settings import Settings
@@ -290,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave due scheduled resumes to the sidecar's reconciler")
     p.add_argument("--log-every", metavar="SECONDS", type=_positive("seconds", allow_zero=True),
                    default=10.0, help="log a progress line this often (0: never; default 10)")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default=None,
+                   help="text, or json: one object per line with worker, location, service, "
+                   "op_id and actor where they apply (default $LOCSTATUS_LOG_FORMAT, text)")
     p.add_argument("--exit-with-parent", action="store_true",
                    help="stop when the parent process exits (the demo starts its workers so)")
     p.add_argument("--healthcheck", action="store_true",
@@ -308,6 +312,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if args.status_file is None:
             parser.error("--healthcheck needs --status-file")
         return args
+    try:
+        args.log_format = check_log_format(
+            args.log_format or os.environ.get("LOCSTATUS_LOG_FORMAT", "text"),
+            "--log-format (LOCSTATUS_LOG_FORMAT)",
+        )
+    except LocstatusError as exc:
+        parser.error(exc.message)
     if not args.worker_id:
         parser.error("--id is required")
     try:
@@ -426,11 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         healthy, reason = healthcheck(args.status_file, args.max_age)
         print(reason, file=sys.stdout if healthy else sys.stderr)
         return 0 if healthy else 1
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stdout,
-    )
+    configure_logging(args.log_format, stream=sys.stdout)
     logging.getLogger("kazoo").setLevel(logging.WARNING)  # its INFO lines are per connection try
     return run(args)
 

@@ -18,6 +18,7 @@ idempotently (same name and options: a no-op); a changed ``worker_ttl`` is appli
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,7 +40,14 @@ from pymongo.errors import (
     WriteConcernError,
     WTimeoutError,
 )
+from pymongo.monitoring import (
+    ServerHeartbeatFailedEvent,
+    ServerHeartbeatListener,
+    ServerHeartbeatStartedEvent,
+    ServerHeartbeatSucceededEvent,
+)
 
+from locstatus.backends.base import DOWN_GRACE
 from locstatus.backends.mongo.url import MongoSettings
 from locstatus.backends.urls import redact_url
 from locstatus.errors import AmbiguousCommit, BackendUnavailable, InvalidInput
@@ -49,6 +57,27 @@ Doc = dict[str, Any]
 _INDEX_OPTIONS_CONFLICT = {85, 86}
 CLOSE_TIMEOUT = 0.5
 """Seconds the driver may spend ending its server sessions when the backend closes."""
+
+
+class _Heartbeats(ServerHeartbeatListener):
+    """Whether the driver's last check of some server failed (its monitor's heartbeat), as
+    opposed to a request's connection that broke: what makes the backend "known down"."""
+
+    def __init__(self) -> None:
+        self._failed: set[tuple[str, int | None]] = set()
+
+    @property
+    def failing(self) -> bool:
+        return bool(self._failed)
+
+    def started(self, event: ServerHeartbeatStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: ServerHeartbeatSucceededEvent) -> None:
+        self._failed.discard(event.connection_id)
+
+    def failed(self, event: ServerHeartbeatFailedEvent) -> None:
+        self._failed.add(event.connection_id)
 
 
 def short(exc: BaseException, limit: int = 300) -> str:
@@ -71,13 +100,18 @@ class Store:
 
     def __init__(self, settings: MongoSettings, url: str) -> None:
         self.settings = s = settings
+        self.heartbeats = _Heartbeats()
         try:
             self.client: MongoClient[Doc] = MongoClient(
-                s.client_url, tz_aware=True, connect=False, **s.client_options
+                s.client_url, tz_aware=True, connect=False,
+                event_listeners=[self.heartbeats], **s.client_options,
             )
         except (ConfigurationError, ValueError, TypeError) as exc:
             raise InvalidInput(f"invalid MongoDB URL {redact_url(url)}: {short(exc)}") from None
         self.closed = False
+        self.reached = False
+        """A server answered once (the indexes were created): losing it is "known down"."""
+        self._down_seen: tuple[float, str] | None = None  # (monotonic, why) of a failed ping
         self.db: Database[Doc] = self.client[s.database]
         self.records: Collection[Doc] = self.db[s.collection]
         self.history: Collection[Doc] = self.db[f"{s.collection}_history"]
@@ -103,6 +137,7 @@ class Store:
         integer beyond BSON's 8 bytes) was never sent: :class:`InvalidInput` naming ``what``."""
         if self.closed:
             raise BackendUnavailable(f"MongoDB backend {self.settings.where} is closed")
+        self.fail_fast(what)
         try:
             yield
         except DocumentTooLarge as exc:  # refused by the driver: nothing was sent
@@ -187,6 +222,42 @@ class Store:
                     index={"name": "expires_at_ttl", "expireAfterSeconds": ttl},
                     maxTimeMS=mt,
                 )
+        self.reached = True  # from now on, no selectable server means "known down"
+
+    def fail_fast(self, what: str) -> None:
+        """While the backend is known down (once a server was reached, the driver's own check
+        of a server failed since its last success, and it knows no selectable server: a server
+        that went down, a replica set without a primary), make sure one answers within
+        :data:`DOWN_GRACE` seconds before the operation waits out ``serverSelectionTimeoutMS``;
+        the ping's server selection asks the driver to check every server now, so the first
+        call after the server is back finds it. A second call within the grace of a failed
+        ping fails without one. A request whose connection broke (a lost answer) is no
+        outage until the driver's check fails too: the op_id lookup after an ambiguous write
+        still waits for the server as before (docs/design.md §3.2). Raises
+        :class:`BackendUnavailable`, nothing sent (docs/reliability.md, "Failing fast while
+        the backend is down")."""
+        if not self.reached or not self.heartbeats.failing:
+            return
+        if self.client.topology_description.has_writable_server():
+            return
+        failed = self._down_seen
+        if failed is not None and time.monotonic() - failed[0] < DOWN_GRACE:
+            raise BackendUnavailable(self._down_message(what, failed[1]))  # asked just now
+        try:
+            # the driver's server selection waits in steps of 0.5 s whatever its budget: half
+            # the grace still asks for one check of every server, and answers within it
+            with pymongo.timeout(DOWN_GRACE / 2):
+                self.client.admin.command("ping")
+        except PyMongoError as exc:
+            self._down_seen = (time.monotonic(), short(exc, 200))
+            raise BackendUnavailable(self._down_message(what, self._down_seen[1])) from exc
+        self._down_seen = None
+
+    def _down_message(self, what: str, why: str) -> str:
+        return (
+            f"MongoDB at {self.settings.where} is unreachable ({what}): no server selectable, "
+            f"none answered within {DOWN_GRACE:g}s; is mongod running? [{why}]"
+        )
 
     def close_client(self) -> None:
         """Close the driver's client (bounded by :data:`CLOSE_TIMEOUT`; errors ignored)."""

@@ -16,8 +16,9 @@ The package follows kazoo's own line between protocol and client, bottom up:
   acknowledgements, the watcher thread that performs the machine's steps;
 - ``backend``: :class:`ZooKeeperBackend`, thin, over all of them.
 
-URL query parameters: ``timeout`` (seconds to connect, and to wait for a connection or an answer
-before :class:`~locstatus.errors.BackendUnavailable`; default 10), ``session_timeout`` (seconds;
+URL query parameters: ``timeout`` (seconds to connect, and to wait for an answer before
+:class:`~locstatus.errors.BackendUnavailable`; default 10; a connection known down fails a call
+after :data:`~locstatus.backends.base.DOWN_GRACE` instead), ``session_timeout`` (seconds;
 default 10), ``world_read`` (true|false, with credentials; default true), ``max_bytes``.
 """
 

@@ -8,11 +8,15 @@ call had drifted. Here, once:
 - **Reads and idempotent writes** (:meth:`ZkClient.call`) are retried on connection errors only,
   with a bounded :class:`~kazoo.retry.KazooRetry`, for at most ``timeout`` seconds; then
   :class:`BackendUnavailable` naming the hosts and the connection state.
-- **Transactions** (:meth:`ZkClient.commit`) are sent once, and only while connected: in
-  SUSPENDED they wait (bounded by ``timeout``) and then fail with :class:`BackendUnavailable`,
-  nothing sent. A multi-op sent whose answer is lost (ConnectionLoss, SessionExpired, timeout)
-  raises :class:`AmbiguousCommit` (outcome unknown); one the server refused returns its
-  :class:`~locstatus.backends.zookeeper.txn.Refusal` (nothing applied).
+- **Known down, answered at once**: while the connection is SUSPENDED or LOST, every call
+  (each retry attempt too) waits for it only until :data:`~locstatus.backends.base.DOWN_GRACE`
+  seconds after it went down, then fails with :class:`BackendUnavailable`, nothing sent: a blip
+  is ridden through, an outage answered within a second, never after the full ``timeout``
+  (docs/reliability.md, "Failing fast while the backend is down").
+- **Transactions** (:meth:`ZkClient.commit`) are sent once, and only while connected (waiting
+  as above), nothing sent otherwise. A multi-op sent whose answer is lost (ConnectionLoss,
+  SessionExpired, timeout) raises :class:`AmbiguousCommit` (outcome unknown); one the server
+  refused returns its :class:`~locstatus.backends.zookeeper.txn.Refusal` (nothing applied).
 - **Refused credentials** (NoAuth, AuthFailed) say which ACL and how to give its credentials.
 - **Size**: ZooKeeper refuses requests above ``jute.maxbuffer`` (1 MB) by dropping the
   connection; writes are measured first (:meth:`ZkClient.check_size`) and refused with
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -46,6 +51,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import ACL, make_acl, make_digest_acl
 
+from locstatus.backends.base import DOWN_GRACE
 from locstatus.backends.urls import redact_url
 from locstatus.backends.zookeeper.txn import Refusal, Transaction, refusal
 from locstatus.backends.zookeeper.url import AUTH_ENV, ZkParams
@@ -61,8 +67,8 @@ _RETRYABLE = KazooRetry.RETRY_EXCEPTIONS + KazooRetry.EXPIRED_EXCEPTIONS
 class ZkClient:
     """The kazoo client of one backend: its session, its connection state and its error edge.
 
-    ``live`` is set while connected (by the backend's state listener, on kazoo's thread);
-    ``closed`` once the backend closed. Usage::
+    ``live`` is set while connected (by the backend's state listener, on kazoo's thread,
+    through :meth:`connected` and :meth:`disconnected`); ``closed`` once the backend closed. Usage::
 
         client = ZkClient(parse_zk_url(url), url)
         client.start(listener)                        # BackendUnavailable if nobody answers
@@ -91,6 +97,8 @@ class ZkClient:
             command_retry=KazooRetry(max_tries=0),
         )
         self.live = threading.Event()
+        self.down_since: float | None = None
+        """Monotonic time the connection went down; None while connected."""
         self.closed = False
 
     # -- session -----------------------------------------------------------------------------
@@ -120,6 +128,17 @@ class ZkClient:
             self.kazoo.stop()
         with contextlib.suppress(Exception):
             self.kazoo.close()
+        self.live.clear()
+
+    def connected(self) -> None:
+        """The connection is up (kazoo's CONNECTED)."""
+        self.down_since = None
+        self.live.set()
+
+    def disconnected(self) -> None:
+        """The connection is down (SUSPENDED or LOST): calls fail fast from now on."""
+        if self.down_since is None:
+            self.down_since = time.monotonic()
         self.live.clear()
 
     @property
@@ -163,8 +182,15 @@ class ZkClient:
     def call(self, what: str, fn: Callable[[], T]) -> T:
         """Run ``fn`` (a read, or an idempotent write) retrying connection errors only, for at
         most ``timeout`` seconds; then :class:`BackendUnavailable`. A locstatus error ``fn``
-        raises passes through."""
+        raises passes through. While the connection is known down, each attempt waits for it
+        only as :meth:`wait_live` does."""
         self.check_open()
+        self.wait_live(what)
+
+        def attempt() -> T:
+            self.wait_live(what)
+            return fn()
+
         try:
             try:
                 return fn()  # the common case: no retry machinery
@@ -173,21 +199,33 @@ class ZkClient:
                     max_tries=-1, delay=0.02, backoff=2, max_delay=0.5, max_jitter=0.3,
                     deadline=self.params.timeout, ignore_expire=True,
                 )
-                return cast(T, retry(fn))
+                return cast(T, retry(attempt))
         except LocstatusError:
             raise
         except (KazooException, KazooTimeoutError, RetryFailedError) as exc:
             raise self.unavailable(what, exc) from exc
 
     def wait_connected(self, what: str) -> None:
-        """Block until connected (at most ``timeout`` seconds): writes are never queued while
+        """Block until connected (:meth:`wait_live`): writes are never queued while
         SUSPENDED. Raises :class:`BackendUnavailable` (nothing was sent)."""
         self.check_open()
-        if not self.live.is_set() and not self.live.wait(self.params.timeout):
-            raise BackendUnavailable(
-                f"not connected to ZooKeeper {self.params.hosts} for {self.params.timeout:g}s "
-                f"(connection {self.kazoo.state}); {what}: nothing was written"
-            )
+        self.wait_live(what, written=True)
+
+    def wait_live(self, what: str, *, written: bool = False) -> None:
+        """Return at once while connected; while the connection is known down, wait for it
+        until :data:`DOWN_GRACE` seconds after it went down, then raise
+        :class:`BackendUnavailable` (nothing was sent)."""
+        if self.live.is_set():
+            return
+        since = self.down_since
+        left = DOWN_GRACE if since is None else since + DOWN_GRACE - time.monotonic()
+        if left > 0 and self.live.wait(left):
+            return
+        down = 0.0 if since is None else time.monotonic() - since
+        raise BackendUnavailable(
+            f"not connected to ZooKeeper {self.params.hosts} (connection {self.kazoo.state} "
+            f"for {down:.1f}s); {what}: " + ("nothing was written" if written else "not sent")
+        )
 
     def transaction(self) -> Transaction:
         return Transaction(self.kazoo)

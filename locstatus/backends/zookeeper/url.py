@@ -30,7 +30,8 @@ AUTH_ENV = "LOCSTATUS_ZK_AUTH"
 """Digest credentials ``user:password`` when the URL carries none."""
 
 TIMEOUT = Number("timeout", 10.0, 0, 3600, low_open=True)
-"""Seconds to connect, and to wait for a lost connection or an answer."""
+"""Seconds to connect, and to wait for an answer (a connection known down is not waited for
+longer than :data:`~locstatus.backends.base.DOWN_GRACE`)."""
 SESSION_TIMEOUT = Number("session_timeout", 10.0, 0.4, 3600)
 """ZooKeeper session timeout, in seconds (the server bounds it further)."""
 MAX_BYTES = Number("max_bytes", DEFAULT_MAX_BYTES, 1024, 1_048_000, unit="bytes", integer=True)

@@ -94,9 +94,9 @@ class Watcher:
     def on_state(self, state: str) -> None:
         """kazoo's connection thread: note the state, hand the rest to our thread, return."""
         if state == KazooState.CONNECTED:
-            self.client.live.set()
+            self.client.connected()
         else:
-            self.client.live.clear()
+            self.client.disconnected()
         self.copy.forget()
         self._events.put(("state", state))
 

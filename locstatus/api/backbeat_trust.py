@@ -1,0 +1,95 @@
+"""Who may change the state through the Backbeat-compatible routes without the bearer token
+(docs/http.md, "Putting locstatus where Backbeat's API server was").
+
+Why it is shaped so: Backbeat's API server does not authenticate anybody; CloudServer does
+(SigV4, ``Authorization: AWS4-HMAC-SHA256 ...``), then forwards the request, signature and
+all, and Backbeat only checks that the peer address is in its ``healthChecks.allowFrom``
+networks. locstatus cannot verify a SigV4 signature (the secret keys live in Vault), so it
+trusts the same thing Backbeat trusts: the TCP peer. A Backbeat-route mutation whose peer is in
+one of the operator's ``--backbeat-trust`` networks needs no bearer token; from anywhere else
+it needs the token as before, and the ``/v1`` mutations always do. The peer is the socket's
+own address (the sidecar turns off uvicorn's ``X-Forwarded-For`` rewriting), so a client cannot
+claim a trusted address in a header.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from typing import Annotated
+
+from fastapi import Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from locstatus.errors import InvalidInput, Unauthorized
+
+from .auth import authorize
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="LOCSTATUS_API_TOKEN; not needed from a --backbeat-trust network",
+)
+
+
+class TrustedPeers:
+    """The networks whose peers may call the Backbeat mutations without the bearer token.
+
+    ``networks``: CIDR blocks or single addresses (``10.0.0.0/8``, ``127.0.0.1``, ``::1``).
+    Raises :class:`InvalidInput` naming the entry that does not parse.
+
+    Usage::
+
+        peers = TrustedPeers(["10.100.0.0/16"])
+        peers.trusts("10.100.3.4")   # True
+        peers.trusts("192.0.2.1")    # False
+    """
+
+    def __init__(self, networks: Iterable[str] = ()) -> None:
+        parsed: list[Network] = []
+        for entry in networks:
+            try:
+                parsed.append(ipaddress.ip_network(entry.strip(), strict=False))
+            except ValueError:
+                raise InvalidInput(
+                    f"invalid --backbeat-trust {entry[:80]!r}: expected an address or a CIDR "
+                    "block such as 10.100.0.0/16 (the network CloudServer connects from)"
+                ) from None
+        self.networks: tuple[Network, ...] = tuple(parsed)
+
+    def __bool__(self) -> bool:
+        return bool(self.networks)
+
+    def trusts(self, peer: str | None) -> bool:
+        """True when ``peer`` (an address literal, or None when unknown) is in a network."""
+        if peer is None or not self.networks:
+            return False
+        try:
+            addr = ipaddress.ip_address(peer)
+        except ValueError:
+            return False
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        return any(addr in net for net in self.networks)
+
+
+async def authorize_mutation(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+) -> None:
+    """A Backbeat-route mutation: accepted without the token from a trusted peer
+    (:class:`TrustedPeers` in ``app.state.backbeat_trust``), else as :func:`authorize` decides
+    (401 without a bearer token, 403 for a wrong one). A request signed for CloudServer
+    (``AWS4-HMAC-SHA256``) from an untrusted peer is told why it is refused."""
+    peers: TrustedPeers = getattr(request.app.state, "backbeat_trust", TrustedPeers())
+    if peers.trusts(request.client.host if request.client else None):
+        request.state.principal = None  # no principal: the change's actor is left unset
+        return
+    scheme = request.headers.get("authorization", "").split(" ", 1)[0].lower()
+    if scheme.startswith("aws") and request.app.state.locstatus.principals.enabled:
+        raise Unauthorized(
+            "a request signed for CloudServer (AWS signature) is accepted only from a peer in "
+            "a --backbeat-trust network; this one needs the sidecar's bearer token"
+        )
+    await authorize(request, credentials)

@@ -1,0 +1,373 @@
+"""The bridge: each Backbeat processor is a locstatus worker whose lease the bridge holds
+(docs/backbeat.md, "2. The bridge").
+
+Why it is shaped so:
+
+- **One agent per processor.** Backbeat runs one replication queue processor per site (and
+  one ingestion processor per location); each is registered as its own worker
+  (``backbeat.replication.<site>``), so ``locstatus workers`` and a ``wait=`` error name the
+  processor that holds a pause up. Lifecycle's processes read one MongoDB collection: one
+  worker, ``backbeat.lifecycle``, stands for them.
+- **The processor's own write is the acknowledgement.** A handler publishes the order and
+  returns only once the processor's state node, read afresh, says it applied it (``paused:
+  true`` is written by the processor before it stops its consumer, and only when that write
+  succeeded); the agent acknowledges after the handler returns, so ``pausing`` cannot settle
+  before that write. A handler that waited ``ack_wait`` seconds in vain fails, naming what the
+  node says; the agent retries it with backoff and publishes the error in the registration.
+- **Level-triggered.** One loop compares, for every processor, the desired state (the agent's
+  local copy) with its state node, and publishes again while they differ (at most every
+  ``republish_interval`` seconds per processor): a processor that was down, missed a message
+  or lost its Redis connection catches up. A reconnection to Redis or ZooKeeper re-reads
+  every node and publishes at once wherever they differ.
+- **Scheduled resumes stay locstatus data.** The agents fire due resumes; the bridge publishes
+  a plain ``resumeService`` then, never a date (a date arms the processor's own timer), and
+  disarms a timer a processor still has (``deleteScheduledResumeService``).
+- **Self-fence.** When the bridge cannot renew its leases it does nothing to the processors
+  (``on_fence`` is a no-op): pausing every Backbeat consumer because locstatus's store is
+  unreachable would be an outage of its own; changes made meanwhile reach them once the
+  bridge is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from locstatus.agent import Agent, HandlerRetry
+from locstatus.backbeat_state import BackbeatConfig, node_path
+from locstatus.client import Client
+from locstatus.errors import InvalidInput, LocstatusError, NotFound
+
+from .legacy import LifecycleDocuments, NodeState, Publisher, StateNodes, action_for, agrees
+
+log = logging.getLogger("locstatus.bridge")
+
+ZK_SERVICES = ("replication", "ingestion")
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    """Timings of the bridge, in seconds.
+
+    - ``ack_wait``: how long one handler run waits for the processor's write before it fails
+      (and is retried by the agent);
+    - ``republish_interval``: a processor whose node still disagrees gets the order again
+      after this long;
+    - ``tick``: the loop's period when nothing wakes it (and how often Redis is probed while
+      down, and the lifecycle documents compared);
+    - ``rescan_interval``: how often locations added to locstatus get their processors;
+    - ``lease_seconds``: the processors' worker leases (default ``LOCSTATUS_LEASE_SECONDS``).
+    """
+
+    ack_wait: float = 2.0
+    republish_interval: float = 1.0
+    tick: float = 0.5
+    rescan_interval: float = 10.0
+    lease_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ack_wait", "republish_interval", "tick", "rescan_interval"):
+            value = getattr(self, name)
+            if not 0 < value <= 3600:
+                raise InvalidInput(f"bridge setting {name} must be in (0, 3600] s, got {value}")
+
+
+class NotApplied(LocstatusError):
+    """A processor has not (yet) written the state it was told to apply."""
+
+
+@dataclass
+class _Processor:
+    service: str
+    location: str
+    channel: str
+    path: str
+    agent: Agent
+    sent: tuple[str, float] | None = None
+    subscribers: int | None = None
+
+
+@dataclass
+class _Wake:
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    force: bool = False
+    pending: bool = False
+
+
+class Bridge:
+    """Keep Backbeat's processors in step with locstatus.
+
+    ``client``: a :class:`~locstatus.client.Client` (``connect(url)``); ``config``: where
+    Backbeat's Redis, ZooKeeper and MongoDB are (:class:`~locstatus.backbeat_state.BackbeatConfig`;
+    ``redis`` and ``zookeeper`` are needed for replication and ingestion, ``mongodb`` for
+    lifecycle); ``services``: which to bridge (default every one the client has of the three
+    and whose stores are configured). Raises :class:`InvalidInput` for a service asked for
+    whose store is not configured.
+
+    Usage::
+
+        with Bridge(connect(url), BackbeatConfig.from_config(json.load(f))):
+            signal.pause()
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        config: BackbeatConfig,
+        services: Iterable[str] | None = None,
+        settings: BridgeSettings | None = None,
+    ) -> None:
+        self.client = client
+        self.config = config
+        self.settings = settings or BridgeSettings()
+        available = [s for s in ("replication", "ingestion", "lifecycle")
+                     if s in client.services]
+        wanted = list(services) if services is not None else [
+            s for s in available
+            if (s == "lifecycle" and config.mongodb) or
+               (s != "lifecycle" and config.zookeeper and config.redis)
+        ]
+        for s in wanted:
+            if s not in available:
+                raise InvalidInput(f"cannot bridge {s!r}: not a service of this store")
+            if s == "lifecycle" and not config.mongodb:
+                raise InvalidInput("bridging lifecycle needs Backbeat's MongoDB (--mongodb)")
+            if s != "lifecycle" and not (config.zookeeper and config.redis):
+                raise InvalidInput(f"bridging {s} needs Backbeat's ZooKeeper and Redis")
+        if not wanted:
+            raise InvalidInput("nothing to bridge: give Backbeat's ZooKeeper and Redis, or MongoDB")
+        self.services = wanted
+        self._wake = _Wake()
+        self._processors: dict[tuple[str, str], _Processor] = {}
+        self._lifecycle: Agent | None = None
+        self._nodes: StateNodes | None = None
+        self._publisher: Publisher | None = None
+        self._docs: LifecycleDocuments | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._lifecycle_at = 0.0
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> Bridge:
+        """Connect to Backbeat's stores, register a worker per processor, run every handler
+        once and start the loop. Raises :class:`BackendUnavailable` when a store cannot be
+        reached (nothing is left running). Idempotent while running."""
+        if self._thread is not None:
+            return self
+        try:
+            if any(s in ZK_SERVICES for s in self.services):
+                assert self.config.zookeeper and self.config.redis
+                self._publisher = Publisher(self.config.redis)
+                self._publisher.probe()
+                self._nodes = StateNodes(self.config.zookeeper, self._kick)
+            if "lifecycle" in self.services:
+                assert self.config.mongodb
+                self._docs = LifecycleDocuments(self.config.mongodb,
+                                                self.config.mongodb_database)
+            self._rescan()
+        except BaseException:
+            self.stop()
+            raise
+        self._thread = threading.Thread(target=self._loop, name="backbeat-bridge", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the loop and every agent (unregistering the processors' workers). Idempotent."""
+        self._stop.set()
+        self._kick()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        agents = [p.agent for p in self._processors.values()]
+        if self._lifecycle is not None:
+            agents.append(self._lifecycle)
+        for agent in agents:
+            agent.stop()
+        for store in (self._nodes, self._publisher, self._docs):
+            if store is not None:
+                store.close()
+
+    def __enter__(self) -> Bridge:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def workers(self) -> list[str]:
+        """The worker ids the bridge holds leases for."""
+        ids = [p.agent.worker_id for p in self._processors.values()]
+        return ids + ([self._lifecycle.worker_id] if self._lifecycle is not None else [])
+
+    # -- processors ---------------------------------------------------------------------------
+
+    def _agent(self, worker_id: str, service: str, locations: list[str]) -> Agent:
+        return self.client.agent(
+            worker_id, services=[service], locations=locations,
+            lease_seconds=self.settings.lease_seconds,
+            handler_retry=HandlerRetry(base=0.2, cap=self.settings.republish_interval * 2),
+            handler_deadline=max(30.0, self.settings.ack_wait * 3),
+        )
+
+    def _rescan(self) -> None:
+        """Give every (location, service) locstatus has a processor, once."""
+        records = [r for r in self.client.statuses() if not r.deleted]
+        for service in self.services:
+            if service == "lifecycle":
+                continue
+            assert self._nodes is not None
+            for rec in records:
+                if service not in rec.services or (service, rec.location) in self._processors:
+                    continue
+                proc = self._processor(service, rec.location)
+                if proc is None:
+                    continue
+                with self._lock:
+                    self._processors[(service, rec.location)] = proc
+                self._nodes.watch(proc.path)
+                proc.agent.start()
+        if "lifecycle" in self.services and self._lifecycle is None:
+            agent = self.client.agent(
+                "backbeat.lifecycle", services=["lifecycle"],
+                lease_seconds=self.settings.lease_seconds,
+                handler_retry=HandlerRetry(base=0.2, cap=self.settings.republish_interval * 2),
+            )
+            agent.on_pause("lifecycle")(lambda loc: self._lifecycle_apply(loc, True))
+            agent.on_resume("lifecycle")(lambda loc: self._lifecycle_apply(loc, False))
+            agent.on_fence("lifecycle")(lambda loc: None)
+            self._lifecycle = agent
+            agent.start()
+
+    def _processor(self, service: str, location: str) -> _Processor | None:
+        worker = f"backbeat.{service}.{location}"
+        try:
+            agent = self._agent(worker, service, [location])
+        except InvalidInput as exc:
+            log.error("cannot bridge %s at %s: %s", service, location, exc.message)
+            return None
+        proc = _Processor(service, location, f"{self.config.topic(service)}-{location}",
+                          node_path(self.config.namespace(service), location), agent)
+        agent.on_pause(service)(lambda loc: self._converge(proc, True))
+        agent.on_resume(service)(lambda loc: self._converge(proc, False))
+        agent.on_fence(service)(lambda loc: None)
+        return proc
+
+    def _desired(self, proc: _Processor) -> bool | None:
+        try:
+            return proc.agent.is_paused(proc.location, proc.service)
+        except NotFound:
+            return None
+
+    def _converge(self, proc: _Processor, paused: bool) -> None:
+        """The handler: have the processor apply ``paused``; return once its state node,
+        read afresh, says so (or the desired state moved on). Raises :class:`NotApplied`."""
+        assert self._nodes is not None
+        self._kick(force_one=proc, paused=paused)
+        deadline = time.monotonic() + self.settings.ack_wait
+        node: NodeState | None = None
+        while not self._stop.is_set():
+            node = self._nodes.cached(proc.path)
+            if agrees(node, paused):
+                node = self._nodes.read(proc.path)  # the cache lags: read before trusting it
+                if agrees(node, paused):
+                    return
+            if self._desired(proc) is not paused:
+                return  # superseded: the agent runs the newer handler (and acks nothing old)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            with self._wake.cond:
+                self._wake.cond.wait(min(left, 0.05))
+        what = node.describe() if node is not None else "its state node cannot be read"
+        listeners = ("" if proc.subscribers is None else
+                     f"; {proc.subscribers} subscriber(s) on {proc.channel}")
+        raise NotApplied(
+            f"Backbeat's {proc.service} processor for {proc.location} has not applied "
+            f"{'the pause' if paused else 'the resume'}: {what}{listeners}"
+        )
+
+    def _lifecycle_apply(self, location: str, paused: bool) -> None:
+        assert self._docs is not None
+        if self._docs.apply(location, paused):
+            log.info("lifecycle %s at %s", "paused" if paused else "resumed", location)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _kick(self, force_one: _Processor | None = None, paused: bool | None = None) -> None:
+        if force_one is not None and paused is not None:
+            self._publish(force_one, paused, force=True)
+        with self._wake.cond:
+            self._wake.pending = True
+            self._wake.cond.notify_all()
+
+    def _publish(self, proc: _Processor, paused: bool, *, force: bool = False) -> None:
+        assert self._publisher is not None and self._nodes is not None
+        node = self._nodes.cached(proc.path)
+        if agrees(node, paused):
+            return
+        action = action_for(node, paused)
+        now = time.monotonic()
+        if (not force and proc.sent is not None and proc.sent[0] == action
+                and now - proc.sent[1] < self.settings.republish_interval):
+            return
+        count = self._publisher.publish(proc.channel, action)
+        if count is not None:
+            proc.sent = (action, now)
+            proc.subscribers = count
+
+    def _loop(self) -> None:
+        last_rescan = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self._pass()
+                if time.monotonic() - last_rescan >= self.settings.rescan_interval:
+                    last_rescan = time.monotonic()
+                    self._rescan()
+            except Exception:  # the loop never dies; the next pass tries again
+                log.exception("backbeat bridge pass failed")
+            with self._wake.cond:
+                if not self._wake.pending and not self._stop.is_set():
+                    self._wake.cond.wait(self.settings.tick)
+                self._wake.pending = False
+
+    def _pass(self) -> None:
+        force = False
+        if self._publisher is not None and not self._publisher.healthy:
+            force = self._publisher.probe()  # back: publish everything that differs now
+        if self._nodes is not None and self._nodes.reconnected.is_set():
+            self._nodes.reconnected.clear()
+            force = True
+        with self._lock:
+            procs = list(self._processors.values())
+        if force and self._nodes is not None:
+            for proc in procs:
+                self._nodes.read(proc.path)
+        for proc in procs:
+            want = self._desired(proc)
+            if want is not None and self._publisher is not None:
+                self._publish(proc, want, force=force)
+        now = time.monotonic()
+        if self._docs is not None and self._lifecycle is not None and (
+            force or now - self._lifecycle_at >= self.settings.tick
+        ):
+            self._lifecycle_at = now
+            self._lifecycle_pass()
+
+    def _lifecycle_pass(self) -> None:
+        assert self._docs is not None and self._lifecycle is not None
+        docs: dict[str, Any] = self._docs.read()
+        for location, state in docs.items():
+            try:
+                want = self._lifecycle.is_paused(location, "lifecycle")
+            except NotFound:
+                continue
+            if state is None or isinstance(state, str):
+                continue
+            if state.paused != want or state.scheduled_resume is not None:
+                self._docs.apply(location, want)

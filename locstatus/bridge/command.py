@@ -1,0 +1,95 @@
+"""The ``locstatus bridge`` command group: ``locstatus bridge backbeat`` runs the bridge until
+SIGINT/SIGTERM (docs/backbeat.md, "2. The bridge"; docs/cli.md).
+
+Why it is shaped so: as :mod:`locstatus.importers.command`, registered by the CLI with one
+line, with the backend from the root command's ``--backend`` and Backbeat's stores from its
+``config.json`` and the same options as ``locstatus import backbeat``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from locstatus.client import Client, connect
+from locstatus.importers.command import (
+    ConfigOpt,
+    IngNsOpt,
+    MongoDbOpt,
+    MongoOpt,
+    ReplNsOpt,
+    ZkOpt,
+    load_config,
+)
+
+from .bridge import Bridge, BridgeSettings
+
+bridge_app = typer.Typer(
+    help="Keep other systems' processes in step with locstatus.", no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+@bridge_app.command("backbeat")
+def backbeat(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    zookeeper: ZkOpt = None,
+    redis: Annotated[
+        str | None,
+        typer.Option("--redis", metavar="URL", help="Backbeat's Redis (redis://host:port)."),
+    ] = None,
+    mongodb: MongoOpt = None,
+    mongodb_database: MongoDbOpt = None,
+    replication_namespace: ReplNsOpt = None,
+    ingestion_namespace: IngNsOpt = None,
+    service: Annotated[
+        list[str] | None,
+        typer.Option("--service", metavar="NAME",
+                     help="Bridge only this service (repeatable; default every configured one)."),
+    ] = None,
+    ack_wait: Annotated[
+        float, typer.Option("--ack-wait", metavar="SECONDS", min=0.01, max=3600,
+                            help="How long a handler waits for a processor's write.")
+    ] = BridgeSettings.ack_wait,
+    republish: Annotated[
+        float, typer.Option("--republish-interval", metavar="SECONDS", min=0.01, max=3600,
+                            help="Publish again this often while a processor disagrees.")
+    ] = BridgeSettings.republish_interval,
+) -> None:
+    """Make Backbeat's replication and ingestion queue processors and its lifecycle processes
+    follow locstatus: each flip is published on the processor's Redis channel until its
+    ZooKeeper state node says it applied it (lifecycle: its __locationStatusStore document is
+    kept in step), and a pause settles only then. Runs until interrupted."""
+    cfg = load_config(config, zookeeper=zookeeper, mongodb=mongodb,
+                      mongodb_database=mongodb_database, redis=redis,
+                      replication_namespace=replication_namespace,
+                      ingestion_namespace=ingestion_namespace)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    root = ctx.find_root().obj
+    url: str | None = getattr(root, "backend", None)
+    services: tuple[str, ...] | None = getattr(root, "services", None)
+    client: Client = connect(url, services=services or None)
+    stop = threading.Event()
+
+    def on_signal(_sig: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        bridge = Bridge(client, cfg, services=service or None,
+                        settings=BridgeSettings(ack_wait=ack_wait, republish_interval=republish))
+        with bridge:
+            typer.echo(f"bridging {', '.join(bridge.services)} for {len(bridge.workers)} "
+                       "Backbeat worker(s)", err=True)
+            stop.wait()
+    finally:
+        client.close()
+

@@ -1,0 +1,280 @@
+"""The Backbeat side of the bridge: the processors' Redis channels, their ZooKeeper state nodes,
+and lifecycle's ``__locationStatusStore`` documents (docs/backbeat.md, "2. The bridge").
+
+Why it is shaped so: Backbeat's processors are fire-and-forget listeners (a message published
+while one is down or disconnected is lost) and its state stores are written without versions
+(a read, then an unversioned write). So nothing here trusts a message to arrive or a cache to
+be current: the publisher only reports whether a publish reached Redis (and how many
+subscribers), the state nodes are watched (hints) and read again on demand and after every
+reconnection, and the lifecycle write is guarded by a filter on the value it replaces, never a
+``$set`` of the whole document (Backbeat's own API server writes the whole document; a blind
+write from here would undo its other services).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from locstatus.backbeat_state import (
+    DOCUMENT_KEYS,
+    STATUS_COLLECTION,
+    LegacyState,
+    parse_node,
+    parse_state,
+)
+from locstatus.errors import BackendUnavailable, InvalidInput
+
+log = logging.getLogger("locstatus.bridge")
+
+PAUSE = "pauseService"
+RESUME = "resumeService"
+CANCEL = "deleteScheduledResumeService"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What a state node holds: its state, or why none (``missing``: no node yet, ``error``:
+    it does not parse)."""
+
+    state: LegacyState | None = None
+    missing: bool = False
+    error: str | None = None
+
+    def describe(self) -> str:
+        if self.missing:
+            return "its state node does not exist (the processor never started?)"
+        if self.error is not None:
+            return f"its state node does not parse: {self.error}"
+        assert self.state is not None
+        at = self.state.scheduled_resume
+        return (f"its state node says paused: {str(self.state.paused).lower()}"
+                + (f", scheduledResume: {at.isoformat()}" if at is not None else ""))
+
+
+def agrees(node: NodeState | None, paused: bool) -> bool:
+    """True when the node says the processor applied ``paused``: paused with no timer of its
+    own armed (it would resume by itself), or running. No node at all agrees with running: a
+    processor that starts without one creates it as ``{"paused": false}`` and runs."""
+    if node is not None and node.missing:
+        return not paused
+    if node is None or node.state is None:
+        return False
+    if paused:
+        return node.state.paused and node.state.scheduled_resume is None
+    return not node.state.paused
+
+
+def action_for(node: NodeState | None, paused: bool) -> str:
+    """The message that moves the processor toward ``paused`` from what ``node`` says."""
+    if paused:
+        if node is not None and node.state is not None and node.state.paused:
+            return CANCEL  # paused, but its own timer is armed: disarm it
+        return PAUSE
+    return RESUME
+
+
+def message(action: str) -> str:
+    """A message as Backbeat's API publishes it, never with a ``date``: a scheduled resume is
+    locstatus data and is published as a plain resume when due (a date would arm the
+    processor's own in-process timer)."""
+    return json.dumps({"action": action})
+
+
+class Publisher:
+    """Publishes on Backbeat's Redis (redis-py). ``publish`` returns the number of subscribers
+    that received the message, or None when Redis could not be reached; ``healthy`` says
+    whether the last exchange worked; :meth:`probe` pings and returns True on the transition
+    back to healthy (the caller resyncs everything then)."""
+
+    def __init__(self, url: str, timeout: float = 2.0) -> None:
+        import redis
+
+        self._redis = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self.url = url
+        self.healthy = False
+        self._lock = threading.Lock()
+
+    def publish(self, channel: str, action: str) -> int | None:
+        try:
+            with self._lock:
+                count = int(self._redis.publish(channel, message(action)))
+        except self._errors as exc:
+            if self.healthy:
+                log.warning("Redis at %s: %s", self.url, exc)
+            self.healthy = False
+            return None
+        self.healthy = True
+        return count
+
+    def probe(self) -> bool:
+        """Ping; True when Redis answers again after a failure (or for the first time)."""
+        was = self.healthy
+        try:
+            with self._lock:
+                self._redis.ping()
+        except self._errors:
+            self.healthy = False
+            return False
+        self.healthy = True
+        return not was
+
+    def close(self) -> None:
+        self._redis.close()
+
+
+class StateNodes:
+    """The processors' ZooKeeper state nodes, watched (kazoo ``DataWatch``) and cached.
+    ``on_change()`` is called (from kazoo's thread: it must only record and return) on every
+    change of a watched node and on every reconnection; :meth:`read` reads a node afresh."""
+
+    def __init__(self, hosts: str, on_change: Callable[[], None], timeout: float = 10.0) -> None:
+        from kazoo.client import KazooClient, KazooState
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        self._client = KazooClient(hosts=hosts, timeout=timeout)
+        self._cache: dict[str, NodeState] = {}
+        self._lock = threading.Lock()
+        self._on_change = on_change
+        self.reconnected = threading.Event()
+        self.hosts = hosts
+
+        def listener(state: Any) -> None:
+            if state == KazooState.CONNECTED:
+                self.reconnected.set()
+                on_change()
+
+        self._client.add_listener(listener)
+        try:
+            self._client.start(timeout=timeout)
+        except KazooTimeoutError:
+            self._client.close()
+            raise BackendUnavailable(
+                f"Backbeat's ZooKeeper at {hosts} did not answer within {timeout:g} s"
+            ) from None
+        self.reconnected.clear()
+
+    @staticmethod
+    def _parse(path: str, data: bytes | None) -> NodeState:
+        if data is None:
+            return NodeState(missing=True)
+        try:
+            return NodeState(state=parse_node(data, f"zk:{path}"))
+        except InvalidInput as exc:
+            return NodeState(error=exc.message)
+
+    def watch(self, path: str) -> None:
+        """Watch ``path`` (which need not exist yet)."""
+
+        def changed(data: bytes | None, _stat: Any, _event: Any) -> None:
+            with self._lock:
+                self._cache[path] = self._parse(path, data)
+            self._on_change()
+
+        self._client.DataWatch(path, changed)
+
+    def cached(self, path: str) -> NodeState | None:
+        with self._lock:
+            return self._cache.get(path)
+
+    def read(self, path: str) -> NodeState | None:
+        """Read ``path`` now (and refresh the cache); None when ZooKeeper cannot be reached."""
+        from kazoo.exceptions import KazooException, NoNodeError
+
+        try:
+            data, _ = self._client.get(path)
+        except NoNodeError:
+            data = None
+        except KazooException as exc:
+            log.warning("reading %s from Backbeat's ZooKeeper: %r", path, exc)
+            return None
+        node = self._parse(path, data)
+        with self._lock:
+            self._cache[path] = node
+        return node
+
+    def close(self) -> None:
+        self._client.stop()
+        self._client.close()
+
+
+class LifecycleDocuments:
+    """Lifecycle's ``__locationStatusStore`` documents (pymongo). :meth:`apply` makes one
+    say ``paused`` with no scheduled resume, in a write guarded by the value it replaces."""
+
+    def __init__(self, uri: str, database: str, timeout: float = 10.0) -> None:
+        import pymongo
+        from pymongo.errors import PyMongoError
+
+        ms = int(timeout * 1000)
+        self._client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+            uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=ms
+        )
+        self._coll = self._client[database][STATUS_COLLECTION]
+        self._errors: tuple[type[BaseException], ...] = (PyMongoError,)
+        self._key = f"value.{DOCUMENT_KEYS['lifecycle']}"
+
+    def read(self) -> dict[str, LegacyState | str | None]:
+        """``{location: state | None (lifecycle null) | error text}``. Raises
+        :class:`BackendUnavailable`."""
+        try:
+            docs = list(self._coll.find({}, {self._key: 1}))
+        except self._errors as exc:
+            raise BackendUnavailable(f"Backbeat's {STATUS_COLLECTION}: {exc}") from None
+        out: dict[str, LegacyState | str | None] = {}
+        for doc in docs:
+            name = doc.get("_id")
+            if not isinstance(name, str):
+                continue
+            value = doc.get("value")
+            entry = value.get("lifecycle") if isinstance(value, dict) else None
+            try:
+                out[name] = None if entry is None else parse_state(entry, name)
+            except InvalidInput as exc:
+                out[name] = exc.message
+        return out
+
+    def apply(self, location: str, paused: bool) -> bool:
+        """Make ``location``'s document say ``paused`` (scheduledResume null); True when a
+        write was needed. The write names the value it replaces in its filter (the lifecycle
+        entry not already so), so a concurrent writer's other fields are kept; a document
+        that does not exist is created as Backbeat creates one. Raises
+        :class:`BackendUnavailable`."""
+        from pymongo.errors import DuplicateKeyError
+
+        target = {"paused": paused, "scheduledResume": None}
+        key = self._key
+        try:
+            res = self._coll.update_one(
+                {"_id": location, key: {"$type": "object"},
+                 "$or": [{f"{key}.paused": {"$ne": paused}},
+                         {f"{key}.scheduledResume": {"$ne": None}}]},
+                {"$set": {f"{key}.paused": paused, f"{key}.scheduledResume": None}},
+            )
+            if res.matched_count:
+                return True
+            res = self._coll.update_one(  # lifecycle: null, or no lifecycle entry
+                {"_id": location, key: None}, {"$set": {key: target}}
+            )
+            if res.matched_count:
+                return True
+            if self._coll.count_documents({"_id": location}, limit=1):
+                return False  # already so
+            try:
+                self._coll.insert_one({"_id": location, "value": {
+                    "crr": None, "ingestion": None, "lifecycle": target}})
+            except DuplicateKeyError:  # created meanwhile: apply to it next time round
+                return False
+            return True
+        except self._errors as exc:
+            raise BackendUnavailable(f"Backbeat's {STATUS_COLLECTION}: {exc}") from None
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,157 @@
+"""The ``locstatus import`` command group (docs/cli.md, "import backbeat"; docs/backbeat.md).
+
+Why it is shaped so: the CLI registers this group with one line, and everything about reading
+Backbeat lives here and in :mod:`.backbeat`; the manager comes from the root command's
+``--backend`` (its context object's ``manager()``), so this module needs nothing of the CLI
+module above it. Errors are :class:`~locstatus.errors.LocstatusError` and reach the root
+command's handler (``error: ...`` and the error's exit code).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Protocol
+
+import typer
+
+from locstatus.backbeat_state import BackbeatConfig
+from locstatus.errors import InvalidInput
+from locstatus.manager import Manager
+
+from .backbeat import TIMEOUT, Report, read_backbeat, run_import
+
+import_app = typer.Typer(
+    help="Take over the state another system holds.", no_args_is_help=True, rich_markup_mode=None
+)
+
+
+class _Root(Protocol):
+    def manager(self, *, create: bool = False) -> Manager: ...
+
+
+def _manager(ctx: typer.Context) -> Manager:
+    root = ctx.find_root().obj
+    if root is None or not hasattr(root, "manager"):  # pragma: no cover - run without the CLI
+        raise InvalidInput("locstatus import runs under the locstatus command")
+    typed: _Root = root
+    return typed.manager()
+
+
+def load_config(path: Path | None, **given: str | None) -> BackbeatConfig:
+    """Backbeat's ``config.json`` at ``path`` (or none), with the options given on the
+    command line in its place. Raises :class:`InvalidInput` for a file that cannot be read or
+    is not JSON."""
+    base = BackbeatConfig()
+    if path is not None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InvalidInput(f"{path}: not JSON ({exc})") from None
+        base = BackbeatConfig.from_config(data, str(path))
+    namespaces = {
+        service: value
+        for service, value in (("replication", given.get("replication_namespace")),
+                               ("ingestion", given.get("ingestion_namespace")))
+        if value is not None
+    }
+    for name, value in namespaces.items():
+        if not value.startswith("/"):
+            raise InvalidInput(f"--{name}-namespace {value!r} must be a ZooKeeper path (/...)")
+    return BackbeatConfig(
+        zookeeper=given.get("zookeeper") or base.zookeeper,
+        mongodb=given.get("mongodb") or base.mongodb,
+        mongodb_database=given.get("mongodb_database") or base.mongodb_database,
+        redis=given.get("redis") or base.redis,
+        namespaces={**dict(base.namespaces or {}), **namespaces},
+        topics=base.topics,
+    )
+
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", metavar="FILE", help="Backbeat's config.json (ZooKeeper, MongoDB, "
+                 "Redis, topics); the options below replace what it says."),
+]
+ZkOpt = Annotated[
+    str | None,
+    typer.Option("--zookeeper", metavar="HOSTS", help="Backbeat's ZooKeeper, with its chroot "
+                 "(127.0.0.1:2181/backbeat)."),
+]
+MongoOpt = Annotated[
+    str | None,
+    typer.Option("--mongodb", metavar="URI", help="Backbeat's MongoDB (lifecycle state)."),
+]
+MongoDbOpt = Annotated[
+    str | None,
+    typer.Option("--mongodb-database", metavar="NAME", help="Its database (default metadata)."),
+]
+ReplNsOpt = Annotated[
+    str | None,
+    typer.Option("--replication-namespace", metavar="PATH",
+                 help="Default /backbeat/replication."),
+]
+IngNsOpt = Annotated[
+    str | None,
+    typer.Option("--ingestion-namespace", metavar="PATH", help="Default /backbeat/ingestion."),
+]
+
+
+def _print(report: Report) -> None:
+    verb = "would" if report.dry_run else "did"
+    for c in report.changes:
+        when = f" at {c.at.isoformat()}" if c.at is not None else ""
+        due = " (its scheduled resume passed)" if c.due else ""
+        failed = f": REFUSED: {c.error}" if c.error else ""
+        typer.echo(f"{verb} {c.event} {c.location}/{c.service}{when}{due}{failed}")
+    for p in report.errors:
+        typer.echo(f"not imported: {p.location}/{p.service}: {p.detail}", err=True)
+    for key in report.only_in_backbeat:
+        typer.echo(f"only in Backbeat (not a locstatus location/service): {key}")
+    for key in report.only_in_locstatus:
+        typer.echo(f"only in locstatus (no Backbeat state): {key}")
+    typer.echo(
+        f"{len(report.changes)} change(s), {len(report.unchanged)} unchanged, "
+        f"{len(report.errors)} not imported" + (" (dry run: nothing written)"
+                                                 if report.dry_run else "")
+    )
+
+
+@import_app.command("backbeat")
+def backbeat(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    zookeeper: ZkOpt = None,
+    mongodb: MongoOpt = None,
+    mongodb_database: MongoDbOpt = None,
+    replication_namespace: ReplNsOpt = None,
+    ingestion_namespace: IngNsOpt = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", metavar="SECONDS", min=0.1, max=600,
+                            help="How long each source may take to answer (default 10).")
+    ] = TIMEOUT,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan; write nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Import Backbeat's pause/resume state (ZooKeeper state nodes for replication and
+    ingestion, MongoDB __locationStatusStore for lifecycle) through the manager: one history
+    entry per change (actor import:backbeat); a second run writes nothing. Exit 0 all
+    imported, 1 some location not imported (bad legacy data, a refused change), 2 a source or
+    the backend unreachable."""
+    cfg = load_config(config, zookeeper=zookeeper, mongodb=mongodb,
+                      mongodb_database=mongodb_database,
+                      replication_namespace=replication_namespace,
+                      ingestion_namespace=ingestion_namespace)
+    if cfg.zookeeper is None and cfg.mongodb is None:
+        raise InvalidInput("nothing to import from: give --config, --zookeeper or --mongodb")
+    mgr = _manager(ctx)
+    entries, read = read_backbeat(cfg, mgr.services, timeout)
+    report = run_import(mgr, entries, read, dry_run=dry_run)
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+    else:
+        _print(report)
+    if report.failed:
+        raise typer.Exit(1)

@@ -1,0 +1,367 @@
+"""The Backbeat bridge with real parts (docs/backbeat.md, "2. The bridge"): Redis (Debian's
+redis-server), ZooKeeper, and a stand-in Backbeat queue processor in Node.js using Backbeat's
+own npm clients (tests/node/legacy_processor.js) that acts on Backbeat's Redis messages as
+Backbeat's processor does. Scenarios: a pause settles only once the processor wrote
+``paused: true``; the processor killed, restarted, frozen, its Redis connection cut, a
+message lost, Redis restarted, the bridge's ZooKeeper connection cut; scheduled resumes never
+published as dates; lifecycle's document kept in step by guarded writes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from locstatus import State, connect
+from locstatus.backbeat_state import BackbeatConfig, js_date, parse_node
+from locstatus.bridge import Bridge, BridgeSettings
+from locstatus.client import Client
+
+from support.kits_zk import TcpProxy, raw_client
+from support.legacy_processor import LegacyProcessor
+from support.redis_server import RedisServer, redis_server  # noqa: F401  (a fixture)
+from support.servers import MongoHandle
+from support.tcp_relay import TcpRelay
+
+SITES = ["zenko", "aws-location"]
+LOCATIONS = {"zenko": ["replication", "lifecycle"], "aws-location": ["replication"],
+             "a-zenko-location": ["ingestion"], "us-east-1": ["lifecycle"]}
+FAST = BridgeSettings(ack_wait=1.0, republish_interval=0.3, tick=0.2, lease_seconds=6)
+
+
+@dataclass
+class Site:
+    zk_hosts: str
+    zk: KazooClient
+    redis: RedisServer
+    mgr: Client
+
+    def node(self, site: str, service: str = "replication") -> dict[str, Any] | None:
+        path = f"/backbeat/{service}/state/{site}"
+        if not self.zk.exists(path):
+            return None
+        data, _ = self.zk.get(path)
+        parsed: dict[str, Any] = json.loads(data)
+        return parsed
+
+    def processor(self, sites: list[str] | None = None, *, redis: str | None = None,
+                  service: str = "replication", drop: int = 0) -> LegacyProcessor:
+        return LegacyProcessor(
+            self.zk_hosts, redis or f"127.0.0.1:{self.redis.port}", sites or SITES,
+            topic=f"backbeat-{service}", namespace=f"/backbeat/{service}", drop=drop,
+        ).start()
+
+    def bridge(self, zk_hosts: str | None = None, **kw: Any) -> Bridge:
+        cfg = BackbeatConfig(zookeeper=zk_hosts or self.zk_hosts, redis=self.redis.url, **kw)
+        return Bridge(self.mgr, cfg, settings=FAST,
+                      services=["replication", "ingestion"] + (
+                          ["lifecycle"] if kw.get("mongodb") else []))
+
+    def state(self, loc: str, service: str = "replication") -> State:
+        return self.mgr.status(loc).services[service].state
+
+
+@pytest.fixture
+def site(tmp_path: Path, zk_server: Any, redis_server: RedisServer) -> Iterator[Site]:  # noqa: F811
+    chroot = f"/bb-{uuid.uuid4().hex[:10]}"
+    with raw_client(zk_server.hosts) as root:
+        root.create(chroot)
+    hosts = f"{zk_server.hosts}{chroot}"
+    mgr = connect(f"sqlite:///{tmp_path}/ls.db")
+    mgr.sync_locations(LOCATIONS)
+    with raw_client(hosts) as zk:
+        yield Site(hosts, zk, redis_server, mgr)
+    mgr.close()
+
+
+def wait_state(site: Site, loc: str, state: State, timeout: float = 20.0,
+               service: str = "replication") -> None:
+    deadline = time.monotonic() + timeout
+    while site.state(loc, service) is not state:
+        assert time.monotonic() < deadline, (loc, site.state(loc, service), site.node(loc))
+        time.sleep(0.02)
+
+
+class Invariant:
+    """Watches, from its own thread, that no location reads ``paused`` while its processor's
+    state node does not say paused (the record read first: a node read after it that still
+    says running means the pause settled before the processor's write)."""
+
+    def __init__(self, site: Site, locations: list[str]) -> None:
+        self.site, self.locations = site, locations
+        self.violations: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with raw_client(self.site.zk_hosts) as zk:
+            while not self._stop.is_set():
+                for loc in self.locations:
+                    rec = self.site.mgr.status(loc).services["replication"]
+                    data, _ = zk.get(f"/backbeat/replication/state/{loc}")
+                    node = parse_node(data, loc)
+                    self.samples += 1
+                    if rec.state is State.PAUSED and not node.paused:
+                        self.violations.append(f"{loc}: paused, node says {data!r}")
+                time.sleep(0.01)
+
+    def __enter__(self) -> Invariant:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_a_pause_settles_only_once_the_processor_wrote_paused(site: Site) -> None:
+    with site.processor() as proc, site.bridge() as bridge:
+        assert sorted(bridge.workers) == ["backbeat.ingestion.a-zenko-location",
+                                          "backbeat.replication.aws-location",
+                                          "backbeat.replication.zenko"]
+        with Invariant(site, SITES) as inv:
+            proc.freeze()  # the processor cannot act: the pause must stay pausing
+            site.mgr.pause("zenko", "replication")
+            time.sleep(2.5)
+            assert site.state("zenko") is State.PAUSING
+            assert site.node("zenko") == {"paused": False}
+            lagging = site.mgr.lagging("zenko", "replication")
+            assert lagging == ["backbeat.replication.zenko"]
+            proc.thaw()
+            wait_state(site, "zenko", State.PAUSED)
+            assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+            assert proc.find("paused", site="zenko")
+            assert not proc.find("paused", site="aws-location")
+            site.mgr.resume("zenko", "replication")
+            wait_state(site, "zenko", State.RUNNING)
+            assert site.node("zenko")["paused"] is False
+            assert proc.find("resumed", site="zenko")
+            for loc in SITES:
+                site.mgr.pause(loc, "replication")
+            for loc in SITES:
+                wait_state(site, loc, State.PAUSED)
+        assert inv.violations == [] and inv.samples > 100
+
+
+def test_a_processor_killed_then_restarted_catches_up(site: Site) -> None:
+    proc = site.processor()
+    try:
+        with site.bridge():
+            proc.kill()  # kill -9: nobody listens on its channels
+            site.mgr.pause("zenko", "replication")
+            time.sleep(1.5)
+            assert site.state("zenko") is State.PAUSING  # its lease is the bridge's: held
+            assert site.node("zenko") == {"paused": False}
+            mark = proc.mark()
+            proc.start()  # reads its node (running), then gets the pause published again
+            wait_state(site, "zenko", State.PAUSED)
+            assert proc.find("ready", since=mark, site="zenko", paused=False)
+            assert proc.find("paused", since=mark, site="zenko")
+            assert site.node("zenko")["paused"] is True
+            proc.kill()
+            proc.start()  # restarted while paused: starts paused from its node, nothing to do
+            assert proc.find("ready", since=mark, site="zenko", paused=True)
+            site.mgr.resume("zenko", "replication")
+            wait_state(site, "zenko", State.RUNNING)
+            assert site.node("zenko")["paused"] is False
+    finally:
+        proc.close()
+
+
+def test_a_lost_message_is_published_again(site: Site) -> None:
+    with site.processor(drop=1) as proc, site.bridge():
+        site.mgr.pause("zenko", "replication")
+        wait_state(site, "zenko", State.PAUSED)
+        assert len(proc.find("dropped", site="zenko")) == 1
+        assert proc.find("paused", site="zenko")
+
+
+def test_a_cut_redis_connection_and_a_redis_restart(site: Site) -> None:
+    relay = TcpRelay("127.0.0.1", site.redis.port)
+    try:
+        with site.processor(redis=relay.address) as proc, site.bridge():
+            relay.block()  # the processor's Redis connection is cut and stays cut
+            proc.wait_for("redis", site="zenko", state="close")
+            site.mgr.pause("zenko", "replication")  # published to no subscriber: lost
+            time.sleep(1.0)
+            assert site.state("zenko") is State.PAUSING
+            mark = proc.mark()
+            relay.unblock()  # ioredis reconnects and subscribes again; the bridge republishes
+            wait_state(site, "zenko", State.PAUSED)
+            assert proc.find("paused", since=mark, site="zenko")
+            # Redis itself restarted: both sides reconnect; a resume made meanwhile arrives
+            site.redis.stop()
+            site.mgr.resume("zenko", "replication")
+            time.sleep(1.0)
+            assert site.state("zenko") is State.RESUMING
+            site.redis.start()
+            wait_state(site, "zenko", State.RUNNING, timeout=30)
+            assert site.node("zenko")["paused"] is False
+    finally:
+        relay.close()
+
+
+def test_scheduled_resumes_are_published_when_due_never_as_dates(site: Site) -> None:
+    with site.processor() as proc, site.bridge():
+        site.mgr.pause("zenko", "replication")
+        wait_state(site, "zenko", State.PAUSED)
+        site.mgr.resume("zenko", "replication", at=timedelta(seconds=2))
+        time.sleep(0.5)
+        assert site.state("zenko") is State.PAUSED
+        assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+        wait_state(site, "zenko", State.RUNNING, timeout=30)  # fired by the bridge's agents
+        assert site.node("zenko")["paused"] is False
+        messages = proc.find("message", site="zenko")
+        assert [m["action"] for m in messages] == ["pauseService", "resumeService"]
+        assert all(m["date"] is None for m in messages)
+        assert not proc.find("scheduled")
+
+
+def test_a_timer_armed_in_the_processor_is_disarmed(site: Site) -> None:
+    """A processor that starts with a scheduled resume in its node (Backbeat's own schedule,
+    from before the migration) arms its own timer; the bridge, for a location paused without
+    schedule in locstatus, disarms it, and acknowledges only then."""
+    site.zk.create("/backbeat/replication/state/zenko",
+                   node_bytes(True, js_date_in(3600)), makepath=True)
+    site.mgr.pause("zenko", "replication")
+    with site.processor() as proc, site.bridge():
+        assert proc.find("scheduled", site="zenko")
+        wait_state(site, "zenko", State.PAUSED)
+        assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+        assert [m["action"] for m in proc.find("message", site="zenko")] == [
+            "deleteScheduledResumeService"]
+
+
+def test_the_bridge_resyncs_after_its_zookeeper_connection_was_cut(
+    site: Site, zk_server: Any
+) -> None:
+    proxy = TcpProxy(zk_server.hosts.split(",")[0])
+    chroot = site.zk_hosts[len(zk_server.hosts):]
+    try:
+        with site.processor() as proc, site.bridge(zk_hosts=proxy.hosts + chroot):
+            proxy.freeze()  # the bridge cannot see the nodes: no acknowledgement possible
+            site.mgr.pause("zenko", "replication")
+            proc.wait_for("paused", site="zenko")  # Redis still works: the processor acts
+            time.sleep(1.0)
+            assert site.state("zenko") is State.PAUSING
+            proxy.thaw()  # reconnected: every node read again, the pause acknowledged
+            wait_state(site, "zenko", State.PAUSED, timeout=30)
+    finally:
+        proxy.close()
+
+
+def test_ingestion_follows_on_its_own_channel(site: Site) -> None:
+    with site.processor(["a-zenko-location"], service="ingestion") as proc, site.bridge():
+        site.mgr.pause("a-zenko-location", "ingestion")
+        wait_state(site, "a-zenko-location", State.PAUSED, service="ingestion")
+        assert site.node("a-zenko-location", "ingestion") == {"paused": True,
+                                                               "scheduledResume": None}
+        assert proc.find("subscribed", channel="backbeat-ingestion-a-zenko-location")
+        site.mgr.resume("a-zenko-location", "ingestion")
+        wait_state(site, "a-zenko-location", State.RUNNING, service="ingestion")
+
+
+def test_lifecycle_documents_are_kept_in_step_by_guarded_writes(
+    site: Site, mongo_server: MongoHandle
+) -> None:
+    database = f"bb_{uuid.uuid4().hex[:10]}"
+    client = mongo_server.client()
+    coll = client[database]["__locationStatusStore"]
+    crr = {"paused": True, "scheduledResume": "2031-01-01T00:00:00.000Z"}
+    coll.insert_one({"_id": "zenko", "value": {"crr": crr, "ingestion": None,
+                                               "lifecycle": {"paused": False,
+                                                             "scheduledResume": None}}})
+    try:
+        with site.bridge(mongodb=mongo_server.uri, mongodb_database=database) as bridge:
+            assert "backbeat.lifecycle" in bridge.workers
+            site.mgr.pause("zenko", "lifecycle")
+            site.mgr.pause("us-east-1", "lifecycle")
+            wait_state(site, "zenko", State.PAUSED, service="lifecycle")
+            wait_state(site, "us-east-1", State.PAUSED, service="lifecycle")
+            doc = coll.find_one({"_id": "zenko"})
+            assert doc is not None
+            assert doc["value"]["lifecycle"] == {"paused": True, "scheduledResume": None}
+            assert doc["value"]["crr"] == crr  # the other services' entries are kept
+            created = coll.find_one({"_id": "us-east-1"})
+            assert created is not None and created["value"]["lifecycle"]["paused"] is True
+            # Backbeat's API server writes the whole document back, with a stale lifecycle:
+            coll.update_one({"_id": "zenko"}, {"$set": {"value": {
+                "crr": crr, "ingestion": None,
+                "lifecycle": {"paused": False, "scheduledResume": None}}}})
+            deadline = time.monotonic() + 10
+            while coll.find_one({"_id": "zenko"})["value"]["lifecycle"]["paused"] is not True:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            site.mgr.resume("zenko", "lifecycle")
+            wait_state(site, "zenko", State.RUNNING, service="lifecycle")
+            assert coll.find_one({"_id": "zenko"})["value"]["lifecycle"]["paused"] is False
+    finally:
+        client.drop_database(database)
+        client.close()
+
+
+def node_bytes(paused: bool, when: str | None) -> bytes:
+    return json.dumps({"paused": paused, "scheduledResume": when},
+                      separators=(",", ":")).encode()
+
+
+def js_date_in(seconds: float) -> str:
+    from datetime import UTC, datetime
+    return js_date(datetime.now(UTC) + timedelta(seconds=seconds))
+
+
+def test_the_bridge_command_runs_until_sigterm(site: Site, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/ls.db"  # the store of site.mgr (zenko, aws-location)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+    with site.processor(["zenko"]):
+        cmd = [sys.executable, "-m", "locstatus", "--backend", url, "bridge", "backbeat",
+               "--zookeeper", site.zk_hosts, "--redis", site.redis.url,
+               "--service", "replication", "--ack-wait", "1"]
+        bridge = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            deadline = time.monotonic() + 30
+            while "backbeat.replication.zenko" not in [w.worker_id for w in site.mgr.workers()]:
+                assert bridge.poll() is None, bridge.communicate()
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            site.mgr.pause("zenko", "replication")
+            wait_state(site, "zenko", State.PAUSED)
+            assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+        finally:
+            bridge.send_signal(signal.SIGTERM)
+            _out, err = bridge.communicate(timeout=30)
+        assert bridge.returncode == 0, err
+        assert b"bridging replication for 2 Backbeat worker(s)" in err
+
+
+def test_the_bridge_command_refuses_what_it_cannot_bridge(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from locstatus.cli import app
+
+    url = f"sqlite:///{tmp_path}/ls.db"
+    connect(url).close()
+    env = {"LOCSTATUS_BACKEND": None, "LOCSTATUS_SERVICES": None}
+    result = CliRunner().invoke(app, ["--backend", url, "bridge", "backbeat"], env=env)
+    assert result.exit_code == 2
+    assert "nothing to bridge" in result.stderr
+    result = CliRunner().invoke(app, ["--backend", url, "bridge", "backbeat", "--service",
+                                      "lifecycle", "--zookeeper", "127.0.0.1:1"], env=env)
+    assert result.exit_code == 2
+    assert "needs Backbeat's MongoDB" in result.stderr
