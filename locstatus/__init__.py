@@ -10,6 +10,9 @@ Beneath it, layers that only look down (README, "Architecture"; import contracts
 and :mod:`.backends` over :mod:`.models`, :mod:`.clock`, :mod:`.names` and :mod:`.errors`.
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _package_version
+
 from locstatus.backends import Backend, open_backend
 from locstatus.client import Client, connect
 from locstatus.errors import (
@@ -23,6 +26,7 @@ from locstatus.errors import (
     InvalidInput,
     InvalidTransition,
     LocstatusError,
+    NewerFormat,
     NotFound,
     PreconditionFailed,
     SettleTimeout,
@@ -50,7 +54,17 @@ from locstatus.models import (
 )
 from locstatus.names import DEFAULT_SERVICES
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    try:
+        return _package_version("locstatus")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _version()
+"""The installed package's version (its metadata, from ``pyproject.toml``): the one place
+``locstatus --version``, ``/healthz`` and the OpenAPI document read it from (docs/versioning.md)."""
 
 __all__ = [
     "DEFAULT_SERVICES",
@@ -74,6 +88,7 @@ __all__ = [
     "LocationStatus",
     "LocstatusError",
     "Manager",
+    "NewerFormat",
     "NotFound",
     "Operation",
     "Outcome",

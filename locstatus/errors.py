@@ -102,6 +102,23 @@ class CorruptRecord(LocstatusError):
         self.detail = detail
 
 
+class NewerFormat(CorruptRecord):
+    """A stored record in a stored format newer than this version of locstatus reads
+    (docs/versioning.md, "Stored format"): refused, never read as an older format, and never
+    rewritten. Upgrade this process; ``format`` is the record's, ``newest`` the one read here."""
+
+    title = "record in a newer stored format"
+
+    def __init__(self, location: str, format: int, newest: int) -> None:
+        super().__init__(
+            location,
+            f"stored format {format} was written by a newer locstatus; this one reads formats "
+            f"up to {newest}: upgrade it (docs/versioning.md)",
+        )
+        self.format = format
+        self.newest = newest
+
+
 class BackendUnavailable(LocstatusError):
     """The backend cannot be reached or timed out. The outcome of an in-flight write is
     resolved by op_id (docs/design.md §3.2) before this reaches a caller."""

@@ -160,6 +160,13 @@ _TRANSITIONAL = frozenset({State.PAUSING, State.RESUMING})
 _DESIRED_PAUSED = frozenset({State.PAUSING, State.PAUSED})
 
 
+MAX_STORED_INT = 2**63 - 1
+"""The largest generation or version a record may hold: every backend stores them as signed
+64-bit integers (SQLite's INTEGER, MongoDB's int64), so a larger one could not be written back
+or acknowledged (a raw ``OverflowError`` once, retried for ever by the agent). A stored record
+beyond it is a :class:`~locstatus.errors.CorruptRecord`."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
@@ -169,8 +176,9 @@ class ServiceStatus(_Frozen):
 
     state: State = State.RUNNING
     """Current state: running | pausing | paused | resuming."""
-    generation: int = Field(default=0, ge=0)
-    """+1 each time the desired state flips (pause <-> resume). Workers acknowledge it."""
+    generation: int = Field(default=0, ge=0, le=MAX_STORED_INT)
+    """+1 each time the desired state flips (pause <-> resume). Workers acknowledge it. At most
+    :data:`MAX_STORED_INT`."""
     resume_at: UTCDateTime | None = None
     """When a scheduled resume is due (UTC), or None. Only set while pausing/paused."""
     reason: str | None = Field(default=None, max_length=1024)
@@ -229,7 +237,7 @@ class LocationStatus(_Frozen):
     ]
     """Status per service; only the services this location has (docs/design.md §5.2). Python input
     may use the ``crr`` alias as a key; stored JSON holds canonical names."""
-    version: int = Field(default=0, ge=0)
+    version: int = Field(default=0, ge=0, le=MAX_STORED_INT)
     """The backend's version of the record, for compare-and-set; the HTTP ETag. 0 = unsaved."""
     deleted_at: UTCDateTime | None = None
     """Tombstone (docs/design.md §3.5): when the location was removed, or None."""
@@ -255,13 +263,13 @@ class HistoryEntry(_Frozen):
     """The state-machine event (pause, resume, settle, ...) or create/remove/restore."""
     from_state: State | None = None
     to_state: State | None = None
-    generation: int = 0
+    generation: int = Field(default=0, le=MAX_STORED_INT)
     """The service's generation after the change."""
     actor: str | None = None
     reason: str | None = None
     resume_at: UTCDateTime | None = None
     """The scheduled resume after the change."""
-    version: int = 0
+    version: int = Field(default=0, le=MAX_STORED_INT)
     """The record version this write produced (set by the backend at commit)."""
 
 
@@ -366,8 +374,55 @@ def _every_field_required(node: Any) -> Any:
     return node
 
 
+_STORED_TIME = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T"
+"""How every stored time starts (the encoder writes ISO 8601): a number, or a string of digits
+(which pydantic would read as seconds since the epoch), is no stored time."""
+
+
+def _strict(node: Any) -> Any:
+    """A copy of the core schema ``node`` that takes only what the encoder writes: integers as
+    JSON integers (not ``true``, ``"1"`` or ``1.0``), times as ISO 8601 text (not
+    ``1700000000``, nor ``0`` for a 1970 tombstone), strings and states as JSON strings."""
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "union" and node.get("custom_error_type") == "utc_datetime":
+        # the text is checked first; then parsed from it (a str, hence not strictly)
+        return core_schema.custom_error_schema(
+            core_schema.chain_schema(
+                [core_schema.str_schema(pattern=_STORED_TIME, strict=True), _lax_times(node)]
+            ),
+            custom_error_type="stored_datetime",
+            custom_error_message=(
+                "Input should be an ISO 8601 date and time with Z or an offset (as stored)"
+            ),
+        )
+    out = {k: _strict(v) for k, v in node.items()}
+    # (states stay lax: a strict enum takes only State instances from a decoded document,
+    # and a lax one takes its values only, in either mode)
+    if out.get("type") in ("int", "str", "dict", "bool", "float"):
+        out["strict"] = True
+    elif out.get("type") == "enum":
+        out["strict"] = False
+    if isinstance(out.get("config"), dict):
+        out["config"] = {**out["config"], "strict": True}
+    return out
+
+
+def _lax_times(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_lax_times(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _lax_times(v) for k, v in node.items()}
+    if out.get("type") == "datetime":
+        out["strict"] = False
+    return out
+
+
 STORED_RECORD = SchemaValidator(
-    _every_field_required(LocationStatus.__pydantic_core_schema__),
+    _strict(_every_field_required(LocationStatus.__pydantic_core_schema__)),
     # Build from the schema given, not from the models' own validators (which pydantic-core
     # would otherwise reuse for the nested model, defaults included).
     _use_prebuilt=False,
@@ -379,4 +434,12 @@ so a stored record that leaves a field out is refused instead of being completed
 version of locstatus stored carries every field, since the encoder writes them all, ``null``
 included (docs/reliability.md, "What a stored record carries"). It builds the same instances
 from the same hand-built field schemas, in one pass of pydantic-core, so a decode costs what a
-decode with :class:`LocationStatus` costs. Values built in Python keep the defaults."""
+decode with :class:`LocationStatus` costs. Values built in Python keep the defaults.
+
+It is strict (the hostile review of issue 15: only what was written may be read): an integer
+is a JSON integer (``true``, ``"1"`` and ``1.0`` are not 1), within :data:`MAX_STORED_INT`; a
+time is ISO 8601 text with ``Z`` or an offset (``1700000000`` is no date, ``0`` no 1970
+tombstone the check would purge). A decoded document (MongoDB's, ``validate_python``) is held
+to the same rules as stored text: its times must be ISO 8601 strings too (a BSON date is no
+stored value), its integers ints."""
+

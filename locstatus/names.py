@@ -31,6 +31,12 @@ MAX_ACTOR = 256
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 """Control characters (Unicode category Cc): C0, DEL and C1."""
 
+_BIDI_RE = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+"""Characters that reorder or break what a terminal shows without being Cc: the bidirectional
+controls (U+061C, U+200E-U+200F, U+202A-U+202E embeddings and overrides, U+2066-U+2069
+isolates: ``"\u202eemag"`` prints as ``game``, and the override runs on over what follows on
+the line) and the line and paragraph separators (U+2028, U+2029: a newline by another name)."""
+
 DEFAULT_SERVICES: tuple[str, ...] = ("replication", "lifecycle", "ingestion")
 SERVICE_ALIASES: dict[str, str] = {"crr": "replication"}
 
@@ -79,7 +85,9 @@ def canonical_service(name: object, allowed: Iterable[str] | None = None) -> str
 def check_text(field: str, value: object, limit: int) -> str | None:
     """Return ``value`` if it is None or acceptable free text for ``field`` (``reason``,
     ``actor``): a string of at most ``limit`` characters, encodable as UTF-8, with no control
-    character (U+0000-U+001F, U+007F-U+009F: a terminal acts on them, see the module docstring).
+    character (U+0000-U+001F, U+007F-U+009F: a terminal acts on them, see the module docstring)
+    and no bidirectional control or line separator (U+061C, U+200E-U+200F, U+202A-U+202E,
+    U+2066-U+2069, U+2028-U+2029: they reorder or break the line a terminal shows).
 
     Raises :class:`InvalidInput` naming ``field`` and, for a control character, its code point
     and position.
@@ -96,6 +104,14 @@ def check_text(field: str, value: object, limit: int) -> str | None:
             f"{field} {_shown(value)} contains the control character "
             f"U+{ord(bad.group()):04X} at position {bad.start()}: control characters "
             "(tabs, newlines, escape sequences) are not allowed in free text"
+        )
+    bad = _BIDI_RE.search(value)
+    if bad is not None:
+        raise InvalidInput(
+            f"{field} {_shown(value)} contains the control character "
+            f"U+{ord(bad.group()):04X} at position {bad.start()}: bidirectional controls "
+            "and line separators reorder or break what a terminal shows, and are not allowed "
+            "in free text"
         )
     try:
         value.encode("utf-8")

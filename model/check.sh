@@ -48,6 +48,7 @@ VARIANTS=(
   "one_write_settle|bfs|-DFINDING_ONE_WRITE_SETTLE -DNOPR=2 -DNOPS=1 -DDOWN=2 -DNAMB=0 -DNFAIL=0"
   "remove_race|bfs|-DFINDING_REMOVE_RACE -DNOPR=2 -DNOPS=1 -DNAMB=0 -DNFAIL=0"
   "stale_applied|bfs|-DFINDING_STALE_APPLIED -DINIT_GEN=1 -DOPS_SET=3 -DNOPR=2 -DNOPS=2 -DNFAULT=0 -DNAMB=0 -DNFAIL=0"
+  "fence_remove|dfs|-DFINDING_FENCE_REMOVE -DOPS_SET=3 -DNOPR=2 -DNOPS=2 -DNAMB=0 -DNFAIL=0"
 )
 
 PAN_DEPTH=-m1000000     # longer than any run of the model (depth reached is reported)

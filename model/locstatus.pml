@@ -561,12 +561,19 @@ done:
 }
 
 /* ---------------------------------------------------------------- the agent */
-/* coming back needs the fence's pause handlers to have finished (seeded: not waited for) */
-#if NL == 1
-#define FENCE_DONE(w) (!running[IX(w, 0)] && ph[IX(w, 0)] != HANDLING && ph[IX(w, 0)] != REMOVING)
+/* coming back needs the fence's pause handlers, and the on_remove of a location found gone, to
+ * have finished (seeded: not waited for). FINDING_FENCE_REMOVE: as the code was, a location
+ * found gone counted as stopped once its on_remove was under way (queued, in the code). */
+#ifdef FINDING_FENCE_REMOVE
+#define STOPPED(i) (ph[i] != HANDLING && ((ph[i] == REMOVING && ht[i] == 0) || \
+                                          (!running[i] && ph[i] != REMOVING)))
 #else
-#define FENCE_DONE(w) (!running[IX(w, 0)] && ph[IX(w, 0)] != HANDLING && ph[IX(w, 0)] != REMOVING && \
-                       !running[IX(w, 1)] && ph[IX(w, 1)] != HANDLING && ph[IX(w, 1)] != REMOVING)
+#define STOPPED(i) (!running[i] && ph[i] != HANDLING && ph[i] != REMOVING)
+#endif
+#if NL == 1
+#define FENCE_DONE(w) (STOPPED(IX(w, 0)))
+#else
+#define FENCE_DONE(w) (STOPPED(IX(w, 0)) && STOPPED(IX(w, 1)))
 #endif
 #ifdef BUG_EARLY_UNFENCE
 #define UNFENCE_READY(w)
@@ -648,9 +655,10 @@ end:
     /* fenced: its pause handlers run (urgent: the fence margin covers them) */
     :: atomic { RUN(w) && fenced[w] && running[i] && ph[i] != HANDLING && ph[i] != REMOVING
                 -> running[i] = 0; printf("MSC: w%d stops L%d (fenced)\n", w, l) }
-    /* the location went while applied (a resync, or a re-read, finds it gone) */
+    /* the location went while applied (a resync, or a re-read, finds it gone; fenced too:
+     * the watch thread reads while fenced, and on_remove stops what ran there) */
     :: atomic {
-        RUN(w) && !fenced[w] && ph[i] == IDLE NOT_DEAD(w) && GONE(i, l) ->
+        RUN(w) && ph[i] == IDLE NOT_DEAD(w) && GONE(i, l) ->
         printf("MSC: w%d finds L%d gone\n", w, l);
 #ifdef BUG_ON_REMOVE
         forget(i)                           /* seeded: dropped without on_remove */

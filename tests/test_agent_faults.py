@@ -30,6 +30,7 @@ from locstatus.cli import app
 from locstatus.clock import CallerClock
 from locstatus.models import utcnow
 
+from support import corrupt_shapes as shapes
 from support.agent_worker import Partition
 from support.fakeclock import FakeClock
 from support.kits import Kit
@@ -210,6 +211,32 @@ def test_an_agent_fires_only_the_resumes_of_the_services_it_applies(
     fired = [e for e in mgr.history(LOC, limit=10) if e.event == "resume_due"]
     assert [(e.service, e.actor) for e in fired] == [(SVC, "agent:w-repl")]
 # -- corrupt records and purged locations ------------------------------------------------------
+
+
+@pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)
+def test_a_generation_past_64_bits_is_a_corrupt_record_not_an_overflow(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """Before: a stored generation of 2**63 read as a record; the agent ran on_pause and its
+    acknowledgement raised a raw OverflowError (SQLite), retried with a traceback for ever,
+    with nothing in errors(). It is a corrupt record: reported, nothing run or acknowledged."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC])
+    calls: list[str] = []
+    agent = mgr.agent("w1", services=[SVC], resync_interval=0.3, **FAST)
+    agents.append(agent)
+    agent.on_pause(SVC)(lambda location: calls.append("pause"))
+    agent.on_resume(SVC)(lambda location: calls.append("resume"))
+    agent.start()
+    assert calls == ["resume"]
+    kit.write_raw(LOC, shapes.OUT_OF_RANGE["generation-2-63"])
+    key = f"{LOC}/*"
+    eventually(lambda: key in agent.errors())
+    assert agent.errors()[key].startswith("CorruptRecord") and "generation" in agent.errors()[key]
+    time.sleep(0.7)  # a couple more re-reads
+    assert calls == ["resume"]
+    assert agent.metrics()["backend_errors"] == 0 and agent.metrics()["thread_errors"] == 0
+    assert acked(mgr, "w1") == 0
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from locstatus import BackendUnavailable, Client, State, connect
-from locstatus.agent import Agent
+from locstatus.agent import Agent, HandlerRetry
 from locstatus.models import WorkerInfo
 
 from support.agent_worker import Partition
@@ -381,6 +381,110 @@ def test_the_fence_lifts_only_once_the_records_were_read_again_after_the_lease_c
     assert calls == ["resume", "fence", "pause"]
 
 
+def test_the_fence_lifts_only_once_a_location_removed_meanwhile_ran_its_on_remove(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """The hostile review's freeze across a removal: the worker fenced while running a
+    location; before its fence handler stopped it, the location was removed, purged, created
+    again and paused (settled without the worker once its lease lapsed). Before: finding the
+    location gone dropped its keys from the fence as soon as its on_remove was queued, so the
+    fence lifted at the next renewal while the old location's consumers still ran (its fence
+    handler and on_remove came after): a live, unfenced worker running where the record read
+    paused. It comes back only once its on_remove returned, then applies the new pause."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC])
+    link = RenewalsRefused(kit.open())
+    agent = Client(link).agent(
+        "w1", services=[SVC], lease_seconds=3, heartbeat_interval=0.5, resync_interval=60
+    )
+    agents.append(agent)
+    release = threading.Event()
+    calls: list[tuple[str, int]] = []  # (event, the fenced gauge when it ran)
+
+    def fenced() -> int:
+        return agent.metrics()["fenced"]
+
+    agent.on_pause(SVC)(lambda location: calls.append(("pause", fenced())))
+    agent.on_resume(SVC)(lambda location: calls.append(("resume", fenced())))
+    agent.on_remove(lambda location: calls.append(("remove", fenced())))
+
+    @agent.on_fence(SVC)
+    def fence(location: str) -> None:
+        calls.append(("fence", fenced()))
+        assert release.wait(30), "the test never released the fence handler"
+
+    agent.start()
+    assert calls == [("resume", 0)]
+    try:
+        link.cut()
+        eventually(lambda: calls == [("resume", 0), ("fence", 1)], timeout=10)
+        mgr.remove_location(LOC)
+        mgr.purge_location(LOC, mgr.backend.read(LOC).version)
+        mgr.add_location(LOC)  # a new life of the location ...
+        mgr.pause(LOC, SVC)  # ... paused: settles without w1 once its lease lapsed
+        assert mgr.wait_settled(LOC, SVC, timeout=15).services[SVC].state is State.PAUSED
+        resyncs = agent.metrics()["resyncs"]
+        link.heal()  # the lease comes back, the records are read again
+        eventually(lambda: agent.metrics()["resyncs"] > resyncs, timeout=10)
+        time.sleep(0.3)
+        # the old location's consumers still run (its fence handler did not return)
+        assert agent.metrics()["fenced"] == 1
+        assert mgr.status(LOC).services[SVC].state is State.PAUSED
+    finally:
+        release.set()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=10)
+    eventually(lambda: acked(mgr, "w1") == 1, timeout=10)  # the new life's pause
+    assert calls == [("resume", 0), ("fence", 1), ("remove", 1), ("pause", 0)]
+
+
+def test_a_fence_waits_for_the_on_remove_still_due_of_a_location_purged_before_it(
+    kit: Kit, agents: list[Agent]
+) -> None:
+    """A location removed and purged while its on_remove fails (retried): its consumers run
+    until on_remove returns. Before: a fence imposed meanwhile did not count it (only the keys
+    the worker ran), and lifted with those consumers still running."""
+    mgr = Client(kit.open())
+    mgr.sync_locations([LOC, OTHER])
+    link = RenewalsRefused(kit.open())
+    agent = Client(link).agent(
+        "w1",
+        services=[SVC],
+        lease_seconds=3,
+        heartbeat_interval=0.5,
+        resync_interval=60,
+        handler_retry=HandlerRetry(base=0.1, cap=0.2),
+    )
+    agents.append(agent)
+    failing = threading.Event()
+    failing.set()
+    removes: list[tuple[str, int]] = []
+
+    @agent.on_remove
+    def remove(location: str) -> None:
+        removes.append((location, agent.metrics()["fenced"]))
+        if failing.is_set():
+            raise RuntimeError("consumers will not close (test)")
+
+    agent.on_resume(SVC)(lambda location: None)
+    agent.on_pause(SVC)(lambda location: None)
+    agent.start()
+    mgr.remove_location(LOC)
+    eventually(lambda: len(removes) >= 1)  # its on_remove fails, and is retried
+    mgr.purge_location(LOC, mgr.backend.read(LOC).version)
+    eventually(lambda: LOC not in agent.locations_seen())
+    link.cut()
+    eventually(lambda: agent.metrics()["fenced"] == 1, timeout=10)
+    resyncs = agent.metrics()["resyncs"]
+    link.heal()
+    eventually(lambda: agent.metrics()["resyncs"] > resyncs, timeout=10)
+    time.sleep(0.5)
+    assert agent.metrics()["fenced"] == 1  # LOC's consumers still run
+    failing.clear()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=10)
+    assert removes[-1] == (LOC, 1)  # it returned while fenced; then the fence lifted
+    assert not agent.errors()
+
+
 # -- real faults ------------------------------------------------------------------------------
 
 
@@ -514,6 +618,81 @@ def test_zookeeper_connection_cut_fences_before_the_session_expires(
         eventually(lambda: ("remove", OTHER, False) in rec.after(t_thaw))
         assert ("pause", LOC, False) in rec.after(t_thaw)
         assert mgr.resume(LOC, SVC, wait=15).services[SVC].state is State.RUNNING
+    finally:
+        for a in agents:
+            a.stop(timeout=2)
+        agents.clear()
+        proxy.close()
+
+
+def _is_paused_while_cut(proxy: TcpProxy, mgr: Client, agent: Agent) -> None:
+    """With ``agent`` running LOC through ``proxy``: freeze the proxy; the worker fences, and
+    from then on is_paused answers True (a worker loop following docs/agent.md stops), while a
+    pause settles without it; once the link is back, the real state decides."""
+    assert agent.is_paused(LOC, SVC) is False
+    proxy.freeze()
+    try:
+        eventually(lambda: agent.metrics()["fenced"] == 1, timeout=20)
+        assert agent.state(LOC, SVC) is State.RUNNING  # the record as last read ...
+        assert agent.is_paused(LOC, SVC) is True  # ... but the worker must not work
+        assert agent.fenced is True
+        mgr.pause(LOC, SVC)
+        assert mgr.wait_settled(LOC, SVC, timeout=20).services[SVC].state is State.PAUSED
+        assert agent.is_paused(LOC, SVC) is True  # it never heard of the pause
+    finally:
+        proxy.thaw()
+    eventually(lambda: agent.metrics()["fenced"] == 0, timeout=30)
+    assert agent.fenced is False
+    assert agent.is_paused(LOC, SVC) is True  # paused for real now
+    assert mgr.resume(LOC, SVC, wait=20).services[SVC].state is State.RUNNING
+    assert agent.is_paused(LOC, SVC) is False
+
+
+def test_is_paused_is_true_while_fenced_on_a_mongodb_connection_cut(
+    mongo_server: Any, agents: list[Agent]
+) -> None:
+    """Before: is_paused answered from the local copy alone, so a worker cut off from the
+    store went on working while fenced, and while the store said paused."""
+    proxy = TcpProxy(f"127.0.0.1:{mongo_server.port}", frames=False)
+    try:
+        db = fresh_database()
+        mgr = connect(kit_url(mongo_server, db))
+        mgr.sync_locations([LOC])
+        via = kit_url(
+            mongo_server,
+            db,
+            directConnection="true",
+            serverSelectionTimeoutMS="2000",
+            socketTimeoutMS="1000",
+        )
+        via = via.replace(f":{mongo_server.port}/", f":{proxy.port}/", 1)
+        agent = connect(via).agent("w1", services=[SVC], lease_seconds=3, heartbeat_interval=0.5)
+        agents.append(agent)
+        Recorder(agent)
+        agent.start()
+        _is_paused_while_cut(proxy, mgr, agent)
+    finally:
+        for a in agents:
+            a.stop(timeout=2)
+        agents.clear()
+        proxy.close()
+
+
+def test_is_paused_is_true_while_fenced_on_a_zookeeper_connection_cut(
+    zk_server: Any, agents: list[Agent]
+) -> None:
+    proxy = TcpProxy(zk_server.hosts)
+    try:
+        chroot = f"/ispaused-{os.getpid()}-{time.monotonic_ns()}"
+        mgr = connect(zk_url(zk_server.hosts, chroot))
+        mgr.sync_locations([LOC])
+        agent = connect(zk_url(proxy.hosts, chroot, session_timeout=4, timeout=20)).agent(
+            "w1", services=[SVC]
+        )
+        agents.append(agent)
+        Recorder(agent)
+        agent.start()
+        _is_paused_while_cut(proxy, mgr, agent)
     finally:
         for a in agents:
             a.stop(timeout=2)

@@ -446,11 +446,34 @@ def test_the_fence_lifts_only_when_the_lease_is_back_its_keys_stopped_and_record
     fence.reread_done(token)
     assert not fence.ready(now=101.0)  # A and B still to stop
     fence.stopped(A)
-    assert fence.drop_location(B[0]) and not fence.drop_location(B[0])  # purged: on_remove
+    assert fence.gone(B[0], on_remove=True) and not fence.gone(B[0], on_remove=True)  # purged
+    assert not fence.ready(now=101.0)  # its on_remove is only queued: its consumers still run
+    fence.removed(B[0])
     assert fence.ready(now=101.0)
     assert not fence.ready(now=111.0)  # the lease ran out again meanwhile
     fence.lift()
     assert not fence.fenced and not fence.returning and not fence.ready(now=101.0)
+
+
+def test_a_location_gone_while_fenced_holds_the_fence_until_its_on_remove_returned() -> None:
+    """The hostile review's freeze across a removal: the fence lifted once the purged
+    location's on_remove was queued, ~70 ms before anything stopped its consumers."""
+    fence = Fence()
+    fence.impose("no renewal landed", {A}, removals={"gone-before"})
+    fence.lease_back(110.0, now=100.0)
+    fence.reread_done(fence.reread_token())
+    assert fence.gone(A[0], on_remove=True)
+    assert not fence.ready(now=101.0)
+    fence.removed(A[0])
+    assert not fence.ready(now=101.0)  # purged before the fence, its on_remove still due
+    fence.removed("gone-before")
+    assert fence.ready(now=101.0)
+    # a location where nothing ran (no on_remove due) does not hold the fence
+    fence = Fence()
+    fence.impose("no renewal landed", {B})
+    fence.lease_back(110.0, now=100.0)
+    fence.reread_done(fence.reread_token())
+    assert fence.gone(B[0], on_remove=False) and fence.ready(now=101.0)
 
 
 def test_a_re_read_counts_only_for_the_return_it_started_in() -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+import locstatus
 from locstatus import InvalidInput, Manager, State, open_backend
 from locstatus.api import create_app
 from locstatus.api.server import BackgroundServer, bind_socket, is_loopback, serve
@@ -239,6 +240,29 @@ def test_overwrite_a_schedule(http: httpx.Client, mgr: Manager, clock: FakeClock
     assert history_events(mgr, "us-east-1")[-2:] == ["schedule_resume", "schedule_resume"]
 
 
+def test_moving_an_existing_schedule_for_all_says_rescheduled_and_when_it_was(
+    http: httpx.Client, mgr: Manager, clock: FakeClock
+) -> None:
+    """Issue 20: ``resume all`` in 1 h over a 2 h schedule names the time it replaced; a new
+    schedule has no ``rescheduled`` member."""
+    http.post("/v1/locations/all/replication/pause")
+    first = http.post("/v1/locations/all/replication/resume", json={"in_seconds": 7200})
+    assert first.status_code == 200
+    assert all("rescheduled" not in item for item in first.json()["results"].values())
+    was = (clock() + timedelta(seconds=7200)).isoformat().replace("+00:00", "Z")
+    r = http.post("/v1/locations/all/replication/resume", json={"in_seconds": 3600})
+    assert r.status_code == 200
+    results = r.json()["results"]
+    assert set(results) == set(LOCATIONS)
+    for item in results.values():
+        assert item["rescheduled"] == {"replication": was}
+        assert item["status"]["services"]["replication"]["resume_at"].startswith(
+            (clock() + timedelta(seconds=3600)).strftime("%Y-%m-%dT%H:%M:%S")
+        )
+    same = http.post("/v1/locations/all/replication/resume", json={"in_seconds": 3600})
+    assert all("rescheduled" not in item for item in same.json()["results"].values())
+
+
 def test_manual_pause_or_resume_cancels_a_schedule(http: httpx.Client, mgr: Manager) -> None:
     http.post("/v1/locations/all/replication/pause")
     for loc in ("us-east-1", "us-east-2"):
@@ -399,6 +423,10 @@ def test_resume_body_validation(http: httpx.Client, mgr: Manager, body: object) 
         ("pause", {"actor": "ops\x1b[2K\x1b[1A"}, "actor", "U+001B"),
         ("resume", {"reason": "a\nb"}, "reason", "U+000A"),
         ("resume", {"at": "2031-01-01T00:00:00Z", "actor": "\x9b2J"}, "actor", "U+009B"),
+        # bidirectional controls reorder what the terminal shows (not Cc, refused all the same)
+        ("pause", {"reason": "fine \u202eemag"}, "reason", "U+202E"),
+        ("pause", {"actor": "ops\u2066x\u2069"}, "actor", "U+2066"),
+        ("resume", {"reason": "a\u2028b"}, "reason", "U+2028"),
     ],
 )
 def test_bad_times_and_control_characters_are_422_naming_the_field(
@@ -412,6 +440,30 @@ def test_bad_times_and_control_characters_are_422_naming_the_field(
         assert [e["loc"] for e in problem["errors"]] == [["body", field]]
         assert needle in problem["errors"][0]["msg"] and needle in problem["detail"]
     assert r.headers["content-type"].startswith(PROBLEM)
+    assert {r.location: r.version for r in mgr.statuses()} == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "raw", "key"),
+    [
+        ("POST", "/v1/locations/us-east-1/replication/pause",
+         '{"reason": "planned", "reason": "other"}', "reason"),
+        ("POST", "/v1/locations/all/replication/resume",
+         '{"at": "2031-01-01T00:00:00Z", "at": "2032-01-01T00:00:00Z"}', "at"),
+        ("DELETE", "/v1/locations/us-east-1/replication/schedule",
+         '{"actor": "a", "reason": "r", "actor": "b"}', "actor"),
+    ],
+)
+def test_a_body_with_a_key_twice_is_422_naming_the_key(
+    http: httpx.Client, mgr: Manager, method: str, path: str, raw: str, key: str
+) -> None:
+    """JSON parsers keep one of two equal keys (the last): the body said two things and was
+    read as one. Refused, naming the key, nothing written."""
+    http.post("/v1/locations/all/replication/pause")
+    before = {r.location: r.version for r in mgr.statuses()}
+    r = http.request(method, path, content=raw, headers={"content-type": "application/json"})
+    problem = assert_problem(r, 422)
+    assert f"key {key!r} twice" in problem["detail"]
     assert {r.location: r.version for r in mgr.statuses()} == before
 
 
@@ -635,7 +687,7 @@ def test_history_workers_fsm(http: httpx.Client, mgr: Manager, clock: FakeClock)
     mgr.backend.put_worker(WorkerInfo(worker_id="w2", services=("lifecycle",),
                                       lease_expires_at=clock() - timedelta(seconds=1)))
     workers = {w["worker_id"]: w for w in http.get("/v1/workers").json()}
-    assert workers["w1"]["is_alive"] is True and workers["w2"]["is_alive"] is False
+    assert workers["w1"]["alive"] is True and workers["w2"]["alive"] is False
     r = http.get("/v1/fsm")
     assert r.status_code == 200 and r.text == mermaid()
     assert r.headers["content-type"].startswith("text/plain")
@@ -644,7 +696,9 @@ def test_history_workers_fsm(http: httpx.Client, mgr: Manager, clock: FakeClock)
 def test_health_ready_and_backend_down(backend_url: str, clock: FakeClock) -> None:
     m = Manager(open_backend(backend_url), clock=clock)
     with BackgroundServer(create_app(m)) as srv:
-        assert httpx.get(srv.url + "/healthz", timeout=60).json() == {"status": "ok"}
+        assert httpx.get(srv.url + "/healthz", timeout=60).json() == {
+            "status": "ok", "version": locstatus.__version__
+        }
         assert httpx.get(srv.url + "/readyz", timeout=60).status_code == 200
         m.backend.close()  # the backend becomes unreachable
         assert_problem(httpx.get(srv.url + "/readyz", timeout=60), 503)
@@ -745,7 +799,7 @@ def test_metrics_and_workers_count_what_does_not_read(
     assert _metric(text, "locstatus_workers", alive="true") == 1
     assert _metric(text, "locstatus_lagging_workers", service="replication") == 1
     (listed,) = http.get("/v1/workers").json()
-    assert listed["worker_id"] == "w-bad" and listed["is_alive"] is True
+    assert listed["worker_id"] == "w-bad" and listed["alive"] is True
     assert "services" in listed["corrupt"]
     assert "all: registration corrupt (" in http.get("/").text  # the status page names it
 
@@ -761,7 +815,7 @@ def test_workers_and_metrics_show_clock_offsets_to_the_backend(backend_url: str)
         ))
         with BackgroundServer(create_app(m)) as srv:
             (w,) = httpx.get(srv.url + "/v1/workers", timeout=60).json()
-            assert w["clock_offset_seconds"] == 30.0 and w["is_alive"] is True
+            assert w["clock_offset_seconds"] == 30.0 and w["alive"] is True
             text = httpx.get(srv.url + "/metrics", timeout=60).text
         assert abs(_metric(text, "locstatus_clock_offset_seconds")) < 1.0  # servers on this host
         assert 0 <= _metric(text, "locstatus_clock_uncertainty_seconds") <= 0.25

@@ -252,7 +252,7 @@ def test_registration_is_idempotent_and_delete_unregisters(
     b = register(http, "node-1", errors={"us-east-1/replication": "boom"})
     assert b["lease_expires_at"] >= a["lease_expires_at"]
     (w,) = [w for w in http.get("/v1/workers").json() if w["worker_id"] == "node-1"]
-    assert w["errors"] == {"us-east-1/replication": "boom"} and w["is_alive"] is True
+    assert w["errors"] == {"us-east-1/replication": "boom"} and w["alive"] is True
     assert w["lease_expires_at"] is not None
     mgr.pause("us-east-1", "replication")
     assert state(mgr) is State.PAUSING

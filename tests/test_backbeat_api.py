@@ -197,6 +197,20 @@ def test_schedule_with_hours_and_read_it_back(
     assert http.get("/crr/resume/aws-location").json() == {"aws-location": "none"}
 
 
+def test_a_schedule_body_with_a_key_twice_is_400_naming_the_key(
+    http: httpx.Client, mgr: Manager
+) -> None:
+    """``{"hours": 1, "hours": 48}`` was read as 48 hours (the last key wins)."""
+    http.post("/crr/pause")
+    before = {r.location: r.version for r in mgr.statuses()}
+    for path in ("/crr/resume/zenko/schedule", "/crr/resume/all/schedule"):
+        r = http.post(path, content=b'{"hours": 1, "hours": 48}')
+        problem = assert_problem(r, 400)
+        assert "key 'hours' twice" in problem["detail"]
+    assert {r.location: r.version for r in mgr.statuses()} == before
+    assert resume_at(mgr, "zenko") is None
+
+
 def test_overwrite_a_schedule(http: httpx.Client, mgr: Manager, clock: FakeClock) -> None:
     http.post("/crr/pause/zenko")
     http.post("/crr/resume/zenko/schedule", json={"hours": 2})

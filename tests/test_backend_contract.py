@@ -18,10 +18,12 @@ from locstatus.errors import (
     BackendUnavailable,
     CorruptRecord,
     InvalidInput,
+    NewerFormat,
     NotFound,
     VersionConflict,
 )
 from locstatus.models import (
+    MAX_STORED_INT,
     Hint,
     HistoryEntry,
     LocationStatus,
@@ -385,6 +387,50 @@ def test_a_stored_record_missing_a_field_is_corrupt_never_completed(kit: Kit, sh
     assert b.read("half-written").services["replication"].state is State.PAUSED
 
 
+@pytest.mark.parametrize("shape", sorted(shapes.LOOSE))
+def test_a_stored_value_locstatus_never_writes_is_corrupt_never_coerced(
+    kit: Kit, shape: str
+) -> None:
+    """Only what was written is read (the hostile review of issue 15): ``true``, ``"1"`` or
+    ``1.0`` as generation 1, a number as a date (``deleted_at: 0`` read as a 1970 tombstone,
+    which the check may purge), a scheduled resume on a running service: each is a corrupt
+    record on every read path, on every backend (MongoDB's documents included)."""
+    b = _damage(kit, "loose", shapes.LOOSE[shape])
+    _assert_corrupt_everywhere(b, "loose")
+    kit.write_raw("loose", shapes.GOOD)
+    assert b.read("loose").services["replication"].state is State.PAUSED
+
+
+@pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)
+@pytest.mark.parametrize("shape", sorted(shapes.OUT_OF_RANGE))
+def test_a_stored_generation_past_64_bits_is_corrupt(kit: Kit, shape: str) -> None:
+    """No backend stores a generation past a signed 64-bit integer: read as one, it was
+    acknowledged by the agent with a raw OverflowError (SQLite), retried for ever."""
+    b = _damage(kit, "huge", shapes.OUT_OF_RANGE[shape])
+    _assert_corrupt_everywhere(b, "huge")
+
+
+def test_every_record_written_reads_back_the_same(kit: Kit) -> None:
+    """The other side of the strict decode: what the code writes (times with and without
+    microseconds, an offset converted to UTC, the largest generation, a tombstone, every
+    service and state) reads back equal, on every backend."""
+    b = kit.open()
+    at = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    services = {
+        "replication": ServiceStatus(
+            state=State.PAUSED, generation=MAX_STORED_INT, resume_at=at, reason="r", actor="a",
+            op_id="op", updated_at=datetime(2030, 1, 1, tzinfo=UTC),
+        ),
+        "lifecycle": ServiceStatus(state=State.RESUMING, generation=2, updated_at=at),
+        "ingestion": ServiceStatus(state=State.PAUSING, generation=1),
+    }
+    made = b.create(LocationStatus(location="round", services=services), [])
+    assert b.read("round") == made
+    gone = made.model_copy(update={"deleted_at": at})
+    stored = b.compare_and_set(gone, made.version, [])
+    assert b.read("round") == stored and stored.deleted_at == at
+
+
 @pytest.mark.parametrize("kit", ["memory", "sqlite", "zk"], indirect=True)
 @pytest.mark.parametrize("shape", sorted(shapes.DUPLICATE_KEYS) + sorted(shapes.DEEP))
 def test_a_stored_text_with_a_key_twice_or_nested_too_deep_is_corrupt(
@@ -396,6 +442,61 @@ def test_a_stored_text_with_a_key_twice_or_nested_too_deep_is_corrupt(
     record on every read path, and the others still read."""
     b = _damage(kit, "bad-text", shapes.DUPLICATE_KEYS.get(shape) or shapes.DEEP[shape])
     _assert_corrupt_everywhere(b, "bad-text")
+
+
+# -- the stored format (docs/versioning.md, "Stored format") -------------------------------------
+
+
+def test_every_record_is_stored_with_its_format(kit: Kit) -> None:
+    b = kit.open()
+    v = b.create(record("fmt-1"), []).version
+    assert kit.read_raw("fmt-1")["format"] == codec.FORMAT
+    b.compare_and_set(record("fmt-1", State.PAUSED, 1), v, [entry("fmt-1", "op")])
+    assert kit.read_raw("fmt-1")["format"] == codec.FORMAT
+
+
+def test_a_record_from_before_formats_reads_and_is_migrated_on_its_next_write(kit: Kit) -> None:
+    """A record with no ``format`` (every record 0.1.0 wrote) is format 1: it reads as it was
+    written, and the next write stores it with this version's format."""
+    b = kit.open()
+    b.create(record("old"), [])
+    kit.write_raw("old", shapes.GOOD)  # as 0.1.0 wrote it
+    assert "format" not in kit.read_raw("old")
+    rec = b.read("old")
+    assert rec.services["replication"].state is State.PAUSED
+    assert rec.services["replication"].resume_at == datetime(2030, 1, 1, tzinfo=UTC)
+    b.compare_and_set(record("old", State.RESUMING, 2), rec.version, [entry("old", "op")])
+    assert kit.read_raw("old")["format"] == codec.FORMAT
+    assert b.read("old").services["replication"].state is State.RESUMING
+
+
+def test_a_record_in_a_newer_format_is_refused_never_misread(kit: Kit) -> None:
+    """A record a newer locstatus wrote (``format`` above :data:`codec.FORMAT`) is a
+    :class:`NewerFormat` (a :class:`CorruptRecord`) on every read path, naming the formats; the
+    manager refuses to change it and leaves it as it is; the others still read."""
+    from locstatus import Manager
+
+    newer = '{"format": ' + str(codec.FORMAT + 1) + ", " + shapes.GOOD[1:]
+    b = _damage(kit, "from-the-future", newer)
+    _assert_corrupt_everywhere(b, "from-the-future")
+    with pytest.raises(NewerFormat) as refused:
+        b.read("from-the-future")
+    assert refused.value.format == codec.FORMAT + 1 and refused.value.newest == codec.FORMAT
+    assert f"stored format {codec.FORMAT + 1} was written by a newer locstatus" in str(
+        refused.value
+    )
+    with pytest.raises(NewerFormat):
+        Manager(b).pause("from-the-future")
+    assert kit.read_raw("from-the-future")["format"] == codec.FORMAT + 1  # never rewritten
+
+
+@pytest.mark.parametrize("value", ['"1"', "0", "-1", "true", "1.5", "null"])
+def test_a_format_that_is_no_whole_number_is_a_corrupt_record(kit: Kit, value: str) -> None:
+    b = _damage(kit, "bad-format", '{"format": ' + value + ", " + shapes.GOOD[1:])
+    _assert_corrupt_everywhere(b, "bad-format")
+    with pytest.raises(CorruptRecord, match="format: expected a whole number") as caught:
+        b.read("bad-format")
+    assert not isinstance(caught.value, NewerFormat)
 
 
 def test_a_complete_record_written_by_hand_reads_compact_or_spaced(kit: Kit) -> None:

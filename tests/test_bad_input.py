@@ -171,6 +171,9 @@ CLI_CASES += [
      "--actor 'ops\\x1b[1A'"),
     ("actor-c1-csi", ["pause", "all", "--actor", "ops\x9b2J"], 2, "U+009B"),
     ("sync-actor-control", ["locations", "sync", "--sample", "--actor", "a\rb"], 2, "U+000D"),
+    # bidirectional controls reorder what a terminal shows: "\u202eemag" prints as "game"
+    ("reason-bidi-override", ["pause", "dr-site-a", "--reason", "ok \u202eemag"], 2, "U+202E"),
+    ("actor-bidi-isolate", ["resume", "us-east-1", "--actor", "ops\u2067x"], 2, "U+2067"),
     ("check-stuck-zero", ["check", "--stuck-after", "0s"], 2, "'0s'"),
     ("check-ttl-text", ["check", "--tombstone-ttl", "a day"], 2, "'a day'"),
     ("serve-port", ["serve", "--port", "70000"], 2, "'70000'"),
@@ -373,6 +376,9 @@ LIBRARY_REFUSALS: list[tuple[str, Callable[[Manager], Any], str]] = [
                                               reason="\x9b2J"), "U+009B"),
     ("sync-actor-tab", lambda m: m.sync_locations(["new-site"], actor="a\tb"), "U+0009"),
     ("remove-actor-nul", lambda m: m.remove_location("dr-site-a", actor="a\x00"), "U+0000"),
+    ("reason-bidi", lambda m: m.pause("dr-site-a", reason="x\u202ey"), "U+202E"),
+    ("actor-bidi-mark", lambda m: m.resume("us-east-1", actor="ops\u200f"), "U+200F"),
+    ("reason-paragraph", lambda m: m.pause("dr-site-a", reason="a\u2029b"), "U+2029"),
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -251,6 +252,46 @@ def test_status_human_output_shows_state_schedule_generation_and_reason(synced: 
     assert "version 4" in one and "in 1h59m" in one
 
 
+def test_a_narrow_terminal_never_cuts_a_location_service_or_state(cli: Cli, tmp_path: Path) -> None:
+    """``COLUMNS=80 locstatus status`` (issue 20): names and states whole on one line each, the
+    other columns folded or left out and named; a wide terminal shows them all."""
+    names = ["ap-southeast-2-sydney-primary", "eu-central-1-frankfurt", "us-east-1"]
+    listing = tmp_path / "locations.txt"
+    listing.write_text("\n".join(names) + "\n")
+    cli.ok("locations", "sync", str(listing))
+    reason = "disk swap on rack 4, " * 5
+    cli.ok("pause", names[0], "--reason", reason)
+    cli.ok("resume", names[0], "-s", "lifecycle", "--in", "2h")
+    for width in (80, 60):
+        out = cli("status", env={"COLUMNS": str(width)}).stdout
+        lines = out.splitlines()
+        assert max(len(line) for line in lines) <= width, out
+        rows = [line for line in lines if line.startswith("│")]
+        for name in names:
+            assert any(f"│ {name} " in row for row in rows), (name, out)
+        for service in ("replication", "lifecycle", "ingestion"):
+            assert sum(f"│ {service} " in row for row in rows) == 3, (service, out)
+        assert sum(" paused " in row for row in rows) == 3, out
+        assert sum(" running " in row for row in rows) == 6, out
+        assert "…" not in out and "..." not in out, out
+        assert f"left out to fit {width} columns:" in out and "Reason / actor" in out, out
+    wide = cli("status", env={"COLUMNS": "250"}).stdout
+    assert "left out" not in wide
+    for header in ("Scheduled resume", "Gen", "Version", "Updated", "Reason / actor"):
+        assert header in wide, header
+    assert reason.strip() in wide
+    one = cli("status", names[0], env={"COLUMNS": "40"}).stdout
+    assert max(len(line) for line in one.splitlines()) <= 40, one
+    assert "│ replication │ paused" in one, one
+    history = cli("history", names[0], env={"COLUMNS": "80"}).stdout
+    lines = history.splitlines()
+    assert max(len(line) for line in lines) <= 80, history
+    rows = [line for line in lines if line.startswith("│")]
+    assert rows and all(re.search(r"│ \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ │", r) for r in rows), history
+    assert any("│ lifecycle   │ schedule_resume │" in r for r in rows), history
+    assert "…" not in history, history
+
+
 def test_status_json_lists_every_location_as_models(synced: Cli) -> None:
     synced.ok("pause", "dr-site-a")
     records = synced.statuses()
@@ -305,6 +346,40 @@ def test_schedule_all_schedules_paused_locations_and_skips_running_ones(synced: 
     synced.ok("resume", "dr-site-a")
     refused = synced("resume", "all", "--in", "1h")
     assert refused.exit_code == 1 and "no location" in refused.stderr
+
+
+def test_moving_an_existing_schedule_of_all_says_rescheduled_and_what_it_was(synced: Cli) -> None:
+    """Issue 20: ``resume all --in 1h`` over a 2 h schedule moved it earlier, reported only as
+    ``changed``: it says ``rescheduled (was HH:MMZ)`` and gives the old time in ``--json``."""
+    synced.ok("pause", "all", "-s", "lifecycle")
+    out = synced.ok("resume", "all", "-s", "lifecycle", "--in", "2h", "--json").stdout
+    first = [r for r in json.loads(out) if r["result"] != "skipped"]  # no lifecycle there
+    assert first and {r["result"] for r in first} == {"changed"}
+    assert all("rescheduled" not in r for r in first)
+    was = {r["location"]: r["status"]["services"]["lifecycle"]["resume_at"] for r in first}
+    out = synced.ok("resume", "all", "-s", "lifecycle", "--in", "1h").stdout
+    for loc, at in was.items():
+        hhmm = datetime.fromisoformat(at).strftime("%H:%MZ")
+        row = next(line for line in out.splitlines() if f" {loc} " in line)
+        assert "rescheduled" in row and f"(was {hhmm})" in row, out
+    out = synced.ok("resume", "all", "-s", "lifecycle", "--in", "3h", "--json").stdout
+    moved = [r for r in json.loads(out) if r["result"] != "skipped"]
+    assert {r["location"] for r in moved} == set(was)
+    assert {r["result"] for r in moved} == {"rescheduled"}
+    for r in moved:
+        new = datetime.fromisoformat(r["status"]["services"]["lifecycle"]["resume_at"])
+        old = datetime.fromisoformat(r["rescheduled"]["lifecycle"].replace("Z", "+00:00"))
+        assert timedelta(minutes=119) < new - old < timedelta(minutes=121)
+
+
+def test_moving_the_schedule_of_one_location_says_rescheduled_too(synced: Cli) -> None:
+    synced.ok("pause", "us-east-1", "-s", "lifecycle")
+    first = synced.ok("resume", "us-east-1", "-s", "lifecycle", "--in", "2h").stdout
+    assert "rescheduled" not in first
+    at = synced.status("us-east-1").services["lifecycle"].resume_at
+    assert at is not None
+    out = synced.ok("resume", "us-east-1", "-s", "lifecycle", "--in", "1h").stdout
+    assert f"; lifecycle rescheduled (was {at.strftime('%H:%MZ')})" in out.splitlines()[0], out
 
 
 def test_ctrl_c_during_a_bulk_wait_prints_what_was_done_and_exits_130(synced: Cli) -> None:

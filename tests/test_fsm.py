@@ -19,6 +19,8 @@ from locstatus.models import ServiceStatus, State
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(hours=2)
 ROOT = Path(__file__).resolve().parent.parent
+INT64_MAX = 2**63 - 1
+"""The largest integer every backend stores (locstatus.models.MAX_STORED_INT)."""
 
 
 def apply(status: ServiceStatus, event: Event, now: datetime = NOW) -> ServiceStatus | None:
@@ -39,6 +41,18 @@ def test_pause_of_an_active_service_starts_pausing_and_bumps_the_generation(star
     assert new is not None
     assert (new.state, new.generation, new.resume_at) == (State.PAUSING, 5, None)
     assert (new.reason, new.actor, new.op_id, new.updated_at) == ("maintenance", "ops", "op", NOW)
+
+
+@pytest.mark.parametrize(
+    ("start", "event"), [(State.RUNNING, "pause"), (State.PAUSED, "resume")]
+)
+def test_a_flip_past_the_largest_stored_generation_is_refused(start: State, event: str) -> None:
+    """A generation past a signed 64-bit integer cannot be stored nor acknowledged (SQLite
+    raised OverflowError): the flip is refused, nothing is written; below it, it flips."""
+    with pytest.raises(InvalidTransition, match="largest a backend stores"):
+        apply(s(start, INT64_MAX), Event(event))
+    new = apply(s(start, INT64_MAX - 1), Event(event))
+    assert new is not None and new.generation == INT64_MAX
 
 
 @pytest.mark.parametrize("start", [State.PAUSING, State.PAUSED])

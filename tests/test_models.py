@@ -83,7 +83,8 @@ def test_records_round_trip_through_their_stored_form() -> None:
         location="us-east-1",
         version=3,
         services={"replication": ServiceStatus(
-            generation=2, resume_at=datetime(2030, 1, 1, tzinfo=PLUS_TWO), reason="r")},
+            state=State.PAUSED, generation=2, resume_at=datetime(2030, 1, 1, tzinfo=PLUS_TWO),
+            reason="r")},
         deleted_at=datetime(2030, 1, 2, tzinfo=UTC),
     )
     assert decode_record("us-east-1", 3, encode_record(rec)) == rec
@@ -130,15 +131,18 @@ _TEXT = st.text(st.sampled_from('ab :,"\\{}[]é\u2028\n\t'), max_size=12)
 _TIME = st.none() | st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
 )
-_STATUS = st.builds(
-    ServiceStatus,
-    state=st.sampled_from(State),
-    generation=st.integers(0, 2**40),
-    resume_at=_TIME,
-    reason=st.none() | _TEXT,
-    actor=st.none() | _TEXT,
-    op_id=st.none() | st.text("0123456789abcdef:", max_size=32),
-    updated_at=_TIME,
+_STATUS = st.sampled_from(State).flatmap(
+    lambda state: st.builds(
+        ServiceStatus,
+        state=st.just(state),
+        generation=st.integers(0, 2**40),
+        # what locstatus writes: a scheduled resume only while pausing or paused
+        resume_at=_TIME if state.desired_paused else st.none(),
+        reason=st.none() | _TEXT,
+        actor=st.none() | _TEXT,
+        op_id=st.none() | st.text("0123456789abcdef:", max_size=32),
+        updated_at=_TIME,
+    )
 )
 _RECORD = st.builds(
     LocationStatus,

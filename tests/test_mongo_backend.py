@@ -203,8 +203,9 @@ def test_one_document_per_location_holds_state_version_and_recent_history(
     v2 = b.compare_and_set(record("us-east-1", State.PAUSING, 1), v1, [entry("us-east-1", "op-p")]).version
     doc = raw[db_name][COLLECTION].find_one({"_id": "us-east-1"})
     assert doc is not None
-    assert set(doc) == {"_id", "version", "born", "services", "deleted_at", "recent_history",
-                        "history_copied"}
+    assert set(doc) == {"_id", "version", "born", "format", "services", "deleted_at",
+                        "recent_history", "history_copied"}
+    assert doc["format"] == 1  # the stored format (docs/versioning.md)
     assert (doc["version"], doc["born"]) == (v2, v1)
     assert doc["history_copied"] == v1 - 1  # no catch-up yet: nothing can leave the window
     assert doc["services"]["replication"]["state"] == "pausing"

@@ -243,9 +243,17 @@ class Applier:
             s.copy.purged.discard(location)
             s.copy.handled.pop(key, None)
             s.copy.removed(location)
+            s.fence.removed(location)  # what ran there is torn down: the fence may lift
+            s.queue.succeeded(key)
+            had_error = s.errors.pop(f"{location}/{key[1]}", None) is not None
+            lifted = s.try_unfence_locked()
             again = s.copy.records.get(location)
-            if again is not None:
+            if again is not None and not lifted:
                 s.store_locked(again)
+        if had_error:
+            s.beat_now.set()  # it no longer fails: clear the published error now
+        if lifted:
+            log.warning("agent %s: fence lifted, re-applying", self.worker_id)
 
     def _run_handlers(
         self,

@@ -11,8 +11,12 @@ pause that settled without it read ``paused``: the protocol model's ``early_unfe
 
 1. the lease holds again: a renewal landed, and the end it gives by the monotonic clock is
    still ahead;
-2. every key the fence had to stop was stopped (its ``on_fence``/``on_pause`` handlers
-   returned);
+2. every key the fence had to stop was stopped: its ``on_fence``/``on_pause`` handlers
+   returned or, for a location that disappeared (purged, or created again as a new life),
+   its ``on_remove`` returned. A location's keys once left the fence as soon as its
+   ``on_remove`` was *queued*, so the fence lifted while the consumers of a removed location
+   still ran, and a pause of the location created again read ``paused`` (the hostile
+   review's freeze-across-a-removal run; the protocol model's ``fence_remove`` finding);
 3. a full re-read of the records that started after the lease came back has completed.
 
 States: held (:attr:`Fence.reason` None) -> fenced -> returning (the lease is back, 2 or 3 still
@@ -50,6 +54,9 @@ class Fence:
         """Why the worker is fenced, or None while it holds its lease."""
         self.to_stop: set[Key] = set()
         """Keys whose fence handlers must still return."""
+        self.to_remove: set[str] = set()
+        """Locations that disappeared whose ``on_remove`` must still return: it, not a fence
+        handler, stops what runs there."""
         self._back_until: float | None = None
         """The lease's end (monotonic seconds) as of the last renewal since the fence; None
         while no renewal landed."""
@@ -67,13 +74,15 @@ class Fence:
         """Fenced, and a renewal landed since: the lease is back (or was, see :meth:`ready`)."""
         return self.reason is not None and self._back_until is not None
 
-    def impose(self, reason: str, keys: Iterable[Key]) -> bool:
+    def impose(self, reason: str, keys: Iterable[Key], removals: Iterable[str] = ()) -> bool:
         """Fence for ``reason``; ``keys`` (what the worker runs) must be stopped before the
-        fence lifts. False (nothing changed) when fenced already."""
+        fence lifts, and so must ``removals`` (locations that disappeared whose ``on_remove``
+        is still due). False (nothing changed) when fenced already."""
         if self.reason is not None:
             return False
         self.reason = reason
         self.to_stop = set(keys)
+        self.to_remove = set(removals)
         self._back_until = None
         self._reread = False
         self._episode += 1
@@ -83,12 +92,21 @@ class Fence:
         """The fence handlers of ``key`` returned: what ran there is stopped."""
         self.to_stop.discard(key)
 
-    def drop_location(self, location: str) -> bool:
-        """``location`` is gone (purged): its ``on_remove`` tears down what ran there, so its
-        keys no longer wait for a fence handler. True when some did."""
+    def gone(self, location: str, *, on_remove: bool) -> bool:
+        """``location`` disappeared (purged, or created again as a new life). With
+        ``on_remove`` (its ``on_remove`` is queued) its keys no longer wait for a fence
+        handler but for that ``on_remove`` to return (:meth:`removed`); without, nothing of
+        it runs, and its keys are dropped. True when it had keys to stop."""
         keys = {k for k in self.to_stop if k[0] == location}
         self.to_stop -= keys
+        if keys and on_remove and self.reason is not None:
+            self.to_remove.add(location)
         return bool(keys)
+
+    def removed(self, location: str) -> None:
+        """The ``on_remove`` handlers of ``location`` returned: nothing runs there any more."""
+        self.to_remove.discard(location)
+        self.to_stop = {k for k in self.to_stop if k[0] != location}
 
     def lease_back(self, until: float, *, now: float) -> bool:
         """A renewal landed while fenced; the lease now holds until ``until`` (monotonic
@@ -123,11 +141,13 @@ class Fence:
             and now < self._back_until
             and self._reread
             and not self.to_stop
+            and not self.to_remove
         )
 
     def lift(self) -> None:
         """Back to held (call once :meth:`ready`)."""
         self.reason = None
         self.to_stop.clear()
+        self.to_remove.clear()
         self._back_until = None
         self._reread = False

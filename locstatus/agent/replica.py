@@ -136,16 +136,17 @@ class LocalCopy:
             for k in table
         )
 
-    def forget(self, location: str) -> bool:
+    def forget(self, location: str, *, under_way: bool = False) -> bool:
         """The record is gone (purged): drop it and what was applied of it. Returns True when
         ``on_remove`` is due for it (handlers ran for it since its last removal, and the
-        removal itself was not applied): the location joins :attr:`purged`."""
+        removal itself was not applied, or ``under_way``: one runs now): the location joins
+        :attr:`purged`."""
         self.records.pop(location, None)
         self.running = {k for k in self.running if k[0] != location}
         for table in (self.applied, self.handled):
             for key in [k for k in table if k[0] == location]:
                 del table[key]
-        due = location in self.touched
+        due = location in self.touched or under_way
         self.touched.discard(location)
         if due:
             self.purged.add(location)

@@ -190,8 +190,13 @@ class AgentState:
 
     def forget_locked(self, location: str) -> None:
         """The record is gone (purged): forget it everywhere; queue its ``on_remove`` when the
-        worker applied it and never ran that (it missed the removal)."""
-        on_remove_due = self.copy.forget(location)
+        worker applied it and never ran that (it missed the removal), or when a handler of it
+        is under way (an ``on_resume`` may be starting its consumers). While fenced, the
+        fence then waits for that ``on_remove`` instead of a fence handler (:meth:`Fence.
+        gone`): lifting it once ``on_remove`` was only queued let a live, unfenced worker's
+        consumers of the old location run."""
+        under_way = any(k[0] == location and k[1] != TOMBSTONE_ACK for k in self.running)
+        on_remove_due = self.copy.forget(location, under_way=under_way)
         self.settle.settled(location)
         self.queue.discard_location(location)
         for name in [k for k in self.errors if k.startswith(location + "/")]:
@@ -199,21 +204,26 @@ class AgentState:
         self.first_pass_discard_locked({k for k in self.first_pass if k[0] == location})
         if on_remove_due:
             self.schedule_locked((location, TOMBSTONE_ACK), PURGED)
-        if self.fence.drop_location(location):
+        if self.fence.gone(location, on_remove=on_remove_due):
             self.try_unfence_locked()
 
     def fence_locked(self, reason: str) -> bool:
         """Self-fence: from now on nothing is acknowledged and nothing is started, and every
         key the worker runs (applied running, or whose ``on_resume`` is under way) is queued
-        to be stopped, at once (a backoff is not waited for). Returns False when fenced
-        already."""
+        to be stopped, at once (a backoff is not waited for), as is the ``on_remove`` still
+        due of a location that disappeared. Returns False when fenced already."""
         starting = {k for k, r in self.running.items() if r.event == "resume"}
         keys = self.copy.running | starting
-        if not self.fence.impose(reason, keys):
+        # A location that disappeared with its on_remove still due runs its consumers until
+        # that returns: the fence waits for it too, and does not wait for its backoff.
+        removals = set(self.copy.purged)
+        if not self.fence.impose(reason, keys, removals):
             return False
         self.metrics["fences"] += 1
         for key in keys:
             self.schedule_locked(key, FENCE, force=True)
+        for location in removals:
+            self.schedule_locked((location, TOMBSTONE_ACK), PURGED, force=True)
         return True
 
     def lease_back_locked(self, until: float) -> bool:

@@ -332,10 +332,12 @@ class Agent:
     # -- local state (no I/O) ---------------------------------------------------------------
 
     def is_paused(self, location: str, service: str) -> bool:
-        """True when the desired state of ``service`` at ``location`` is paused (``pausing`` or
-        ``paused``) or the location was removed. Answered from the agent's local copy, no I/O.
-        Raises :class:`NotFound` for a location the agent has not seen (or does not watch) or a
-        service the location does not have."""
+        """True when the worker must not work on ``service`` at ``location``: its desired
+        state is paused (``pausing`` or ``paused``), the location was removed, or the worker
+        is self-fenced (:attr:`fenced`: its lease may have lapsed, so a pause may settle
+        without it; docs/agent.md "Self-fencing"). Answered from the agent's local copy, no
+        I/O. Raises :class:`NotFound` for a location the agent has not seen (or does not
+        watch) or a service the location does not have."""
         rec = self._state.copy.records.get(location)
         if rec is None:
             raise NotFound(self._unknown(location))
@@ -344,10 +346,18 @@ class Agent:
         st = rec.services.get(service)
         if st is None:
             st = self._service_status(rec, service)
-        return st.paused
+        return st.paused or self.fenced
+
+    @property
+    def fenced(self) -> bool:
+        """True while the worker is self-fenced, until the fence lifts (docs/agent.md
+        "Self-fencing"); :meth:`is_paused` is then True everywhere. No I/O."""
+        return self._state.fence.fenced
 
     def status(self, location: str, service: str) -> ServiceStatus:
-        """The locally known :class:`ServiceStatus` (latest read). Raises :class:`NotFound`."""
+        """The locally known :class:`ServiceStatus` (latest read: what the record says, even
+        while the worker is fenced; ask :meth:`is_paused` whether to work). Raises
+        :class:`NotFound`."""
         return self._service_status(self.record(location), service)
 
     def state(self, location: str, service: str) -> State:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 from starlette.routing import Match
 from starlette.routing import Route as StarletteRoute
 
@@ -56,6 +57,10 @@ from .workers import router as workers_router
 
 if TYPE_CHECKING:
     from locstatus.reconciler import Reconciler
+
+
+DOCS_ASSETS = "/docs/assets"
+"""Where the files of ``/docs`` (Swagger UI) and ``/redoc`` (ReDoc) are served from."""
 
 
 class _Route(StarletteRoute):
@@ -133,7 +138,7 @@ def create_app(
     metrics = Metrics(
         mgr, reconciler=lambda: reconciler, check=check_view, location_series=location_series
     )
-    app = FastAPI(
+    app = FastAPIOffline(
         title="locstatus sidecar",
         version=__version__,
         description=(
@@ -141,6 +146,11 @@ def create_app(
             "application/problem+json; the record version is the ETag."
         ),
         openapi_url="/openapi.json",
+        # Swagger UI and ReDoc from the files fastapi-offline ships, never from a CDN: an
+        # offline network gets the same pages (docs/http.md, "API documentation")
+        docs_url="/docs",
+        redoc_url="/redoc",
+        static_url=DOCS_ASSETS,
         # The routes go straight into the app's router: FastAPI keeps an included router as a
         # nested level that every request walks through (about 15 us per request).
         routes=[

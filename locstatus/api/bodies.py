@@ -21,7 +21,6 @@ from pydantic import (
 )
 
 from locstatus.errors import InvalidInput
-from locstatus.models import WorkerInfo
 from locstatus.names import MAX_ACTOR, MAX_REASON, check_text
 
 from .problems import Problem
@@ -122,10 +121,13 @@ class CancelBody(_Body):
 
 
 class BulkItem(BaseModel):
-    """Outcome for one location of a bulk (``all``) operation: ``status`` or ``error``."""
+    """Outcome for one location of a bulk (``all``) operation: ``status`` or ``error``;
+    ``rescheduled``: service -> the time (ISO, UTC) of the scheduled resume this operation
+    moved, for a schedule that replaced an earlier one."""
 
     status: Any | None = None
     error: Problem | None = None
+    rescheduled: dict[str, str] | None = None
 
 
 class BulkResult(BaseModel):
@@ -134,19 +136,13 @@ class BulkResult(BaseModel):
     results: dict[str, BulkItem]
 
 
-class WorkerView(WorkerInfo):
-    """A registered worker and whether its lease holds (``is_alive``: false only once its lease
-    deadline passed by the backend's time beyond doubt; docs/time.md). ``clock_offset_seconds``
-    is the offset the worker published (its wall clock minus the backend's time)."""
-
-    is_alive: bool
-
-
 class Health(BaseModel):
     """``/healthz`` and ``/readyz`` answer: ``status`` ``ok``, or ``degraded`` (still ready)
-    when this process's latest write found the store full, said in ``writes``."""
+    when this process's latest write found the store full, said in ``writes``; ``/healthz``
+    also names the running ``version`` (docs/versioning.md)."""
 
     status: str
+    version: str | None = None
     reconciler: str | None = None
     writes: str | None = None
 

@@ -35,7 +35,6 @@ from locstatus.manager import BulkItem, Manager, Operation, Outcome
 from locstatus.models import LocationStatus
 from locstatus.names import BULK_LOCATION, SERVICE_ALIASES, check_location
 
-from . import problems
 from .metrics import Metrics
 from .principals import Principals
 from .responses import bulk_response, dump, location_response, parse_if_match
@@ -153,7 +152,12 @@ class Context:
         return after
 
     def bulk(
-        self, operation: Operation, *, wait: float | None = None
+        self,
+        operation: Operation,
+        *,
+        wait: float | None = None,
+        moved: dict[str, dict[str, str]] | None = None,
+        refuse: bool = False,
     ) -> dict[str, LocationStatus | LocstatusError]:
         """Run ``operation`` on every location that is not removed: the manager's one bulk
         operation (:meth:`Manager.bulk <locstatus.manager.Manager.bulk>`). Returns location
@@ -162,7 +166,12 @@ class Context:
         corrupt record is there as its :class:`CorruptRecord` (whether it has the service is
         unknown: never silently outside). With ``wait``, every write is done first, then
         every location is waited for until one shared deadline. Each location's write is
-        counted in the transition metrics as it is decided."""
+        counted in the transition metrics as it is decided. ``moved`` is filled with location
+        -> {service: the ISO time its scheduled resume had} for every schedule this operation
+        moved (the ``rescheduled`` member of docs/http.md, "Bulk operations"). ``refuse``:
+        raise the report's refusal (:attr:`BulkReport.refusal
+        <locstatus.manager.BulkReport.refusal>`: no location stored, or every one skipped),
+        the rule ``locstatus pause all`` exits 1 by."""
         event = operation.event
 
         def count(item: BulkItem, _done: int, _total: int | None) -> None:
@@ -176,12 +185,18 @@ class Context:
                 self.metrics.transition(event, type(item.error).__name__)
 
         report = self.mgr.bulk(operation, wait=wait, progress=count)
+        if refuse and report.refusal is not None:
+            raise report.refusal
         out: dict[str, LocationStatus | LocstatusError] = {}
         for item in report.items:
             if item.error is not None:
                 out[item.location] = item.error
             elif item.outcome is not Outcome.SKIPPED and item.status is not None:
                 out[item.location] = item.status
+            if moved is not None and item.rescheduled:
+                moved[item.location] = {
+                    svc: was.isoformat().replace("+00:00", "Z") for svc, was in item.rescheduled
+                }
         return out
 
     def respond(
@@ -193,20 +208,19 @@ class Context:
         if_match: str | None,
         wait: float | None = None,
         render: Callable[[LocationStatus], Any] | None = None,
-        empty: str | None = None,
     ) -> Response:
-        """Run a native mutation for one location (ETag'd record) or ``all`` (bulk); ``empty``:
-        the 409 detail when ``all`` concerns no location (a schedule with nothing paused)."""
+        """Run a native mutation for one location (ETag'd record) or ``all`` (bulk). An
+        ``all`` that concerns no location is refused as the CLI refuses it (docs/http.md,
+        "Bulk operations"): 409 when every location was skipped (none has the service, or a
+        schedule with nothing paused), 404 when no location is stored."""
         if location != ALL:
             rec = self.single(location, operation, if_match=if_match, wait=wait)
             return location_response(rec)
         if if_match is not None:
             raise InvalidInput("If-Match cannot be used with location 'all' (one version each)")
-        results = self.bulk(operation, wait=wait)
-        if not results and empty is not None:
-            return problems.problem(409, "invalid transition", empty, instance=request.url.path,
-                                    type_="urn:locstatus:invalid-transition")
-        return bulk_response(request, results, render or dump)
+        moved: dict[str, dict[str, str]] = {}
+        results = self.bulk(operation, wait=wait, moved=moved, refuse=True)
+        return bulk_response(request, results, render or dump, rescheduled=moved)
 
 
 def _log_changes(

@@ -24,18 +24,24 @@ carries an ``Authorization`` header (a page cannot add one without a preflight) 
 by its ``Origin``: CloudServer forwards the browser ``Origin`` of a signed console request.
 
 The checks run in a route class (:class:`NativeRoute`, :class:`BackbeatRoute`), before FastAPI
-reads the body, and after routing, so an unknown path or method is still a 404/405.
+reads the body, and after routing, so an unknown path or method is still a 404/405. The same
+route classes refuse a mutation's JSON body that says a key twice (:func:`repeated_key`): what
+any client may send, not only a browser, but read before the route's own parsing keeps one of
+the two.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+
+from locstatus.errors import InvalidInput
 
 from .problems import ProblemError
 
@@ -212,35 +218,84 @@ def backbeat_refusal(request: Request) -> ProblemError | None:
     return None
 
 
+# -- bodies ----------------------------------------------------------------------------------------
+
+def repeated_key(raw: bytes) -> str | None:
+    """The first key a JSON request body says twice in one object, or None (also when it is
+    no JSON at all: the route's own parsing names that). JSON parsers keep one of them (the
+    last, here), so ``{"reason": "a", "reason": "b"}`` said two things and was read as one
+    (the hostile review of issue 15): the routes refuse it instead, naming the key."""
+    if not raw.strip():
+        return None
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) != len(items) and not found:
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen:
+                    found.append(key)
+                    break
+                seen.add(key)
+        return obj
+
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None
+    if not found:
+        return None
+    key = found[0]
+    return key if len(key) <= 64 else key[:61] + "..."
+
+
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class _GuardedRoute(APIRoute):
     refuse: Callable[[Request], ProblemError | None]
+    repeated: Callable[[str], Exception]
+    """The error for a body that says a key twice (:func:`~.bodies.repeated_key`)."""
 
     def get_route_handler(self) -> Handler:
         handler = super().get_route_handler()
         if not ((self.methods or set()) & MUTATING):
             return handler
         refuse = type(self).refuse
+        repeated = type(self).repeated
 
         async def guarded(request: Request) -> Response:
             problem = refuse(request)
             if problem is not None:
                 raise problem
+            key = repeated_key(await request.body())  # kept: the route reads it again
+            if key is not None:
+                raise repeated(key)
             return await handler(request)
 
         return guarded
 
 
+def _twice(key: str) -> str:
+    return f"the body says the key {key!r} twice in one object: say each field once"
+
+
 class NativeRoute(_GuardedRoute):
-    """A ``/v1`` route: mutations are same-origin JSON (:func:`native_refusal`)."""
+    """A ``/v1`` route: mutations are same-origin JSON (:func:`native_refusal`); a body with a
+    key twice is a 422, as any body that does not validate."""
 
     refuse = staticmethod(native_refusal)
+    repeated = staticmethod(
+        lambda key: ProblemError(
+            422, "invalid request", _twice(key), type_="urn:locstatus:invalid-request"
+        )
+    )
 
 
 class BackbeatRoute(_GuardedRoute):
     """A Backbeat-compatible route: mutations as Backbeat's clients send them
-    (:func:`backbeat_refusal`)."""
+    (:func:`backbeat_refusal`); a body with a key twice is a 400, as any bad body there."""
 
     refuse = staticmethod(backbeat_refusal)
+    repeated = staticmethod(lambda key: InvalidInput(_twice(key)))

@@ -77,6 +77,7 @@ class Middleware:
                     await self._refuse(
                         scope, send, 408, "request timeout",
                         f"request body not received within {self.body_timeout:g} s",
+                        type_="urn:locstatus:request-timeout",
                     )
                     return
                 if replay is None:
@@ -84,6 +85,7 @@ class Middleware:
                     await self._refuse(
                         scope, send, 413, "request too large",
                         f"request body larger than {self.max_body} bytes",
+                        type_="urn:locstatus:request-too-large",
                     )
                     return
                 receive = replay
@@ -128,7 +130,7 @@ class Middleware:
     @staticmethod
     async def _refuse(
         scope: Scope, send: Send, status: int, title: str, detail: str,
-        type_: str = "about:blank",
+        type_: str,
     ) -> None:
         body = Problem(
             type=type_, title=title, status=status, detail=detail, instance=scope.get("path"),

@@ -306,7 +306,8 @@ def require(
         )
     who = principals.authenticate(credentials.credentials)
     if who is None:
-        raise ProblemError(403, "forbidden", "the bearer token is not one of the sidecar's tokens")
+        raise ProblemError(403, "forbidden", "the bearer token is not one of the sidecar's tokens",
+                           type_="urn:locstatus:forbidden")
     if not who.may(action):
         raise ProblemError(
             403, "forbidden",

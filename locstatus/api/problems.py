@@ -39,7 +39,10 @@ class Problem(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    type: str = Field(default="about:blank", description="URI naming the kind of problem")
+    type: str = Field(
+        description="URI naming the kind of problem: urn:locstatus:<kind> (docs/http.md, Errors)",
+        pattern=r"^urn:locstatus:[a-z0-9-]+$",
+    )
     title: str = Field(description="Short summary of the kind of problem")
     status: int = Field(ge=100, le=599, description="The HTTP status code")
     detail: str | None = Field(default=None, description="What went wrong, for a human")
@@ -102,12 +105,12 @@ def problem(
     title: str,
     detail: str | None = None,
     *,
-    type_: str = "about:blank",
+    type_: str,
     instance: str | None = None,
     headers: dict[str, str] | None = None,
     **extra: Any,
 ) -> Response:
-    """A ``application/problem+json`` response."""
+    """A ``application/problem+json`` response; ``type_``: its ``urn:locstatus:`` type."""
     body = Problem(
         type=type_,
         title=title,
@@ -138,11 +141,11 @@ def from_error(exc: LocstatusError, instance: str | None = None) -> Response:
 class ProblemError(Exception):
     """An HTTP-only error with no library class (403 wrong token or foreign Origin, 415 not
     JSON, 404 no check result yet); raised inside routes, turned into a problem by
-    :func:`install`. ``type_`` is the problem ``type`` URI."""
+    :func:`install`. ``type_`` is the problem ``type`` URI (``urn:locstatus:<kind>``)."""
 
     def __init__(
         self, status: int, title: str, detail: str, headers: dict[str, str] | None = None,
-        *, type_: str = "about:blank", **extra: Any,
+        *, type_: str, **extra: Any,
     ) -> None:
         super().__init__(detail)
         self.status = status
@@ -157,13 +160,18 @@ def _validation_errors(errors: Iterable[Any]) -> list[dict[str, Any]]:
     out = []
     for err in errors:
         # No "input" (could be 64 KiB, or a secret) and no "ctx" (may hold exception objects).
-        out.append(
-            {
-                "loc": [str(p) for p in err.get("loc", ())],
-                "msg": redact(str(err.get("msg", ""))),
-                "type": str(err.get("type", "")),
-            }
-        )
+        loc = [str(p) for p in err.get("loc", ())]
+        msg = str(err.get("msg", ""))
+        if err.get("type") == "json_invalid":
+            # FastAPI says "body.0: JSON decode error": say what it is, and where
+            at = loc[1] if len(loc) > 1 else "?"
+            why = str((err.get("ctx") or {}).get("error", "")).split(":")[0]
+            msg = (f"the request body is not JSON ({why or 'does not parse'} at character "
+                   f"{at}); send a JSON object such as {{\"reason\": \"maintenance\"}}")
+            loc = ["body"]
+        elif err.get("type") == "model_attributes_type" and loc == ["body"]:
+            msg = "the request body must be a JSON object such as {\"reason\": \"maintenance\"}"
+        out.append({"loc": loc, "msg": redact(msg), "type": str(err.get("type", ""))})
     return out
 
 
@@ -204,6 +212,7 @@ def install(app: FastAPI) -> None:
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         titles = {404: "not found", 405: "method not allowed", 413: "request too large"}
+        kind = titles.get(exc.status_code, "http-error").replace(" ", "-")
         headers = dict(exc.headers) if exc.headers else {}
         if exc.status_code == 405:
             # Starlette names the methods of the first matching route only; a path served by
@@ -213,6 +222,7 @@ def install(app: FastAPI) -> None:
             exc.status_code,
             titles.get(exc.status_code, "error"),
             redact(str(exc.detail)) if exc.detail else None,
+            type_=f"urn:locstatus:{kind}",
             instance=request.url.path,
             headers=headers or None,
         )
@@ -223,7 +233,7 @@ def install(app: FastAPI) -> None:
             redact(f"{type(exc).__name__}: {exc}"),
         )
         return problem(500, "internal error", "unexpected server error; see the sidecar log",
-                       instance=request.url.path)
+                       type_="urn:locstatus:internal-error", instance=request.url.path)
 
     app.add_exception_handler(LocstatusError, on_locstatus)
     app.add_exception_handler(ProblemError, on_problem)

@@ -34,14 +34,20 @@ def bulk_response(
     render: Callable[[LocationStatus], Any],
     *,
     flat: bool = False,
+    rescheduled: dict[str, dict[str, str]] | None = None,
 ) -> Response:
     """200 with every location's rendered record when all succeeded; else a problem with the
     highest error status and per-location ``results``. ``flat``: the 200 body is
-    ``{location: render(record)}`` (Backbeat style) instead of ``{"results": ...}``."""
+    ``{location: render(record)}`` (Backbeat style) instead of ``{"results": ...}``.
+    ``rescheduled``: location -> {service: the time its moved schedule had}, shown as each
+    such location's ``rescheduled`` member (native results only)."""
+    moved = rescheduled or {}
     errors = {loc: v for loc, v in results.items() if isinstance(v, LocstatusError)}
     if not errors:
         ok = {loc: render(v) for loc, v in results.items() if isinstance(v, LocationStatus)}
-        return JSONResponse(ok if flat else {"results": {k: {"status": v} for k, v in ok.items()}})
+        if flat:
+            return JSONResponse(ok)
+        return JSONResponse({"results": {k: _item(k, v, moved) for k, v in ok.items()}})
     status = max(e.http_status for e in errors.values())
     first_loc, first = next(iter(errors.items()))
     body: dict[str, Any] = {
@@ -56,12 +62,19 @@ def bulk_response(
             loc: (
                 {"error": error_body(v)}
                 if isinstance(v, LocstatusError)
-                else {"status": render(v)}
+                else _item(loc, render(v), moved)
             )
             for loc, v in results.items()
         },
     }
     return problems.problem_response(body)
+
+
+def _item(location: str, status: Any, moved: dict[str, dict[str, str]]) -> dict[str, Any]:
+    item: dict[str, Any] = {"status": status}
+    if location in moved:
+        item["rescheduled"] = moved[location]
+    return item
 
 
 def corrupt_listing(request: Request, listed: Any, corrupt: Sequence[CorruptRecord]) -> Response:

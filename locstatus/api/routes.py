@@ -21,14 +21,15 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from pydantic import TypeAdapter
 
+from locstatus import __version__
 from locstatus.audit import history_by_actor
-from locstatus.manager import Operation, worker_live
+from locstatus.manager import Operation, WorkerStatus
 from locstatus.models import HistoryEntry, LocationStatus
 from locstatus.names import LOCATION_RE, MAX_ACTOR
 
 from . import page, problems
 from .auth import authorize
-from .bodies import BulkResult, CancelBody, CheckView, Health, PauseBody, ResumeBody, WorkerView
+from .bodies import BulkResult, CancelBody, CheckView, Health, PauseBody, ResumeBody
 from .context import Context, Ctx
 from .guard import NativeRoute
 from .principals import actor_for
@@ -37,7 +38,7 @@ from .responses import corrupt_listing, etag, location_response, parse_if_match
 
 _LOCATIONS = TypeAdapter(list[LocationStatus])
 _HISTORY = TypeAdapter(list[HistoryEntry])
-_WORKERS = TypeAdapter(list[WorkerView])
+_WORKERS = TypeAdapter(list[WorkerStatus])
 
 
 LocationPath = Annotated[
@@ -178,10 +179,7 @@ def resume(
         ctx.service_arg(service), at=when, reason=b.reason, actor=actor_for(request, b.actor)
     )
     # Scheduling all targets the locations where the service is paused or pausing.
-    return ctx.respond(
-        request, location, operation, if_match=if_match, wait=b.wait,
-        empty=None if when is None else "no location has a paused service to schedule",
-    )
+    return ctx.respond(request, location, operation, if_match=if_match, wait=b.wait)
 
 
 @router.delete(
@@ -236,20 +234,17 @@ def history(
 
 @router.get(
     "/v1/workers",
-    response_model=list[WorkerView],
+    response_model=list[WorkerStatus],
     tags=["workers"],
     summary="Registered workers and their leases",
     responses=responses(503),
 )
 def workers(ctx: Ctx) -> Response:
-    time_source = ctx.mgr.time
-    # Built as read, not validated again: a registration listed as corrupt (contract
-    # invariant 6) may be stored under a key that is no valid worker id.
-    views = [
-        WorkerView.model_construct(**w.model_dump(), is_alive=worker_live(w, time_source))
-        for w in ctx.mgr.workers()
-    ]
-    return Response(_WORKERS.dump_json(views), media_type="application/json")
+    """Every registered worker with ``alive`` and its lag (``lagging``, ``lag_unknown``): the
+    same objects as ``locstatus workers --json`` (:meth:`Manager.worker_statuses
+    <locstatus.manager.Manager.worker_statuses>`)."""
+    views = ctx.mgr.worker_statuses().workers
+    return Response(_WORKERS.dump_json(views, by_alias=True), media_type="application/json")
 
 
 @router.get(
@@ -273,10 +268,12 @@ def fsm() -> PlainTextResponse:
 def last_check(ctx: Ctx) -> Response:
     state = ctx.check
     if state is None or state.at is None:
-        raise ProblemError(404, "not found", "no consistency check has run yet")
+        raise ProblemError(404, "not found", "no consistency check has run yet",
+                           type_="urn:locstatus:no-check-yet")
     with state.lock:
         if state.error is not None:
-            raise ProblemError(503, "check failed", problems.redact(state.error))
+            raise ProblemError(503, "check failed", problems.redact(state.error),
+                               type_="urn:locstatus:check-failed")
         result = state.result
         as_dict = getattr(result, "as_dict", None)  # locstatus.check.CheckReport
         view = CheckView(
@@ -295,7 +292,7 @@ def last_check(ctx: Ctx) -> Response:
     summary="The process is up",
 )
 async def healthz() -> Health:
-    return Health(status="ok")
+    return Health(status="ok", version=__version__)
 
 
 @router.get(
@@ -316,7 +313,8 @@ def readyz(ctx: Ctx) -> Health:
     backend.ping()
     rec = ctx.reconciler
     if rec is not None and not rec.alive:
-        raise ProblemError(503, "not ready", "the reconciler thread is not running")
+        raise ProblemError(503, "not ready", "the reconciler thread is not running",
+                           type_="urn:locstatus:not-ready")
     full = backend.store_full
     return Health(
         status="ok" if full is None else "degraded",

@@ -25,6 +25,7 @@ Why it is shaped so:
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import ipaddress
 import logging
@@ -226,7 +227,13 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.bind(addr)
     except OSError as exc:
         sock.close()
-        raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        message = f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        if exc.errno == errno.EADDRINUSE:
+            message += (
+                f" (another process, perhaps another sidecar, has port {port}): pick another "
+                "with --port N, or --port 0 for any free one (the log names the port it got)"
+            )
+        raise InvalidInput(message) from None
     sock.set_inheritable(True)
     return sock
 

@@ -442,7 +442,8 @@ async def _stream(
         try:
             cursor, snapshot, corrupt = await run_in_threadpool(hub.snapshot, SNAPSHOT_TIMEOUT)
         except TimeoutError as exc:
-            raise ProblemError(503, "backend unavailable", str(exc)) from None
+            raise ProblemError(503, "backend unavailable", str(exc),
+                               type_="urn:locstatus:backend-unavailable") from None
     if not hub.open_stream(caller):
         raise ProblemError(
             429, "too many streams",

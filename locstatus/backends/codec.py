@@ -7,6 +7,12 @@ disagree with the payload. Decoding validates with pydantic and turns any failur
 was written is read: a stored record carries every field (the encoder writes them all), so one
 that leaves a field out, or says one twice, is corrupt rather than completed with defaults
 (docs/reliability.md, "What a stored record carries").
+
+Every record is written with its stored format, ``"format": FORMAT`` first (:data:`FORMAT`). A
+record without it was written before formats were numbered and is format 1; one in a newer
+format than :data:`FORMAT` is refused with :class:`NewerFormat`, never read as an older one
+(docs/versioning.md, "Stored format"). Records are migrated on write: the next change of a
+location writes it in this version's format.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from locstatus.errors import CorruptRecord, InvalidInput
+from locstatus.errors import CorruptRecord, InvalidInput, NewerFormat
 from locstatus.models import (
     STORED_RECORD,
     HistoryEntry,
@@ -33,14 +39,37 @@ _HISTORY_LIST = TypeAdapter(list[HistoryEntry])
 _VALIDATE_HISTORY = _HISTORY_LIST.validator.validate_json  # no Python frame per call
 
 
+FORMAT = 1
+"""The stored format of a record this version writes, and the newest it reads. Raise it with
+any change of what a record stores, with the reader of the older formats kept
+(docs/versioning.md, "Stored format")."""
+
+_FORMAT_PREFIX = f'{{"format":{FORMAT},'
+"""How :func:`encode_record`'s text starts: the decoder's fast path strips exactly this."""
+
+
 def record_payload(record: LocationStatus) -> dict[str, Any]:
-    """The JSON-able payload of a record (without location and version)."""
-    return record.model_dump(mode="json", include={"services", "deleted_at"})
+    """The JSON-able payload of a record (without location and version), its ``format``
+    first."""
+    return {"format": FORMAT, **record.model_dump(mode="json", include={"services", "deleted_at"})}
 
 
 def encode_record(record: LocationStatus) -> str:
-    """The stored JSON text of a record (without location and version)."""
-    return record.model_dump_json(include={"services", "deleted_at"})
+    """The stored JSON text of a record (without location and version), its ``format``
+    first."""
+    return _FORMAT_PREFIX + record.model_dump_json(include={"services", "deleted_at"})[1:]
+
+
+def stored_format(location: str, data: dict[str, Any]) -> int:
+    """Take the ``format`` out of a decoded payload: 1 when absent (written before formats
+    were numbered). Raises :class:`NewerFormat` when newer than :data:`FORMAT`,
+    :class:`CorruptRecord` when not a whole number >= 1."""
+    found = data.pop("format", 1)
+    if type(found) is not int or found < 1:
+        raise CorruptRecord(location, f"format: expected a whole number >= 1, got {found!r}")
+    if found > FORMAT:
+        raise NewerFormat(location, found, FORMAT)
+    return found
 
 
 def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]) -> LocationStatus:
@@ -58,12 +87,16 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
         except UnicodeDecodeError as exc:
             raise CorruptRecord(location, str(exc)) from None
     if type(text) is str and text[:2] == '{"':  # what encode_record writes
-        rec = _decode_fast(location, version, text)
+        fast = text
+        if fast.startswith(_FORMAT_PREFIX):  # this version's format; none: format 1
+            fast = "{" + fast[len(_FORMAT_PREFIX):]
+        rec = _decode_fast(location, version, fast)
         if rec is not None:
-            return rec
-    data = raw if isinstance(raw, dict) else parse_payload(location, text)
+            return check_schedules(location, rec)
+    data = dict(raw) if isinstance(raw, dict) else parse_payload(location, text)
+    stored_format(location, data)
     try:
-        return _validate_payload(location, version, data)
+        return check_schedules(location, _validate_payload(location, version, data))
     except RecursionError:
         raise CorruptRecord(location, "payload nested too deeply to validate") from None
     except (ValueError, ValidationError, TypeError) as exc:
@@ -170,6 +203,20 @@ def _validate_payload(location: str, version: int, data: dict[str, Any]) -> Loca
 
 
 _VALIDATE_STORED = STORED_RECORD.validate_python
+
+
+def check_schedules(location: str, rec: LocationStatus) -> LocationStatus:
+    """``rec``, when no service carries a ``resume_at`` outside ``pausing``/``paused`` (no write
+    of locstatus leaves one: leaving those states clears it). Raises :class:`CorruptRecord`
+    naming the service (a hand edit)."""
+    for name, st in rec.services.items():
+        if st.resume_at is not None and not st.state.desired_paused:
+            raise CorruptRecord(
+                location,
+                f"services.{name}: resume_at is set on a {st.state.value} service "
+                "(only a pausing or paused one has a scheduled resume)",
+            )
+    return rec
 
 
 def encode_history(entries: Sequence[HistoryEntry]) -> str:

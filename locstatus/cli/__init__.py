@@ -20,6 +20,8 @@ What lives here (each module imports only those listed after it):
 - :mod:`.app`: the typer app, global options, the Manager of one invocation, errors to exit
   codes, the shared option types.
 - :mod:`.parsing`: argument parsing, pure. :mod:`.rendering`: tables, JSON, error lines.
+- :mod:`.fit`: tables that fit a narrow terminal without cutting names.
+  :mod:`.suggest`: "did you mean" for an unknown location.
 
 Usage::
 

@@ -60,6 +60,7 @@ from .rendering import (
     plain,
     print_json,
 )
+from .suggest import suggesting
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,13 @@ class _Mutation:
 
     def apply(
         self, mgr: Manager, location: str, services: Sequence[str] | None
-    ) -> tuple[LocationStatus, list[str]]:
-        """Apply to ``location``; return the stored record and the services this call changed
-        (empty for an idempotent no-op)."""
+    ) -> tuple[LocationStatus, list[str], list[tuple[str, datetime]]]:
+        """Apply to ``location``; return the stored record, the services this call changed
+        (empty for an idempotent no-op) and, for a schedule, the services whose earlier
+        schedule it moved with the time each had (known when the record read just before is
+        the one this write replaced: one version apart)."""
         op_id = new_op_id()
+        before = mgr.status(location) if self.kind == "schedule" else None
         svc: list[str] | None = list(services) if services is not None else None
         if self.kind == "pause":
             rec = mgr.pause(location, svc, reason=self.reason, actor=self.actor, op_id=op_id)
@@ -100,7 +104,13 @@ class _Mutation:
                 location, svc, reason=self.reason, actor=self.actor, op_id=op_id
             )
         changed = [s for s, st in sorted(rec.services.items()) if st.op_id == op_id]
-        return rec, changed
+        moved: list[tuple[str, datetime]] = []
+        if before is not None and before.version + 1 == rec.version:
+            for s in changed:
+                was = before.services[s].resume_at if s in before.services else None
+                if was is not None and was != rec.services[s].resume_at:
+                    moved.append((s, was))
+        return rec, changed, moved
 
     def operation(self) -> Operation:
         """This mutation as the manager's :class:`~locstatus.manager.Operation`."""
@@ -166,15 +176,19 @@ def _run_mutation(ctx: typer.Context, location: str, m: _Mutation, as_json: bool
     if location == ALL:
         _run_bulk(mgr, m, as_json)
         return
-    rec, changed = m.apply(mgr, location, m.services)
+    with suggesting(mgr, location):
+        rec, changed, moved = m.apply(mgr, location, m.services)
     if m.wait is not None:
         rec = mgr.wait_settled(location, list(m.services) if m.services else None, timeout=m.wait)
     if as_json:
         print_json(rec.model_dump_json(indent=2))
         return
     console = new_console()
-    console.print(plain(m.describe(location, rec, changed)))
-    console.print(location_table(rec, mgr.clock(), only=m.services))
+    console.print(plain(m.describe(location, rec, changed) + "".join(
+        f"; {svc} rescheduled (was {_short(was, rec.services[svc].resume_at)})"
+        for svc, was in moved
+    )))
+    console.print(location_table(rec, mgr.clock(), only=m.services, width=console.width))
 
 
 _RESULT = {
@@ -183,7 +197,24 @@ _RESULT = {
     Outcome.SKIPPED: "skipped",
     Outcome.FAILED: "error",
 }
-_STYLE = {"changed": "green", "unchanged": "", "skipped": "dim", "error": "bold red"}
+_STYLE = {
+    "changed": "green", "rescheduled": "yellow", "unchanged": "", "skipped": "dim",
+    "error": "bold red",
+}
+
+
+def _short(was: datetime, now_at: datetime | None) -> str:
+    """The time a schedule had: ``12:39Z`` on the same day as the new one (``12:39:05Z`` in
+    the same minute), else in full."""
+    if now_at is not None and was.date() == now_at.date():
+        same_minute = was.strftime("%H:%M") == now_at.strftime("%H:%M")
+        return was.strftime("%H:%M:%SZ" if same_minute else "%H:%MZ")
+    return iso(was)
+
+
+def _moved(item: BulkItem) -> dict[str, str]:
+    """``{service: the time its moved schedule had}`` (ISO, UTC) for ``--json``."""
+    return {svc: iso(was) for svc, was in item.rescheduled}
 
 
 def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool) -> None:
@@ -198,7 +229,10 @@ def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool) -> None:
         if item.status is not None and item.outcome in (Outcome.CHANGED, Outcome.UNCHANGED):
             details[item.location] = m.describe(
                 item.location, item.status, list(item.changed)
-            ).split(": ", 1)[1]
+            ).split(": ", 1)[1] + "".join(
+                f"; {svc} rescheduled (was {_short(was, item.status.services[svc].resume_at)})"
+                for svc, was in item.rescheduled
+            )
 
     try:
         report = mgr.bulk(m.operation(), wait=m.wait, progress=progress)
@@ -227,7 +261,7 @@ def _show_bulk(
     rows = [
         (
             item.location,
-            _RESULT[item.outcome],
+            "rescheduled" if item.rescheduled else _RESULT[item.outcome],
             item.why or (item.error.message if item.error is not None else "")
             or details.get(item.location, ""),
             item.status,
@@ -243,8 +277,11 @@ def _show_bulk(
                         "result": result,
                         "detail": detail,
                         "status": None if status is None else status.model_dump(mode="json"),
+                        **({"rescheduled": moved} if moved else {}),
                     }
-                    for loc, result, detail, status in rows
+                    for (loc, result, detail, status), moved in zip(
+                        rows, (_moved(i) for i in report.items), strict=True
+                    )
                 ],
                 indent=2,
             )

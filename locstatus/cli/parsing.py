@@ -143,32 +143,51 @@ def parse_number(
     high: float,
     integer: bool = False,
     low_inclusive: bool = True,
+    unit: str = "",
 ) -> float:
     """Parse a numeric option (typer's own messages do not repeat the bad value). Raises
     :class:`InvalidInput` naming ``option`` and ``value`` unless it is a finite number in
-    ``low..high`` (``low`` excluded when ``low_inclusive`` is False), whole if ``integer``."""
-    bounds = f"{'' if low_inclusive else 'more than '}{low:g}..{high:g}"
+    ``low..high`` (``low`` excluded when ``low_inclusive`` is False), whole if ``integer``;
+    the message says the bounds in words (``unit``: what the number counts, e.g. seconds)."""
+    kind = ("a whole number" if integer else "a number") + (f" of {unit}" if unit else "")
+    expected = f"{kind} {bounds_text(low, high, low_inclusive=low_inclusive, unit=unit)}"
     try:
         number = int(value.strip()) if integer else float(value.strip())
     except ValueError:
-        kind = "a whole number" if integer else "a number"
-        raise InvalidInput(f"invalid {option} {value!r}: expected {kind} ({bounds})") from None
+        raise InvalidInput(f"invalid {option} {value!r}: expected {expected}") from None
     too_low = number < low if low_inclusive else number <= low
     if not math.isfinite(number) or too_low or number > high:
-        raise InvalidInput(f"invalid {option} {value!r}: expected {bounds}")
+        raise InvalidInput(f"invalid {option} {value!r}: expected {expected}")
     return number
+
+
+def bounds_text(low: float, high: float, *, low_inclusive: bool = True, unit: str = "") -> str:
+    """``from 0 to 300``, ``more than 0 and at most 31536000 (365 days)``: bounds in words,
+    whole numbers written out (never ``3.1536e+08``)."""
+    def number(x: float) -> str:
+        text = str(int(x)) if float(x).is_integer() else f"{x:f}".rstrip("0")
+        if unit == "seconds" and x >= 86_400 and x % 86_400 == 0:
+            days = int(x // 86_400)
+            text += f" ({days} day{'s' if days != 1 else ''})"
+        return text
+
+    if low_inclusive:
+        return f"from {number(low)} to {number(high)}"
+    return f"more than {number(low)} and at most {number(high)}"
 
 
 def wait_seconds(wait: str | None) -> float | None:
     if wait is None:
         return None
-    return parse_number("--wait", wait, low=0, high=MAX_WAIT_SECONDS)
+    return parse_number("--wait", wait, low=0, high=MAX_WAIT_SECONDS, unit="seconds")
 
 
 def interval_seconds(option: str, value: str | None) -> float | None:
     if value is None:
         return None
-    return parse_number(option, value, low=0, high=MAX_DELAY_SECONDS, low_inclusive=False)
+    return parse_number(
+        option, value, low=0, high=MAX_DELAY_SECONDS, low_inclusive=False, unit="seconds"
+    )
 
 
 def parse_port(value: str) -> int:

@@ -6,20 +6,14 @@ never left out (exit 2 after the rest was shown).
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import typer.core
-from rich.table import Table
 
 from locstatus.audit import history_by_actor
 from locstatus.errors import (
     CorruptRecord,
-)
-from locstatus.manager import worker_live
-from locstatus.models import (
-    WorkerInfo,
 )
 from locstatus.names import (
     check_location,
@@ -31,12 +25,14 @@ from .app import (
     app,
     options_of,
 )
+from .fit import Col, fitted
 from .parsing import (
     parse_number,
 )
 from .rendering import (
     HISTORY_LIST,
     STATUS_LIST,
+    WORKER_LIST,
     escaped,
     iso,
     location_table,
@@ -49,6 +45,7 @@ from .rendering import (
     status_table,
     workers_table,
 )
+from .suggest import suggesting
 
 
 @app.command()
@@ -69,11 +66,13 @@ def status(
     if location is not None and location != ALL:
         check_location(location)
         mgr = options_of(ctx).manager()
-        rec = mgr.status(location)
+        with suggesting(mgr, location):
+            rec = mgr.status(location)
         if as_json:
             print_json(rec.model_dump_json(indent=2))
         else:
-            new_console().print(location_table(rec, mgr.clock()))
+            console = new_console()
+            console.print(location_table(rec, mgr.clock(), width=console.width))
         return
     mgr = options_of(ctx).manager()
     records, corrupt = mgr.listing(include_removed=include_removed)
@@ -82,7 +81,8 @@ def status(
     elif not records and not corrupt:
         new_console().print("no locations: import them with 'locstatus locations sync FILE'")
     else:
-        new_console().print(status_table(records, corrupt, mgr.clock()))
+        console = new_console()
+        console.print(status_table(records, corrupt, mgr.clock(), width=console.width))
     report_corrupt(corrupt)
 
 
@@ -104,7 +104,8 @@ def history(
     count = int(parse_number("--limit", limit, low=1, high=10_000, integer=True))
     mgr = options_of(ctx).manager()
     try:
-        mgr.status(location)  # unknown location: refused (exit 1)
+        with suggesting(mgr, location):
+            mgr.status(location)  # unknown location: refused (exit 1)
     except CorruptRecord as exc:  # the history of a corrupt record is what one wants to see
         typer.echo(f"warning: {escaped(exc.message)}", err=True)
     entries = (
@@ -115,35 +116,37 @@ def history(
     if as_json:
         print_json(HISTORY_LIST.dump_json(entries, indent=2).decode())
         return
-    table = Table(title=f"history of {location}", title_justify="left")
-    for col in (
-        "At",
-        "Version",
-        "Service",
-        "Event",
-        "From -> to",
-        "Gen",
-        "Resume at",
-        "Actor",
-        "Reason",
-    ):
-        table.add_column(col)
+    rows = []
     for e in entries:
         move = ""
         if e.from_state is not None or e.to_state is not None:
             move = f"{state_name(e.from_state)} -> {state_name(e.to_state)}"
-        table.add_row(
-            iso(e.at),
-            str(e.version),
-            plain(e.service),
-            plain(e.event),
-            move,
-            str(e.generation),
-            iso(e.resume_at),
-            plain(e.actor),
-            plain(e.reason),
-        )
-    new_console().print(table)
+        rows.append([
+            iso(e.at), str(e.version), plain(e.service), plain(e.event), move,
+            str(e.generation), iso(e.resume_at), plain(e.actor), plain(e.reason),
+        ])
+    console = new_console()
+    console.print(fitted(
+        f"history of {location}", _HISTORY_COLS, rows, console.width,
+        priority=_HISTORY_PRIORITY,
+    ))
+
+
+_HISTORY_COLS = (
+    Col("At", keep=True),
+    Col("Version", wrap=False),
+    Col("Service", keep=True),
+    Col("Event", keep=True),
+    Col("From -> to", wrap=False),
+    Col("Gen", wrap=False),
+    Col("Resume at", wrap=False),
+    Col("Actor"),
+    Col("Reason"),
+)
+"""The ``history`` columns: when, which service and what happened are never cut
+(docs/cli.md, "Reading state"); the others by priority (:data:`_HISTORY_PRIORITY`)."""
+
+_HISTORY_PRIORITY = (0, 2, 3, 4, 6, 1, 8, 7, 5)
 
 
 @app.command()
@@ -156,48 +159,13 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     live worker it counts as; both are errors (exit 2)."""
     mgr = options_of(ctx).manager()
     now = mgr.clock()
-    infos = mgr.workers()
-    records, corrupt = mgr.listing()
-    acks = mgr.backend.all_acks()
-    rows: list[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]] = []
-    for w in infos:
-        alive = worker_live(w, mgr.time)
-        lag: list[dict[str, Any]] = []
-        for rec in records:
-            for svc, st in sorted(rec.services.items()):
-                if not w.applies(rec.location, svc):
-                    continue
-                acked = acks.get(rec.location, {}).get(w.worker_id, {}).get(svc, 0)
-                if acked < st.generation:
-                    lag.append(
-                        {
-                            "location": rec.location,
-                            "service": svc,
-                            "acked": acked,
-                            "generation": st.generation,
-                        }
-                    )
-        unknown = [  # its lag there cannot be told: the record does not read
-            bad.location
-            for bad in corrupt
-            if w.corrupt is not None or w.locations is None or bad.location in w.locations
-        ]
-        rows.append((w, alive, lag, unknown))
+    infos, corrupt = mgr.worker_statuses()
     if as_json:
-        print_json(
-            json.dumps(
-                [
-                    {**w.model_dump(mode="json"), "alive": alive, "lagging": lag,
-                     "lag_unknown": unknown}
-                    for w, alive, lag, unknown in rows
-                ],
-                indent=2,
-            )
-        )
-    elif not rows:
+        print_json(WORKER_LIST.dump_json(infos, indent=2, by_alias=True).decode())
+    elif not infos:
         new_console().print("no workers registered")
     else:
-        new_console().print(workers_table(rows, now, mgr.time.offset_seconds()))
+        new_console().print(workers_table(infos, now, mgr.time.offset_seconds()))
     report_corrupt_workers([w for w in infos if w.corrupt is not None], bool(corrupt))
     report_corrupt(corrupt)
 

@@ -25,7 +25,7 @@ from rich.text import Text
 from locstatus.errors import (
     CorruptRecord,
 )
-from locstatus.manager import stuck_handlers
+from locstatus.manager import WorkerStatus, stuck_handlers
 from locstatus.models import (
     HistoryEntry,
     LocationStatus,
@@ -37,6 +37,8 @@ from locstatus.names import (
     printable,
 )
 
+from .fit import Col, fitted
+
 _STATE_STYLE = {
     State.RUNNING: "green",
     State.PAUSING: "yellow",
@@ -46,6 +48,7 @@ _STATE_STYLE = {
 
 STATUS_LIST = TypeAdapter(list[LocationStatus])
 HISTORY_LIST = TypeAdapter(list[HistoryEntry])
+WORKER_LIST = TypeAdapter(list[WorkerStatus])
 
 
 def escaped(message: str) -> str:
@@ -133,42 +136,57 @@ def who(st: ServiceStatus) -> Text:
     return plain(" ".join(parts))
 
 
-def location_table(rec: LocationStatus, now: datetime, only: Sequence[str] | None = None) -> Table:
+def location_table(
+    rec: LocationStatus, now: datetime, only: Sequence[str] | None = None,
+    width: int | None = None,
+) -> Table:
+    """One location's services; ``width``: the terminal's (:func:`fitted`)."""
     title = f"{rec.location}  version {rec.version}"
     if rec.deleted:
         title += f"  REMOVED {iso(rec.deleted_at)}"
-    table = Table(title=Text(title), title_justify="left")
-    for col in ("Service", "State", "Scheduled resume", "Gen", "Updated", "Reason / actor"):
-        table.add_column(col)
-    for svc, st in sorted(rec.services.items()):
-        if only is not None and svc not in only:
-            continue
-        table.add_row(
-            Text(svc),
-            state_text(st),
-            resume_text(st, now),
-            str(st.generation),
-            iso(st.updated_at),
-            who(st),
-        )
-    return table
+    rows = [
+        [Text(svc), state_text(st), resume_text(st, now), str(st.generation),
+         iso(st.updated_at), who(st)]
+        for svc, st in sorted(rec.services.items())
+        if only is None or svc in only
+    ]
+    return fitted(Text(title), _SERVICE_COLS, rows, width)
+
+
+_SERVICE_COLS = (
+    Col("Service", keep=True),
+    Col("State", keep=True),
+    Col("Scheduled resume", least=20),
+    Col("Gen", wrap=False),
+    Col("Updated", wrap=False),
+    Col("Reason / actor"),
+)
+
+_STATUS_COLS = (
+    Col("Location", keep=True),
+    Col("Service", keep=True),
+    Col("State", keep=True),
+    Col("Scheduled resume", least=20),
+    Col("Gen", wrap=False),
+    Col("Version", wrap=False),
+    Col("Updated", wrap=False),
+    Col("Reason / actor"),
+)
+"""The ``status`` columns; a narrow terminal shows the kept ones, then the others by priority:
+the schedule, the reason, ... (:func:`fitted`)."""
+
+_STATUS_PRIORITY = (0, 1, 2, 3, 7, 6, 4, 5)
+"""Which of :data:`_STATUS_COLS` a narrow terminal keeps first (the order they are tried in)."""
 
 
 def status_table(
-    records: Sequence[LocationStatus], corrupt: Sequence[CorruptRecord], now: datetime
+    records: Sequence[LocationStatus],
+    corrupt: Sequence[CorruptRecord],
+    now: datetime,
+    width: int | None = None,
 ) -> Table:
-    table = Table(title="locations", title_justify="left")
-    for col in (
-        "Location",
-        "Service",
-        "State",
-        "Scheduled resume",
-        "Gen",
-        "Version",
-        "Updated",
-        "Reason / actor",
-    ):
-        table.add_column(col)
+    """Every location's services; ``width``: the terminal's (:func:`fitted`): Location,
+    Service and State are never cut, the other columns fold or are left out."""
     rows: list[tuple[str, list[Any]]] = []
     for rec in records:
         first = True
@@ -195,20 +213,13 @@ def status_table(
             (
                 bad.location,
                 [
-                    Text(bad.location),
-                    "",
-                    Text("CORRUPT", style="bold red"),
-                    "",
-                    "",
-                    "",
-                    "",
+                    Text(bad.location), "", Text("CORRUPT", style="bold red"), "", "", "", "",
                     Text("see 'locstatus check'"),
                 ],
             )
         )
-    for _, row in sorted(rows, key=lambda r: r[0]):
-        table.add_row(*row)
-    return table
+    ordered = [row for _, row in sorted(rows, key=lambda r: r[0])]
+    return fitted("locations", _STATUS_COLS, ordered, width, priority=_STATUS_PRIORITY)
 
 
 def report_corrupt(corrupt: Sequence[CorruptRecord]) -> None:
@@ -225,7 +236,7 @@ def report_corrupt(corrupt: Sequence[CorruptRecord]) -> None:
 
 
 def workers_table(
-    rows: Sequence[tuple[WorkerInfo, bool, list[dict[str, Any]], list[str]]],
+    rows: Sequence[WorkerStatus],
     now: datetime,
     own: float | None,
 ) -> Table:
@@ -243,7 +254,8 @@ def workers_table(
         "Errors",
     ):
         table.add_column(col)
-    for w, alive, lag, unknown in rows:
+    for w in rows:
+        alive = w.live
         if w.lease_expires_at is None:
             lease = Text("alive (session)", style="green") if alive else Text("expired")
         elif alive:
@@ -251,9 +263,9 @@ def workers_table(
         else:
             lease = Text(f"expired ({ago(w.lease_expires_at, now)})", style="bold red")
         lagging = Text(", ".join(
-            f"{x['location']}/{x['service']} ({x['acked']}<{x['generation']})" for x in lag
+            f"{x.location}/{x.service} ({x.acked}<{x.generation})" for x in w.lagging
         ), style="yellow")
-        for loc in unknown:
+        for loc in w.lag_unknown:
             lagging.append(", " if len(lagging) else "")
             lagging.append(f"{loc}/? (record corrupt)", style="bold red")
         errors = "; ".join(f"{k}: {v}" for k, v in sorted(w.errors.items()))

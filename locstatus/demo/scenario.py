@@ -121,7 +121,7 @@ class Scenario:
         listed = _LOCATIONS.validate_json(self._get("/v1/locations"))
         records = {rec.location: rec for rec in listed}
         leases = {
-            str(w.get("worker_id")): bool(w.get("is_alive"))
+            str(w.get("worker_id")): bool(w.get("alive"))
             for w in json.loads(self._get("/v1/workers"))
             if isinstance(w, dict)
         }

@@ -28,7 +28,7 @@ from transitions import Machine
 
 from locstatus.errors import InvalidInput, InvalidTransition
 from locstatus.fsm import table
-from locstatus.models import HistoryEntry, ServiceStatus, State
+from locstatus.models import MAX_STORED_INT, HistoryEntry, ServiceStatus, State
 from locstatus.names import MAX_ACTOR, MAX_REASON, check_text
 
 
@@ -109,6 +109,11 @@ def _all_acked(c: _Ctx) -> bool:
 
 
 def _bump_generation(c: _Ctx) -> None:
+    if c.status.generation >= MAX_STORED_INT:  # a hand-written record at the very top
+        raise InvalidTransition(
+            f"generation {c.status.generation} is at the largest a backend stores "
+            f"({MAX_STORED_INT}): the state cannot flip again (see 'locstatus check')"
+        )
     c.fields["generation"] = c.status.generation + 1
 
 

@@ -11,6 +11,7 @@ What lives here, each part a module that only looks down:
 - :mod:`.reconcile`: settle, fire due resumes, the settle right after a write, waits.
 - :mod:`.reads`: reads and listings (corrupt records beside the readable ones).
 - :mod:`.liveness`: which workers are live and which lag (the settle rule, pure).
+- :mod:`.workers`: the workers with their liveness and lag, one shape for every front end.
 - :mod:`.writes`: the compare-and-set write loop (read, plan, write with the expected version,
   retry conflicts, resolve ambiguity by version) and the version hints.
 - :mod:`.plans`: pure planning: a record in, a decision (write, nothing, refuse) out.
@@ -28,12 +29,14 @@ from .manager import Manager
 from .operator import Operation
 from .plans import ServiceArg
 from .reads import Listing
+from .workers import Lag, WorkerReport, WorkerStatus
 from .writes import RetryPolicy
 
 __all__ = [
     "BulkInterrupted",
     "BulkItem",
     "BulkReport",
+    "Lag",
     "Listing",
     "Manager",
     "Operation",
@@ -42,6 +45,8 @@ __all__ = [
     "RetryPolicy",
     "ServiceArg",
     "SyncReport",
+    "WorkerReport",
+    "WorkerStatus",
     "lagging_workers",
     "stuck_handlers",
     "worker_live",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from enum import StrEnum
 from itertools import islice
 
@@ -80,6 +81,9 @@ class BulkItem:
     ``status``: the record after the operation (after the wait, with ``wait=``); for a skipped
     location the record as read; None when no record could be read. ``changed``: the services
     this operation changed. ``why``: for a skipped location. ``error``: for a failed one.
+    ``rescheduled``: the services whose scheduled resume this operation (a schedule) moved,
+    each with the time it had before: what a person is told as "rescheduled (was 12:39Z)"
+    (docs/cli.md, "Bulk: `all`").
     """
 
     location: str
@@ -88,6 +92,7 @@ class BulkItem:
     changed: tuple[str, ...] = ()
     why: str | None = None
     error: LocstatusError | None = None
+    rescheduled: tuple[tuple[str, datetime], ...] = ()
 
 
 Progress = Callable[[BulkItem, int, int | None], None]
@@ -285,7 +290,7 @@ def _decide(op: Operation, op_id: str, location: str, entry: _Entry) -> WriteReq
     present = None if wanted is None else [s for s in wanted if s in entry.services]
     if present is not None and not present:
         return BulkItem(location, Outcome.SKIPPED, entry, why=f"has no {', '.join(wanted or ())}")
-    return WriteRequest(location, op.plan(op_id, present), op_id, known=entry)
+    return WriteRequest(location, op.plan(op_id, present), op_id, known=entry, replaced=[])
 
 
 def _written(
@@ -298,8 +303,17 @@ def _written(
     if isinstance(result, LocstatusError):
         return BulkItem(req.location, Outcome.FAILED, error=result)
     changed = tuple(s for s, st in sorted(result.services.items()) if st.op_id == op_id)
+    before = req.replaced[-1] if req.replaced else None
+    moved = () if before is None or not op.schedules else tuple(
+        (s, was)
+        for s in changed
+        if s in before.services
+        and (was := before.services[s].resume_at) is not None
+        and was != result.services[s].resume_at
+    )
     return BulkItem(
-        req.location, Outcome.CHANGED if changed else Outcome.UNCHANGED, result, changed
+        req.location, Outcome.CHANGED if changed else Outcome.UNCHANGED, result, changed,
+        rescheduled=moved,
     )
 
 

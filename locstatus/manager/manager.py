@@ -28,6 +28,7 @@ from .locations import SyncReport
 from .operator import Operation
 from .plans import ServiceArg, check_free_text
 from .reads import Listing
+from .workers import WorkerReport, worker_statuses
 from .writes import RetryPolicy, Writer
 
 
@@ -114,6 +115,13 @@ class Manager:
     def workers(self) -> list[WorkerInfo]:
         """Registered workers (expired ones included; see :meth:`WorkerInfo.alive`)."""
         return self.backend.workers()
+
+    def worker_statuses(self) -> WorkerReport:
+        """Every registered worker with its liveness (``alive``) and where it lags behind a
+        change (``lagging``, ``lag_unknown``): the one shape ``GET /v1/workers`` and
+        ``locstatus workers --json`` serve (:mod:`.workers`), with the corrupt records beside.
+        Raises :class:`BackendUnavailable`."""
+        return worker_statuses(self._core)
 
     def lagging(self, location: str, service: str) -> list[str]:
         """Live workers that have not acknowledged the current generation of a service."""

@@ -131,6 +131,7 @@ class WriteRequest:
     op_id: str
     known: LocationStatus | None = None
     use_hint: bool = False
+    replaced: list[LocationStatus] | None = None
 
 
 class Writer:
@@ -161,6 +162,7 @@ class Writer:
         if_version: int | None = None,
         use_hint: bool = False,
         known: LocationStatus | None = None,
+        replaced: list[LocationStatus] | None = None,
     ) -> LocationStatus:
         """Read, plan, compare-and-set; retry conflicts; resolve ambiguity by op_id. Returns
         the stored record (the one read when the plan decided nothing).
@@ -168,17 +170,20 @@ class Writer:
         ``plan`` or ``prepare`` (exactly one) decides each attempt. ``if_version``: refuse with
         :class:`PreconditionFailed` unless the record read is at that version. ``known`` (or
         the version hint, with ``use_hint``): plan the first attempt from it instead of a
-        read (see the module docstring). The first read attempt runs outside the retry policy
-        (no contention is the common case); after a conflict, attempts continue under the
-        bounded, jittered policy. Raises the plan's refusal, :class:`NotFound`,
-        :class:`ConflictError`, :class:`AmbiguousCommit`, :class:`BackendUnavailable`."""
+        read (see the module docstring). ``replaced``: a list the record the landed write
+        replaced is appended to (what a "rescheduled (was ...)" report compares with; nothing
+        when no write landed or its landing was found by op_id). The first read attempt runs
+        outside the retry policy (no contention is the common case); after a conflict,
+        attempts continue under the bounded, jittered policy. Raises the plan's refusal,
+        :class:`NotFound`, :class:`ConflictError`, :class:`AmbiguousCommit`,
+        :class:`BackendUnavailable`."""
         prep = _prepared(plan, prepare)
         ambiguity = _Ambiguity()
         if known is None and use_hint:
             known = self.hints.get(location)
         if known is not None and (if_version is None or known.version == if_version):
             try:
-                stored = self._from_known(known, prep, op_id, ambiguity)
+                stored = self._from_known(known, prep, op_id, ambiguity, replaced)
             except VersionConflict:
                 if not ambiguity.sent:
                     self.stats["stale_hints"] += 1
@@ -188,7 +193,7 @@ class Writer:
                 if stored is not None:
                     return stored
         try:
-            return self._attempt(location, prep, op_id, if_version, ambiguity)
+            return self._attempt(location, prep, op_id, if_version, ambiguity, replaced)
         except VersionConflict:
             pass
         except BackendUnavailable as exc:
@@ -203,7 +208,9 @@ class Writer:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._attempt(location, prep, op_id, if_version, ambiguity)
+                    return self._attempt(
+                        location, prep, op_id, if_version, ambiguity, replaced
+                    )
         except BackendUnavailable as exc:
             _raise_unresolved(exc, op_id, ambiguity)
         except RetryError as exc:
@@ -225,7 +232,7 @@ class Writer:
             try:
                 stored = self.write(
                     req.location, req.plan, op_id=req.op_id, known=req.known,
-                    use_hint=req.use_hint,
+                    use_hint=req.use_hint, replaced=req.replaced,
                 )
             except LocstatusError as exc:
                 yield req, exc
@@ -233,7 +240,12 @@ class Writer:
                 yield req, stored
 
     def _from_known(
-        self, known: LocationStatus, prepare: Prepare, op_id: str, ambiguity: _Ambiguity
+        self,
+        known: LocationStatus,
+        prepare: Prepare,
+        op_id: str,
+        ambiguity: _Ambiguity,
+        replaced: list[LocationStatus] | None,
     ) -> LocationStatus | None:
         """The zeroth attempt, planned from a known record: the stored record when its plan was
         a write that landed, None when the plan decided anything else (decided again on a
@@ -241,7 +253,7 @@ class Writer:
         decision = prepare(known)(known, self.clock())
         if not isinstance(decision, Write):
             return None  # "nothing to do" or a refusal is only true of a fresh read
-        return self._cas(known, decision, ambiguity, count_conflict=False)
+        return self._cas(known, decision, ambiguity, replaced, count_conflict=False)
 
     def _attempt(
         self,
@@ -250,6 +262,7 @@ class Writer:
         op_id: str,
         if_version: int | None,
         ambiguity: _Ambiguity,
+        replaced: list[LocationStatus] | None,
     ) -> LocationStatus:
         """One read-plan-write. Raises VersionConflict to be retried (also after an ambiguous
         commit, which records what was sent so the next read first looks for ``op_id``)."""
@@ -272,10 +285,16 @@ class Writer:
             raise decision.error
         if not isinstance(decision, Write):
             return rec
-        return self._cas(rec, decision, ambiguity, count_conflict=True)
+        return self._cas(rec, decision, ambiguity, replaced, count_conflict=True)
 
     def _cas(
-        self, rec: LocationStatus, write: Write, ambiguity: _Ambiguity, *, count_conflict: bool
+        self,
+        rec: LocationStatus,
+        write: Write,
+        ambiguity: _Ambiguity,
+        replaced: list[LocationStatus] | None,
+        *,
+        count_conflict: bool,
     ) -> LocationStatus:
         new = write.record
         try:
@@ -290,6 +309,8 @@ class Writer:
             raise VersionConflict(f"ambiguous commit, resolving: {exc}") from exc
         self.stats["writes"] += 1
         self.hints.put(stored)
+        if replaced is not None:
+            replaced.append(rec)
         return stored
 
 

@@ -65,6 +65,30 @@ PARTIAL: dict[str, str] = {
     ),
 }
 
+LOOSE: dict[str, str] = {
+    "generation-true": record(f'{{"replication": {entry(generation=True)}}}'),
+    "generation-string": record(f'{{"replication": {entry(generation="1")}}}'),
+    "generation-float": record(f'{{"replication": {entry(generation=1.0)}}}'),
+    "updated-at-a-number": record(f'{{"replication": {entry(updated_at=1700000000)}}}'),
+    "updated-at-digits": record(f'{{"replication": {entry(updated_at="1700000000")}}}'),
+    "updated-at-naive": record(f'{{"replication": {entry(updated_at="2026-01-01T00:00:00")}}}'),
+    "deleted-at-zero": record(f'{{"replication": {entry()}}}', "0"),
+    "running-with-resume-at": record(f'{{"replication": {entry(state="running")}}}'),
+    "resuming-with-resume-at": record(f'{{"replication": {entry(state="resuming")}}}'),
+    "reason-a-number": record(f'{{"replication": {entry(reason=5)}}}'),
+}
+"""Values locstatus never writes that a lax decoder took for others (the hostile review of
+issue 15): ``true``, ``"1"`` or ``1.0`` for generation 1, a number for a date (``0``: a 1970
+tombstone the check would purge), a scheduled resume on a running service. Any backend holds
+them (a MongoDB document as a bool, a float, an int)."""
+
+OUT_OF_RANGE: dict[str, str] = {
+    "generation-2-63": record(f'{{"replication": {entry(generation=2**63)}}}'),
+    "generation-10-30": record(f'{{"replication": {entry(generation=10**30)}}}'),
+}
+"""Generations no backend can store as an integer (past a signed 64 bits): text backends only
+(MongoDB's driver cannot write them)."""
+
 DUPLICATE_KEYS: dict[str, str] = {
     "state-twice": record(f'{{"replication": {entry()[:-1]}, "state": "running"}}}}'),
     "state-twice-compact": compact(

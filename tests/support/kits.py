@@ -9,11 +9,13 @@ backend they run on; a backend joins the suites by adding a kit here.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from locstatus.backends import Backend, open_backend
 from locstatus.backends.memory import MemoryBackend
@@ -32,6 +34,8 @@ class Kit:
     registration of ``worker_id`` (replacing a live worker's, as a stray hand edit would), and
     ``damage_ack(location, worker_id, service)`` makes a stored acknowledgement unreadable in the
     backend's own way (a generation that is no integer, a field left out).
+    ``read_raw(location)`` is the stored payload of a record as the backend's own client reads
+    it (a JSON object's fields, or a MongoDB document's).
     """
 
     name: str
@@ -40,6 +44,7 @@ class Kit:
     write_raw_history: Callable[[str, int, str], None]
     write_raw_worker: Callable[[str, str], None]
     damage_ack: Callable[[str, str, str], None]
+    read_raw: Callable[[str], dict[str, Any]] = lambda _location: {}
     _opened: list[Backend] = field(default_factory=list)
 
     def open(self) -> Backend:
@@ -75,7 +80,13 @@ def memory_kit(tmp_path: Path) -> Kit:
         with store.lock:
             store.acks[location][worker_id][service] = "seven"  # type: ignore[assignment]
 
-    return Kit("memory", url, write_raw, write_raw_history, write_raw_worker, damage_ack)
+    def read_raw(location: str) -> dict[str, Any]:
+        store = MemoryBackend(url)._store
+        with store.lock:
+            return dict(json.loads(store.records[location][1]))
+
+    return Kit("memory", url, write_raw, write_raw_history, write_raw_worker, damage_ack,
+               read_raw)
 
 
 def sqlite_kit(tmp_path: Path) -> Kit:
@@ -107,4 +118,11 @@ def sqlite_kit(tmp_path: Path) -> Kit:
             )
             assert cur.rowcount == 1, "no such acknowledgement to damage"
 
-    return Kit("sqlite", url, write_raw, write_raw_history, write_raw_worker, damage_ack)
+    def read_raw(location: str) -> dict[str, Any]:
+        with contextlib.closing(sqlite3.connect(f"{tmp_path}/locstatus.db")) as db:
+            (text,) = db.execute("SELECT data FROM locations WHERE location = ?",
+                                 (location,)).fetchone()
+        return dict(json.loads(text))
+
+    return Kit("sqlite", url, write_raw, write_raw_history, write_raw_worker, damage_ack,
+               read_raw)

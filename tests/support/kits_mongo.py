@@ -116,8 +116,15 @@ def mongo_kit(server: MongoHandle) -> Kit:
         finally:
             client.close()
 
+    def read_raw(location: str) -> dict[str, Any]:
+        client = server.client()
+        try:
+            return dict(client[database][COLLECTION].find_one({"_id": location}) or {})
+        finally:
+            client.close()
+
     return MongoKit("mongo", kit_url(server, database), write_raw, write_raw_history,
-                    write_raw_worker, damage_ack, server=server, database=database)
+                    write_raw_worker, damage_ack, read_raw, server=server, database=database)
 
 
 @pytest.fixture(scope="session")

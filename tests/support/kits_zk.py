@@ -154,7 +154,12 @@ def zk_kit(server: ZkServer) -> Kit:
         with raw_client(server.hosts) as client:
             client.set(f"{chroot}/acks/{location}/{worker_id}", json.dumps({service: "seven"}).encode())
 
-    return Kit("zk", url, write_raw, write_raw_history, write_raw_worker, damage_ack)
+    def read_raw(location: str) -> dict[str, Any]:
+        with raw_client(server.hosts) as client:
+            data, _ = client.get(f"{chroot}/locations/{location}")
+        return dict(json.loads(data))
+
+    return Kit("zk", url, write_raw, write_raw_history, write_raw_worker, damage_ack, read_raw)
 
 
 # -- a TCP proxy for cutting and freezing connections --------------------------------------------
@@ -189,9 +194,12 @@ class TcpProxy:
     with ``xid, opcode``).
     """
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, *, frames: bool = True) -> None:
         host, _, port = target.rpartition(":")
         self.target = (host, int(port))
+        self.frames = frames
+        """Parse ZooKeeper frames (for :meth:`cut_next_multi`); False forwards bytes as they
+        come (any protocol: MongoDB's wire protocol for one)."""
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -323,6 +331,12 @@ class TcpProxy:
                 return  # the answer to a cut multi-op: never delivered
             try:
                 pair.client.sendall(data)
+            except OSError:
+                self._reset(pair)
+            return
+        if not self.frames:
+            try:
+                pair.server.sendall(data)
             except OSError:
                 self._reset(pair)
             return

@@ -1,0 +1,93 @@
+"""The workers as one shape for every front end: each registration with whether its lease holds
+and where it lags behind a change (:meth:`Manager.worker_statuses
+<locstatus.manager.Manager.worker_statuses>`). ``GET /v1/workers`` and ``locstatus workers
+--json`` serve exactly this (serialized with ``by_alias=True``), so the two never disagree on
+a field (docs/http.md, docs/cli.md).
+
+Pure over what was read: one listing of the records (corrupt ones beside them), one read of the
+workers and one of every acknowledgement; liveness by :func:`.liveness.worker_live` (the
+backend's time, docs/time.md).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from locstatus.errors import CorruptRecord
+from locstatus.models import WorkerInfo
+
+from .core import Core
+from .liveness import worker_live
+from .reads import listing
+
+
+class Lag(BaseModel):
+    """A change a live worker has not acknowledged yet: it acknowledged generation ``acked``
+    of ``service`` at ``location``, whose current generation is ``generation``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    location: str
+    service: str
+    acked: int
+    generation: int
+
+
+class WorkerStatus(WorkerInfo):
+    """A registered worker (every :class:`~locstatus.models.WorkerInfo` field) and
+
+    - ``live`` (``alive`` in JSON: the name :meth:`WorkerInfo.alive` has in Python): its lease
+      holds (false only once its deadline passed by the backend's time beyond doubt,
+      docs/time.md);
+    - ``lagging``: each service of a location it applies whose current generation it has not
+      acknowledged (:class:`Lag`), by location and service;
+    - ``lag_unknown``: locations it may apply whose record cannot be read (corrupt), so its lag
+      there cannot be told.
+    """
+
+    live: bool = Field(serialization_alias="alive")
+    lagging: list[Lag]
+    lag_unknown: list[str]
+
+
+class WorkerReport(NamedTuple):
+    """:func:`worker_statuses`' answer; unpacks as ``workers, corrupt``."""
+
+    workers: list[WorkerStatus]
+    """Every registration (expired and unreadable ones included), as the backend lists them."""
+    corrupt: list[CorruptRecord]
+    """The records that could not be read (each is in the ``lag_unknown`` of the workers that
+    may apply it)."""
+
+
+def worker_statuses(core: Core) -> WorkerReport:
+    """Every registered worker with its liveness and lag. Raises
+    :class:`~locstatus.errors.BackendUnavailable`."""
+    infos = core.backend.workers()
+    records, corrupt = listing(core)
+    acks = core.backend.all_acks()
+    out: list[WorkerStatus] = []
+    for w in infos:
+        lag: list[Lag] = []
+        for rec in records:
+            for svc, st in sorted(rec.services.items()):
+                if not w.applies(rec.location, svc):
+                    continue
+                acked = acks.get(rec.location, {}).get(w.worker_id, {}).get(svc, 0)
+                if acked < st.generation:
+                    lag.append(Lag(location=rec.location, service=svc, acked=acked,
+                                   generation=st.generation))
+        unknown = [
+            bad.location
+            for bad in corrupt
+            if w.corrupt is not None or w.locations is None or bad.location in w.locations
+        ]
+        # built as read, not validated again: a registration listed as corrupt may be stored
+        # under a key that is no valid worker id (the backend contract, invariant 6)
+        fields = {name: getattr(w, name) for name in WorkerInfo.model_fields}
+        out.append(WorkerStatus.model_construct(
+            **fields, live=worker_live(w, core.time), lagging=lag, lag_unknown=unknown
+        ))
+    return WorkerReport(out, corrupt)
