@@ -341,3 +341,44 @@ def test_the_worker_routes_are_in_the_openapi_document(http: httpx.Client) -> No
     watch_doc = paths["/v1/workers/{worker_id}/watch"]["get"]
     assert "text/event-stream" in watch_doc["responses"]["200"]["content"]
     assert "410" in watch_doc["responses"] and "429" in watch_doc["responses"]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "zk"])
+def test_a_corrupt_record_reaches_the_worker_as_a_corrupt_event_not_silence(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """docs/http.md "Workers over HTTP": a record that cannot be read is a ``corrupt`` event
+    (and a ``corrupt`` member of a snapshot); the good record read after it is published even
+    when it equals the last good one, so the worker clears the error it reports."""
+    kit = KIT_FACTORIES[kind](request, tmp_path)
+    mgr = connect(kit.url)
+    try:
+        mgr.sync_locations(LOCATIONS)
+        good = mgr.status("us-east-1").model_dump_json(include={"services", "deleted_at"})
+        with BackgroundServer(create_app(mgr)) as srv, \
+                httpx.Client(base_url=srv.url, headers=JSON, timeout=30) as http:
+            register(http, "node-1")
+            stream = watch(srv, "node-1")
+            try:
+                stream.next("snapshot")
+                kit.write_raw("us-east-1", '{"services": {"replication": {"state": 7}}}')
+                ev = stream.next("corrupt")
+                assert ev.id and ev.data["location"] == "us-east-1"
+                assert "services.replication" in ev.data["detail"]
+                # A new stream is told in its snapshot, with the last good record kept.
+                other = watch(srv, "node-1")
+                try:
+                    snap = other.next("snapshot").data
+                    assert [c["location"] for c in snap["corrupt"]] == ["us-east-1"]
+                    assert "us-east-1" in [r["location"] for r in snap["records"]]
+                finally:
+                    other.close()
+                kit.write_raw("us-east-1", good)  # repaired by hand
+                fixed = stream.next("location")
+                assert fixed.data["location"] == "us-east-1"
+                assert fixed.data["record"]["services"]["replication"]["state"] == "running"
+            finally:
+                stream.close()
+    finally:
+        mgr.close()
+        kit.close()

@@ -56,7 +56,7 @@ registers holds every later ``wait=`` of the operators' routes until its lease l
     [
         # The watch streams never end (Server-Sent Events): a request/response fuzzer would
         # wait out its timeout on each; tests/test_api_workers.py covers them.
-        (["--exclude-path-regex", f"/watch$|{WORKER_ROUTES}"], 30),
+        (["--exclude-path-regex", f"/watch$|{WORKER_ROUTES}"], 31),
         (["--include-path-regex", WORKER_ROUTES], 3),
     ],
     ids=["operators", "workers"],
@@ -84,5 +84,5 @@ def test_api_conforms_to_its_schema(
     assert selected and tested, output[-3000:]
     # every selected operation was exercised; the two runs cover all but the two streams
     assert int(tested.group(1)) == int(selected.group(1)) == operations, output[-3000:]
-    assert int(selected.group(2)) == 30 + 3 + 2  # GET /_/healthcheck among the 30
+    assert int(selected.group(2)) == 31 + 3 + 2  # GET /_/healthcheck, /page/live.js among the 31
     assert TOKEN not in output

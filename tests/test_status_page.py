@@ -128,5 +128,5 @@ def test_status_page_in_a_headless_browser(mgr: Manager, tmp_path: Path) -> None
     # Workers table, the diagram drawn from the state table, auto-refresh.
     assert {"services", "workers", "fsm", "summary"} <= parsed.ids
     assert sorted(parsed.svg_states) == sorted(table.STATES)
-    assert '<meta http-equiv="refresh" content="5">' in dom
+    assert '<noscript><meta http-equiv="refresh" content="5"></noscript>' in dom  # no script
     assert "<b>cost</b>" not in dom

@@ -46,6 +46,7 @@ from .backbeat import router as backbeat_router
 from .backbeat_trust import TrustedPeers
 from .context import CheckState, Context
 from .guard import HostPolicy
+from .live import router as live_router
 from .metrics import Metrics
 from .middleware import MAX_BODY, Middleware, Scope
 from .principals import Principals
@@ -154,7 +155,7 @@ def create_app(
         # nested level that every request walks through (about 15 us per request).
         routes=[
             _fast_get_location(), *router.routes, *workers_router.routes,
-            *backbeat_router.routes,
+            *backbeat_router.routes, *live_router.routes,
         ],
     )
     app.state.backbeat_trust = TrustedPeers(backbeat_trust)

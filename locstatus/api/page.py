@@ -3,11 +3,16 @@
 Why it is shaped so: an operator opening the sidecar in a browser during an incident needs, on
 one page, every location x service with its state, its scheduled resume and the workers holding
 up a transition, plus the state machine they are in. The page is plain HTML rendered from the
-same manager reads as the JSON API, refreshed by ``<meta http-equiv="refresh">``; it loads
-nothing from elsewhere (sidecars often have no internet access). The state-machine diagram is an
-inline SVG drawn from :mod:`locstatus.fsm.table` (the one definition, docs/design.md §3.6), with the
-generated Mermaid source beside it. A few lines of inline script only add relative times
-("in 2h 0m") computed against the server's clock; the table is complete without them.
+same manager reads as the JSON API. It stays current without reloading: the package's own
+script (:mod:`.live`, ``page/live.js``) follows the watch stream (``GET /v1/watch``) and, on
+every event, fetches this page again and swaps its tables in place; when the backend or the
+sidecar stops answering it keeps the last state it showed, marked stale with its age
+(docs/http.md "The status page"). Without script the page reloads itself
+(``<noscript><meta http-equiv="refresh">``). It loads nothing from elsewhere (sidecars often
+have no internet access). The state-machine diagram is an inline SVG drawn from
+:mod:`locstatus.fsm.table` (the one definition, docs/design.md §3.6), with the generated Mermaid
+source beside it. A lagging worker shows its last handler error next to its name (the errors
+it publishes with its registration, as ``locstatus workers`` shows them).
 
 Every value is HTML-escaped; the backend URL shown is redacted.
 """
@@ -38,28 +43,9 @@ th{background:#f3f3f3} td.none{color:#999}
 .state-corrupt{background:#d33;color:#fff;font-weight:bold}
 .banner{background:#fde8e8;border:1px solid #d33;padding:.5em 1em}
 .muted{color:#777} svg text{font:12px system-ui,sans-serif}
+.handler-error{color:#a00} .stale{background:#fff4d6;border:1px solid #c90;padding:.5em 1em}
+body.is-stale table#services,body.is-stale table#workers{opacity:.6}
 """
-
-_SCRIPT = """
-(function () {
-  var now = Date.parse(document.body.getAttribute('data-now'));
-  function fmt(ms) {
-    var s = Math.round(Math.abs(ms) / 1000), d = Math.floor(s / 86400),
-        h = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60), parts = [];
-    if (d) parts.push(d + 'd');
-    if (h || d) parts.push(h + 'h');
-    parts.push(m + 'm');
-    if (!d && !h) parts.push(s % 60 + 's');
-    return parts.join(' ');
-  }
-  document.querySelectorAll('time.resume-at').forEach(function (t) {
-    var ms = Date.parse(t.getAttribute('datetime')) - now;
-    var span = t.parentNode.querySelector('.relative');
-    if (span) span.textContent = ms >= 0 ? 'in ' + fmt(ms) : 'overdue by ' + fmt(ms);
-  });
-})();
-"""
-
 
 def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
@@ -77,7 +63,8 @@ def _cell(value: object, cls: str) -> str:
 
 def render(mgr: Manager, *, refresh: int = 5) -> tuple[str, int]:
     """The page's HTML and HTTP status: 200, or 503 (with an explanatory banner) when the
-    backend cannot be read. ``refresh``: seconds between automatic reloads, 0 for none.
+    backend cannot be read. ``refresh``: seconds between the live script's re-reads when the
+    stream is quiet (and between reloads of a page without script), 0 for none.
     Liveness is judged on the manager's time source, times are the backend's (docs/time.md);
     only a page that cannot read the backend at all shows this host's clock as its date."""
     time_source = mgr.time
@@ -98,18 +85,23 @@ def render(mgr: Manager, *, refresh: int = 5) -> tuple[str, int]:
         now = utcnow()  # a date for the banner only: nothing is judged on it
     head = (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        + (f'<meta http-equiv="refresh" content="{refresh}">' if refresh > 0 else "")
+        + (
+            f'<noscript><meta http-equiv="refresh" content="{refresh}"></noscript>'
+            if refresh > 0 else ""
+        )
         + "<title>locstatus</title>"
         + f"<style>{_CSS}</style></head>"
     )
     parts = [
         head,
-        f'<body data-now="{_e(_iso(now))}">',
+        f'<body data-now="{_e(_iso(now))}" data-refresh="{refresh}"'
+        + (' data-backend-error="1"' if error is not None else "")
+        + ">",
+        '<p class="stale" id="stale" hidden></p>',
         "<h1>locstatus: pause/resume status per location and service</h1>",
         f'<p class="muted">backend <code>{_e(redact(mgr.backend.url))}</code>, '
         f"rendered at {_e(_iso(now))}"
-        + (f", refreshes every {refresh}s" if refresh > 0 else "")
-        + "</p>",
+        + '<span id="live"></span></p>',
     ]
     if error is not None:
         parts.append(f'<p class="banner" id="error">backend unavailable: {_e(error)}</p>')
@@ -118,7 +110,10 @@ def render(mgr: Manager, *, refresh: int = 5) -> tuple[str, int]:
             f'<p class="banner" id="corrupt">{len(corrupt)} corrupt record(s), shown as '
             "CORRUPT below: their state is unknown; run <code>locstatus check</code></p>"
         )
-    parts.append(_summary(records, len(corrupt), workers, time_source))
+    if error is not None:
+        parts.append('<p id="summary">state unknown: the backend does not answer</p>')
+    else:
+        parts.append(_summary(records, len(corrupt), workers, time_source))
     parts.append(_services_table(records, corrupt, workers, acks, time_source))
     parts.append(_workers_table(workers, time_source))
     parts.append("<h2>State machine</h2>")
@@ -128,7 +123,7 @@ def render(mgr: Manager, *, refresh: int = 5) -> tuple[str, int]:
         + _e(_mermaid())
         + "</pre></details>"
     )
-    parts.append(f"<script>{_SCRIPT}</script></body></html>\n")
+    parts.append('<script src="page/live.js"></script></body></html>\n')
     return "".join(parts), status
 
 
@@ -192,7 +187,7 @@ def _services_table(
                 + f'<td class="state state-{_e(st.state.value)}">{_e(st.state.value)}</td>'
                 + _cell(st.generation, "generation")
                 + resume
-                + _cell(", ".join(lagging), "lagging")
+                + _lagging_cell(rec.location, svc, lagging, workers)
                 + _cell(st.reason, "reason")
                 + _cell(st.actor, "actor")
                 + _cell(_iso(st.updated_at) if st.updated_at else None, "updated")
@@ -202,6 +197,25 @@ def _services_table(
         rows.append('<tr><td colspan="9" class="none">no locations yet</td></tr>')
     rows.append("</tbody></table>")
     return "".join(rows)
+
+
+def _lagging_cell(
+    location: str, service: str, lagging: list[str], workers: list[WorkerInfo]
+) -> str:
+    """The workers holding up a transition, each with the last error its handler for this
+    location and service reported (``WorkerInfo.errors``, keyed ``location/service``)."""
+    if not lagging:
+        return '<td class="lagging none">&mdash;</td>'
+    by_id = {w.worker_id: w for w in workers}
+    items = []
+    for wid in lagging:
+        w = by_id.get(wid)
+        err = None if w is None else w.errors.get(f"{location}/{service}")
+        item = f'<span class="worker" data-worker="{_e(wid)}">{_e(wid)}</span>'
+        if err:
+            item += f' <span class="handler-error">(last error: {_e(redact(err))})</span>'
+        items.append(item)
+    return f'<td class="lagging">{", ".join(items)}</td>'
 
 
 def _corrupt_row(bad: CorruptRecord) -> str:

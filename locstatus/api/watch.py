@@ -24,6 +24,12 @@ Why it is shaped so:
   acknowledges it with (:func:`~locstatus.models.tombstone_generation`, service
   ``_tombstone``), a record that disappeared (purged) as ``removed`` with no record, as the
   Python agent's ``on_remove`` sees them (docs/agent.md "Tombstones").
+- **Corrupt records are said, not skipped.** A record that does not parse or validate is
+  published as a ``corrupt`` event (``{location, detail}``) when it is first read so, and listed
+  under ``corrupt`` in a snapshot; the feed keeps the last good record it read of that location
+  (nothing is applied from a corrupt one, as the Python agent does, docs/agent.md "What the
+  agent guarantees") and the next good read is published even if it equals that one, so a
+  worker can clear the error it reports (docs/http.md "Workers over HTTP").
 - **Settles after HTTP acknowledgements** are the hub's too: an acknowledgement asks for a settle
   of its location ~20 ms later, so sixteen workers acknowledging at once cost one settle, not
   sixteen (the Python agents elect a settler for the same reason, docs/agent.md "Settle").
@@ -64,7 +70,8 @@ class StaleCursor(Exception):
 @dataclass(frozen=True)
 class Event:
     """One event of the feed. ``kind``: ``location`` (``record`` is the record as read; with
-    ``removed`` it is a tombstone), ``removed`` with no record (the location was purged), or
+    ``removed`` it is a tombstone), ``removed`` with no record (the location was purged),
+    ``corrupt`` (``detail``: why the stored record of ``location`` cannot be read), or
     ``resync`` (``session_lost``: the backend's session was replaced and the acknowledgements
     held through it are gone: acknowledge again what was applied)."""
 
@@ -73,11 +80,14 @@ class Event:
     location: str | None = None
     record: LocationStatus | None = None
     session_lost: bool = False
+    detail: str | None = None
 
     def payload(self) -> dict[str, Any]:
         """The event's JSON data (``data:`` of the SSE event)."""
         if self.kind == "resync":
             return {"session_lost": self.session_lost}
+        if self.kind == "corrupt":
+            return {"location": self.location, "detail": self.detail}
         return location_payload(self.location or "", self.record)
 
 
@@ -137,6 +147,8 @@ class WatchHub:
         self._events: deque[Event] = deque(maxlen=buffer)
         self._seq = 0
         self._cache: dict[str, LocationStatus] = {}
+        self._corrupt: dict[str, str] = {}
+        """location -> why its stored record cannot be read (as last read)."""
         self._dirty: set[str] = set()
         self._full_wanted = True
         self._full_started = 0
@@ -197,12 +209,16 @@ class WatchHub:
 
     # -- what streams call -----------------------------------------------------------------
 
-    def snapshot(self, timeout: float) -> tuple[int, list[LocationStatus]]:
+    def snapshot(
+        self, timeout: float
+    ) -> tuple[int, list[LocationStatus], dict[str, str]]:
         """A full re-read made by the hub's thread after this call (shared with every caller
-        waiting meanwhile): ``(seq, records)``, tombstones included, sorted by location;
-        events after ``seq`` follow it. Blocking: call it from a worker thread. Raises
-        :class:`TimeoutError` when the re-read did not finish within ``timeout`` seconds (the
-        backend does not answer), :class:`RuntimeError` once closed."""
+        waiting meanwhile): ``(seq, records, corrupt)``, records tombstones included, sorted by
+        location (for a corrupt location: the last good record read, if any), ``corrupt``:
+        location -> why its record cannot be read; events after ``seq`` follow it. Blocking:
+        call it from a worker thread. Raises :class:`TimeoutError` when the re-read did not
+        finish within ``timeout`` seconds (the backend does not answer), :class:`RuntimeError`
+        once closed."""
         self.ensure_started()
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -216,7 +232,8 @@ class WatchHub:
                 if left <= 0:
                     raise TimeoutError("the backend did not answer the snapshot read in time")
                 self._cond.wait(left)
-            return self._seq, sorted(self._cache.values(), key=lambda r: r.location)
+            records = sorted(self._cache.values(), key=lambda r: r.location)
+            return self._seq, records, dict(sorted(self._corrupt.items()))
 
     def cursor(self, last_event_id: str) -> int:
         """The ``seq`` a stream resumes after, from a ``Last-Event-ID``. Raises
@@ -330,7 +347,7 @@ class WatchHub:
                     self._settle_at.pop(loc, None)
             try:
                 if session_lost:
-                    self._publish([("resync", None, None, True)])
+                    self._publish([("resync", None, None, "session_lost")])
                 if full:
                     next_full = time.monotonic() + self.resync_interval
                     self._full_read()
@@ -363,16 +380,16 @@ class WatchHub:
             time.sleep(0.2)
             raise _Retry from exc
         seen: set[str] = set()
-        changes: list[tuple[str, str | None, LocationStatus | None, bool]] = []
+        changes: list[_Change] = []
         for item in items:
-            if isinstance(item, CorruptRecord):
-                seen.add(item.location)  # kept as last read: nothing is applied from it
-                continue
             seen.add(item.location)
-            changes.append(("location", item.location, item, False))
+            if isinstance(item, CorruptRecord):
+                changes.append(("corrupt", item.location, None, item.detail))
+            else:
+                changes.append(("location", item.location, item, None))
         with self._cond:
-            gone = [loc for loc in self._cache if loc not in seen]
-        changes.extend(("removed", loc, None, False) for loc in gone)
+            gone = [loc for loc in {*self._cache, *self._corrupt} if loc not in seen]
+        changes.extend(("removed", loc, None, None) for loc in sorted(gone))
         self._publish(changes)
 
     def _read_one(self, location: str) -> None:
@@ -381,8 +398,9 @@ class WatchHub:
             rec: LocationStatus | None = self.mgr.backend.read(location)
         except NotFound:
             rec = None
-        except CorruptRecord:
-            return  # kept as last read: nothing is applied from it
+        except CorruptRecord as exc:
+            self._publish([("corrupt", location, None, exc.detail)])
+            return
         except LocstatusError:
             self.stats["errors"] += 1
             with self._cond:
@@ -390,25 +408,37 @@ class WatchHub:
             time.sleep(0.2)
             return
         if rec is None:
-            self._publish([("removed", location, None, False)])
+            self._publish([("removed", location, None, None)])
         else:
-            self._publish([("location", location, rec, False)])
+            self._publish([("location", location, rec, None)])
 
-    def _publish(
-        self, changes: Iterable[tuple[str, str | None, LocationStatus | None, bool]]
-    ) -> None:
+    def _publish(self, changes: Iterable[_Change]) -> None:
+        """Number and keep the changes that say something new. ``(kind, location, record,
+        detail)``; ``resync`` with a detail means ``session_lost``."""
         added = 0
         with self._cond:
-            for kind, loc, rec, lost in changes:
+            for kind, loc, rec, detail in changes:
+                lost = False
                 if kind == "location" and loc is not None and rec is not None:
                     old = self._cache.get(loc)
-                    if old is not None and old == rec:
+                    was_corrupt = self._corrupt.pop(loc, None) is not None
+                    if old is not None and old == rec and not was_corrupt:
                         continue
                     self._cache[loc] = rec
-                elif kind == "removed" and loc is not None and self._cache.pop(loc, None) is None:
-                    continue  # not known: nothing to say
+                elif kind == "corrupt" and loc is not None:
+                    if self._corrupt.get(loc) == detail:
+                        continue  # said already
+                    self._corrupt[loc] = detail or ""
+                elif kind == "removed" and loc is not None:
+                    known = self._cache.pop(loc, None) is not None
+                    if self._corrupt.pop(loc, None) is None and not known:
+                        continue  # not known: nothing to say
+                elif kind == "resync":
+                    lost = detail is not None
                 self._seq += 1
-                self._events.append(Event(self._seq, kind, loc, rec, lost))
+                self._events.append(
+                    Event(self._seq, kind, loc, rec, lost, detail if kind == "corrupt" else None)
+                )
                 added += 1
             self.stats["events"] += added
         if added:
@@ -428,6 +458,10 @@ class WatchHub:
                 self.mgr.settle(location)
         except LocstatusError as exc:
             log.info("watch hub: settle of %s after an acknowledgement: %s", location, exc)
+
+
+_Change = tuple[str, str | None, LocationStatus | None, str | None]
+"""``(kind, location, record, detail)``: what :meth:`WatchHub._publish` numbers."""
 
 
 class _Retry(Exception):

@@ -355,8 +355,11 @@ def acknowledge(
 _WATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": (
-            "Server-Sent Events: `snapshot` (data: `{records: [...]}`), then `location` "
+            "Server-Sent Events: `snapshot` (data: `{records: [...], corrupt: [{location, "
+            "detail}]}`), then `location` "
             "(data: `{location, removed, remove_generation, remove_service, record}`), "
+            "`corrupt` (data: `{location, detail}`: the stored record cannot be read; keep what "
+            "was applied, report the error), "
             "`resync` (data: `{session_lost}`: acknowledge again what was applied) and "
             "`heartbeat` (data: `{server_time}`, no id); `gone` ends a stream that fell "
             "behind (reconnect with Last-Event-ID)."
@@ -426,6 +429,7 @@ async def _stream(
 ) -> Response:
     hub = hub_of(request.app)
     snapshot: list[LocationStatus] | None = None
+    corrupt: dict[str, str] = {}
     if last_event_id:
         await run_in_threadpool(hub.ensure_started)
         try:
@@ -436,7 +440,7 @@ async def _stream(
             ) from None
     else:
         try:
-            cursor, snapshot = await run_in_threadpool(hub.snapshot, SNAPSHOT_TIMEOUT)
+            cursor, snapshot, corrupt = await run_in_threadpool(hub.snapshot, SNAPSHOT_TIMEOUT)
         except TimeoutError as exc:
             raise ProblemError(503, "backend unavailable", str(exc),
                                type_="urn:locstatus:backend-unavailable") from None
@@ -458,8 +462,10 @@ async def _stream(
         try:
             if snapshot is not None:
                 records = [location_payload(r.location, r) for r in snapshot if wanted(r.location)]
+                bad = [{"location": loc, "detail": d} for loc, d in corrupt.items() if wanted(loc)]
                 yield ServerSentEvent(
-                    json.dumps({"records": records}), event="snapshot", id=hub.event_id(seq)
+                    json.dumps({"records": records, "corrupt": bad}), event="snapshot",
+                    id=hub.event_id(seq),
                 )
             while not hub.closed:
                 waiter.event.clear()
@@ -470,10 +476,10 @@ async def _stream(
                     return
                 for e in batch:
                     seq = e.seq
-                    if e.kind == "resync" or wanted(e.location):
+                    if e.kind == "resync" or wanted(e.location):  # corrupt: its location
                         yield ServerSentEvent(
                             json.dumps(e.payload()),
-                            event="resync" if e.kind == "resync" else "location",
+                            event=e.kind if e.kind in ("resync", "corrupt") else "location",
                             id=hub.event_id(e.seq),
                         )
                 if batch:

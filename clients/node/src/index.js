@@ -362,13 +362,26 @@ export class Worker {
         seen.add(item.location);
         this.#store(item);
       }
+      // A corrupt record: keep what was applied, report it (docs/http.md "Workers over HTTP").
+      for (const key of [...this.errorMap.keys()]) {
+        if (key.endsWith('/*')) this.errorMap.delete(key);
+      }
+      for (const bad of data.corrupt ?? []) {
+        seen.add(bad.location);
+        this.errorMap.set(`${bad.location}/*`, `corrupt record: ${bad.detail}`);
+      }
       for (const loc of [...this.records.keys()]) {
         if (!seen.has(loc)) this.records.delete(loc); // purged meanwhile
       }
       for (const loc of new Set([...seen, ...this.touched])) this.#schedule(loc);
       this.relistPending = false;
       if (this.relistAfterFence) this.#maybeUnfence();
+    } else if (ev.event === 'corrupt') {
+      // Nothing is applied from it; the error goes out with the next renewal.
+      this.errorMap.set(`${data.location}/*`, `corrupt record: ${data.detail}`);
+      this.#beatSoon();
     } else if (ev.event === 'location') {
+      if (this.errorMap.delete(`${data.location}/*`)) this.#beatSoon();
       if (data.record === null) this.records.delete(data.location);
       else this.#store(data);
       this.#schedule(data.location);
