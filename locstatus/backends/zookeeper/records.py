@@ -19,6 +19,11 @@ Why it is shaped so:
   fails only its own location.
 - **Delete** removes the record and its acknowledgements atomically; its history is keyed by
   incarnation, so what an interrupted clean-up leaves behind is never read again.
+
+:class:`Records` is over 500 lines, on purpose: the batched writes build their multi-ops from
+the same per-location operation builders as the single writes (``_cas_parts``, ``_cas_ops``,
+``_create_parts``) and decide each refusal by the same labels; one class keeps each write and
+its batched form side by side, where a change to one is seen to need the other.
 """
 
 from __future__ import annotations
