@@ -9,16 +9,27 @@ delivers a real SIGINT (``signal.raise_signal``) from a trace hook exactly there
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import re
+import shutil
 import signal
+import sqlite3
+import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from locstatus import Manager, State
 from locstatus.backends.sqlite import SQLiteBackend
+from locstatus.cli import app
 from locstatus.errors import AmbiguousCommit
 from locstatus.manager import BulkInterrupted, Operation, Outcome
 
@@ -65,3 +76,131 @@ def test_ctrl_c_inside_a_batchs_encoding_is_an_interrupt_with_the_report(tmp_pat
         state = mgr.status(loc).services["replication"].state
         assert (state is not State.RUNNING) == (by.get(loc) in written), loc
     mgr.close()
+
+
+FLEET = 10_000
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")} | {
+    "USER": "t", "COLUMNS": "200",
+}
+
+
+@pytest.fixture(scope="module")
+def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite store of 10 000 locations (copied per test: sync once)."""
+    path = tmp_path_factory.mktemp("fleet") / "locstatus.db"
+    with Manager(SQLiteBackend(f"sqlite:///{path}")) as mgr:
+        mgr.sync_locations({f"loc-{i:05d}": ["replication", "lifecycle"] for i in range(FLEET)})
+    return path
+
+
+@pytest.fixture
+def fleet(fleet_db: Path, tmp_path: Path) -> str:
+    path = tmp_path / "locstatus.db"
+    shutil.copy(fleet_db, path)
+    return f"sqlite:///{path}"
+
+
+def replication_states(url: str) -> Counter[State]:
+    with Manager(SQLiteBackend(url)) as mgr:
+        return Counter(r.services["replication"].state for r in mgr.statuses())
+
+
+def start(url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "locstatus", "--backend", url, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_ctrl_c_while_the_table_is_drawn_still_prints_what_was_done(fleet: str) -> None:
+    """Every location written and settled, then SIGINT while the 10 000-row table (--details)
+    is drawn: one line of counts instead of an empty screen, exit 130."""
+    proc = start(fleet, "pause", "all", "-s", "replication", "--details")
+    deadline = time.monotonic() + 60
+    while replication_states(fleet)[State.PAUSED] < FLEET:
+        assert time.monotonic() < deadline and proc.poll() is None, "the writes never ended"
+        time.sleep(0.1)
+    time.sleep(0.2)  # into the drawing (seconds long)
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted while showing the report" in err
+    assert f"pause all: {FLEET} changed" in out, out[-2000:]
+
+
+def test_ctrl_c_before_a_batchs_settle_says_those_locations_are_left_pausing(
+    fleet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGINT as the second batch's settle starts (its 1000 locations written, pausing, no
+    live worker): their detail and the summary say they are left pausing, what finishes them."""
+    settles = 0
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        nonlocal settles
+        if event == "call" and frame.f_code.co_name == "settle_unwatched_many":
+            settles += 1
+            if settles == 2:
+                sys.setprofile(None)
+                signal.raise_signal(signal.SIGINT)
+
+    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    sys.setprofile(profile)
+    try:
+        result = CliRunner().invoke(
+            app, ["--backend", fleet, "pause", "all", "-s", "replication", "--json"],
+            env={"USER": "t"}, catch_exceptions=False,
+        )
+    finally:
+        sys.setprofile(None)
+    assert result.exit_code == 130, result.stderr
+    assert "1000 left pausing: the next settle — sidecar, check --repair — finishes them" in (
+        result.stderr
+    )
+    items = {i["location"]: i for i in json.loads(result.stdout)}
+    pausing = {loc for loc, i in items.items()
+               if i["status"]["services"]["replication"]["state"] == "pausing"}
+    assert len(pausing) == 1000 and all(items[loc]["result"] == "changed" for loc in pausing)
+    assert all("interrupted: still pausing, the next settle (sidecar, check --repair) "
+               "finishes it" in items[loc]["detail"] for loc in pausing)
+    assert replication_states(fleet) == {State.PAUSED: 1000, State.PAUSING: 1000,
+                                         State.RUNNING: FLEET - 2000}
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.3, 0.5, 0.8])
+def test_ctrl_c_at_any_point_reports_what_the_store_holds(fleet: str, delay: float) -> None:
+    """A real SIGINT at varied points of ``pause all`` on 10 000 locations (``delay`` seconds
+    after its first write was seen): exit 130 (or 0 when it had finished), never an unexpected
+    error; the counts printed are what the store holds."""
+    db = fleet.removeprefix("sqlite:///")
+    proc = start(fleet, "pause", "all", "-s", "replication")
+    deadline = time.monotonic() + 60
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        while not conn.execute("SELECT 1 FROM locations WHERE version > 1 LIMIT 1").fetchone():
+            assert time.monotonic() < deadline and proc.poll() is None, "no write seen"
+            time.sleep(0.01)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc)
+    assert proc.returncode in (0, 130), err
+    assert "Traceback" not in err and "unexpected" not in err, err
+    states = replication_states(fleet)
+    touched = states[State.PAUSED] + states[State.PAUSING]
+    changed = re.search(r"^pause all: (?:(\d+) changed)?", out, re.M)
+    assert changed is not None, (proc.returncode, out, err, delay, replication_states(fleet))
+    unknown = re.search(r"^pause all: .*?(\d+) error", out, re.M)
+    n_changed = int(changed.group(1) or 0)
+    n_unknown = int(unknown.group(1)) if unknown else 0
+    assert n_changed <= touched <= n_changed + n_unknown, (out, states)
+    left = re.search(r"^(\d+) left pausing: the next settle", out, re.M)
+    n_left = int(left.group(1)) if left else 0
+    assert states[State.PAUSING] <= n_left + n_unknown, (out, states)  # every one announced
