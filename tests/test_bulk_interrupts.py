@@ -204,3 +204,34 @@ def test_ctrl_c_at_any_point_reports_what_the_store_holds(fleet: str, delay: flo
     left = re.search(r"^(\d+) left pausing: the next settle", out, re.M)
     n_left = int(left.group(1)) if left else 0
     assert states[State.PAUSING] <= n_left + n_unknown, (out, states)  # every one announced
+
+
+@pytest.mark.parametrize(("count", "full", "table"), [(50, False, True), (51, False, False),
+                                                      (51, True, True)])
+def test_above_fifty_locations_the_report_is_a_summary_unless_details(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int, full: bool, table: bool
+) -> None:
+    """docs/cli.md, "Bulk: `all`": one row per location up to 50 (or with --details), above
+    that the counts and the first skips by name."""
+    url = f"sqlite:///{tmp_path}/locstatus.db"
+    with Manager(SQLiteBackend(url)) as mgr:
+        mgr.sync_locations({f"loc-{i:03d}": ["lifecycle"] if i % 10 == 0 else ["replication"]
+                            for i in range(count)})
+    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(
+        app, ["--backend", url, "pause", "all", "-s", "replication",
+              *(["--details"] if full else [])],
+        env={"USER": "t", "COLUMNS": "200"}, catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.stderr
+    skipped = (count + 9) // 10
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│ loc-")]
+    if table:
+        assert len(rows) == count and "--details" not in result.stdout
+    else:
+        assert not rows
+        lines = result.stdout.splitlines()
+        assert lines[0] == f"pause all: {count - skipped} changed, {skipped} skipped"
+        assert lines[1:4] == [f"  skipped: loc-{i:03d}: has no replication" for i in (0, 10, 20)]
+        assert f"({count} locations: --details shows one row per location)" in lines
