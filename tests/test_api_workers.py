@@ -385,3 +385,35 @@ def test_a_corrupt_record_reaches_the_worker_as_a_corrupt_event_not_silence(
     finally:
         mgr.close()
         kit.close()
+
+
+def test_an_ack_of_a_generation_the_record_does_not_have_is_refused_and_not_written(
+    http: httpx.Client, mgr: Client
+) -> None:
+    """A worker that acknowledged a generation ahead of the record would count as having
+    applied every later pause too: a later pause would settle without it."""
+    register(http, "mover-1")
+    current = mgr.status("us-east-1")
+    gen = current.services["replication"].generation
+    path = "/v1/workers/mover-1/acks/us-east-1/replication"
+    for body in (
+        {"generation": gen + 1_000_000},
+        {"generation": 2**62, "if_version": current.version},
+        {"generation": gen + 1, "if_version": current.version},
+    ):
+        r = http.put(path, json=body)
+        assert r.status_code in (409, 422), (body, r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+        assert "generation" in r.json()["detail"], r.text
+        assert mgr.backend.acks("us-east-1").get("mover-1") is None, body
+    r = http.put("/v1/workers/mover-1/acks/us-east-1/_tombstone", json={"generation": 2**62})
+    assert r.status_code in (409, 422), r.text
+    assert mgr.backend.acks("us-east-1").get("mover-1") is None
+    # The pause waits for mover-1, which has acknowledged nothing it applied.
+    r = http.post("/v1/locations/us-east-1/replication/pause", json={"wait": 1})
+    assert state(mgr) is State.PAUSING, r.text  # the wait ran out: mover-1 lags
+    now = mgr.status("us-east-1")
+    r = http.put(path, json={"generation": now.services["replication"].generation,
+                             "if_version": now.version})
+    assert r.status_code == 200, r.text
+    wait_until(lambda: state(mgr) is State.PAUSED, 10, what="settled after the real ack")

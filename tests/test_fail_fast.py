@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,13 +29,14 @@ from typing import Any
 import httpx
 import pytest
 
-from locstatus import BackendUnavailable, connect
+from locstatus import AmbiguousCommit, BackendUnavailable, Operation, connect
 from locstatus.api import create_app
 from locstatus.api.server import BackgroundServer
 from locstatus.client import Client
 from locstatus.reconciler import Reconciler
 
 from support.kits_mongo import fresh_database, kit_url
+from support.kits_zk import TcpProxy
 from support.servers import free_ports, start_mongo, start_zookeeper
 
 FAIL_FAST = 1.0
@@ -177,3 +179,47 @@ def test_a_bad_connect_timeout_is_refused_naming_it(value: str) -> None:
     proc, _ = _cli("--backend", "memory://", "--connect-timeout", value, "status")
     assert proc.returncode == 2
     assert f"invalid --connect-timeout {value!r}" in proc.stderr, proc.stderr
+
+
+def test_a_bulk_pause_on_zookeeper_gives_up_soon_after_the_server_is_killed(
+    tmp_path: Path,
+) -> None:
+    """``pause all`` on ZooKeeper when the server is killed -9 while the bulk's multi-ops are
+    in flight: those still queued in kazoo are never answered while the connection is down,
+    and each was waited for with the full ``timeout`` in turn (minutes for 3000 locations).
+    Now the bulk ends soon after the connection is known down, each unresolved location
+    failed with BackendUnavailable or AmbiguousCommit (docs/reliability.md, "Failing fast
+    while the backend is down"). A frame-parsing relay between client and server tells when
+    the first multi-op of the bulk went out; the server is killed then."""
+    zk = start_zookeeper(tmp_path)
+    proxy = TcpProxy(zk.hosts)
+    try:
+        mgr = connect(f"zk://{proxy.hosts}/bulkdown?timeout=10")
+        try:
+            mgr.sync_locations({f"loc-{i:04d}": ["replication"] for i in range(3000)})
+            killed: list[float] = []
+
+            def kill_on_first_write() -> None:
+                until(lambda: proxy.multis_cut > 0, timeout=60, every=0.001)
+                zk.kill()
+                killed.append(time.monotonic())
+
+            # the first multi-op of the bulk drops the connection at once, while the rest of
+            # its batch is still being sent; the server is dead before kazoo reconnects
+            proxy.cut_next_multi("before")
+
+            killer = threading.Thread(target=kill_on_first_write, daemon=True)
+            killer.start()
+            report = mgr.bulk(Operation.pause("replication"))
+            ended = time.monotonic()
+            killer.join(timeout=60)
+            took = ended - killed[0]
+            assert took < 5.0, f"the bulk ended {took:.1f}s after the server was killed"
+            assert report.failed, "nothing failed although the server was killed"
+            for item in report.failed:
+                assert isinstance(item.error, (BackendUnavailable, AmbiguousCommit)), item
+        finally:
+            mgr.close()
+    finally:
+        proxy.close()
+        zk.close()

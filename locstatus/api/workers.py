@@ -38,7 +38,7 @@ from starlette.concurrency import run_in_threadpool
 
 from locstatus.errors import InvalidInput, NotFound, VersionConflict
 from locstatus.manager import Manager, worker_live
-from locstatus.models import TOMBSTONE_ACK, LocationStatus, WorkerInfo
+from locstatus.models import TOMBSTONE_ACK, LocationStatus, WorkerInfo, tombstone_generation
 from locstatus.names import check_location
 
 from .auth import bearer
@@ -169,6 +169,46 @@ def _registration(mgr: Manager, worker_id: str) -> WorkerInfo:
     raise NotFound(
         f"worker {worker_id!r} is not registered: PUT /v1/workers/{worker_id} first"
     )
+
+
+def _check_generation(mgr: Manager, loc: str, svc: str, body: AckBody) -> None:
+    """Refuse an acknowledgement of a generation the record does not have: one ahead of the
+    service's current generation (or, for ``_tombstone``, of the record's removal generation)
+    would count for pauses not yet made, which would then settle without the worker
+    (docs/agent.md "Acknowledge only what was applied"). With ``if_version`` the generation
+    must be the record's at that version; the conditional write then makes the check hold at
+    the write. Without it the check holds too: generations only grow.
+
+    Raises :class:`VersionConflict` (the record moved on or is gone: the caller answers 409
+    with the record), :class:`ProblemError` (409 ``urn:locstatus:unknown-generation`` with the
+    record: a generation it does not have, nothing written), :class:`InvalidInput` (the record
+    has no such service), :class:`BackendUnavailable`, :class:`CorruptRecord`."""
+    try:
+        record = mgr.backend.read(loc)
+    except NotFound:
+        raise VersionConflict(f"{loc} does not exist") from None
+    if body.if_version is not None and record.version != body.if_version:
+        raise VersionConflict(f"{loc} is not at version {body.if_version}")
+    if svc == TOMBSTONE_ACK:
+        if record.deleted_at is None:
+            raise VersionConflict(f"{loc} is not removed")
+        have = tombstone_generation(record.deleted_at)
+        what = "the removal generation"
+    else:
+        status = record.services.get(svc)
+        if status is None:
+            raise InvalidInput(f"{loc} has no service {svc}: nothing to acknowledge")
+        have = status.generation
+        what = f"the generation of {svc}"
+    if body.generation > have or (body.if_version is not None and body.generation != have):
+        at = f" at version {record.version}" if body.if_version is not None else ""
+        raise ProblemError(
+            409, "unknown generation",
+            f"generation {body.generation} is not one {loc} has: {what}{at} is {have}; "
+            "apply the record under 'record', then acknowledge the generation applied",
+            type_="urn:locstatus:unknown-generation",
+            record=record.model_dump(mode="json"),
+        )
 
 
 WorkerPath = Annotated[
@@ -330,6 +370,7 @@ def acknowledge(
             f"worker {wid!r} does not apply {svc} at {loc!r} (its registration says so)"
         )
     try:
+        _check_generation(mgr, loc, svc, body)
         with hub.local_writes:
             mgr.backend.ack(wid, loc, svc, body.generation, if_version=body.if_version)
     except VersionConflict:

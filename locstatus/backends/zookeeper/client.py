@@ -62,6 +62,8 @@ T = TypeVar("T")
 
 BATCH = 1000
 """Asynchronous requests in flight at once in bulk reads."""
+_POLL = 0.05
+"""Seconds between looks at the connection while waiting for pipelined answers."""
 _RETRYABLE = KazooRetry.RETRY_EXCEPTIONS + KazooRetry.EXPIRED_EXCEPTIONS
 
 
@@ -267,27 +269,61 @@ class ZkClient:
         applied or refused alone; ``what(i)`` names the ``i``-th), when connected, and
         collect each outcome as :meth:`commit` decides it, an error as a value:
         :class:`AmbiguousCommit` for one whose answer was lost, :class:`BackendUnavailable`
-        for one not sent. Raises nothing for one transaction."""
+        for one not sent. Raises nothing for one transaction.
+
+        The answers are waited for with one deadline for all (``timeout`` seconds from the
+        send), and no longer once the connection is known down (:data:`DOWN_GRACE` after it
+        went down): a multi-op kazoo queued after it dropped the connection is answered only
+        when a connection is back, so waiting for each in turn with the full ``timeout``
+        hung a bulk for minutes when the server died (docs/reliability.md, "Failing fast
+        while the backend is down"). Each still unanswered then is an
+        :class:`AmbiguousCommit` (it may be sent when the connection is back)."""
         try:
             self.wait_connected(what(0) if txns else "")
         except BackendUnavailable as exc:
             return [exc] * len(txns)
         sent: list[Any] = []
-        for txn in txns:
+        for i, txn in enumerate(txns):
+            if not self.live.is_set():  # dropped while sending: send no more
+                sent.append(BackendUnavailable(
+                    f"ZooKeeper {self.params.hosts}: the connection dropped before "
+                    f"{what(i)} was sent; nothing was written"
+                ))
+                continue
             try:
                 sent.append(txn.tx.commit_async())
             except (KazooException, OSError) as exc:  # not queued: nothing sent
                 sent.append(self.unavailable("a pipelined write", exc))
+        deadline = time.monotonic() + self.params.timeout
         out: list[Refusal | LocstatusError | None] = []
         for i, (txn, pending) in enumerate(zip(txns, sent, strict=True)):
             if isinstance(pending, LocstatusError):
                 out.append(pending)
                 continue
+            if not self._answered(pending, deadline):
+                out.append(AmbiguousCommit(
+                    f"ZooKeeper {self.params.hosts}: no answer to {what(i)} "
+                    f"(connection {self.kazoo.state}); its outcome is unknown"
+                ))
+                continue
             try:
-                out.append(self._settled(what(i), txn, partial(self.get, pending)))
+                out.append(self._settled(what(i), txn, partial(pending.get, timeout=0)))
             except LocstatusError as exc:
                 out.append(exc)
         return out
+
+    def _answered(self, pending: Any, deadline: float) -> bool:
+        """Wait for ``pending`` (a kazoo async result) until ``deadline`` (monotonic) or until
+        the connection has been down :data:`DOWN_GRACE` seconds; True once it is answered."""
+        while not pending.ready():
+            now = time.monotonic()
+            since = self.down_since
+            if now >= deadline or self.closed or (
+                since is not None and now - since >= DOWN_GRACE
+            ):
+                return bool(pending.ready())
+            pending.wait(min(_POLL, deadline - now))
+        return True
 
     def check_size(self, location: str, what: str, *parts: bytes) -> None:
         """Refuse a write of ``parts`` above ``max_bytes`` (:class:`InvalidInput`, nothing
