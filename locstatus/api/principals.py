@@ -90,12 +90,15 @@ itself only), ``operate`` the operator's mutations, ``admin`` administrative rou
 @dataclass(frozen=True)
 class Principal:
     """A named caller. ``workers``: worker ids (``fnmatch`` patterns) a ``worker`` principal may
-    act as (default: its own name); ``forward_actor``: may name another ``actor``."""
+    act as (default: its own name); ``forward_actor``: may name another ``actor``;
+    ``max_streams``: watch streams it may hold at once over all its workers (None: the
+    sidecar's default, docs/http.md "Limits")."""
 
     name: str
     role: Role
     forward_actor: bool = False
     workers: tuple[str, ...] = ()
+    max_streams: int | None = None
 
     def may(self, action: str) -> bool:
         """``action``: ``read``, ``worker``, ``operate`` or ``admin``."""
@@ -163,7 +166,9 @@ def _parse(text: str, source: str) -> list[_Entry]:
         where = f"{source}: principals[{i}]"
         if not isinstance(item, dict):
             raise InvalidInput(f"{where}: expected an object")
-        unknown = set(item) - {"name", "role", "sha256", "forward_actor", "workers"}
+        unknown = set(item) - {
+            "name", "role", "sha256", "forward_actor", "workers", "max_streams"
+        }
         if unknown:
             raise InvalidInput(f"{where}: unknown member(s) {sorted(unknown)}")
         name, role, digest = item.get("name"), item.get("role"), item.get("sha256")
@@ -194,11 +199,13 @@ def _parse(text: str, source: str) -> list[_Entry]:
         workers = item.get("workers", [])
         if not isinstance(workers, list) or not all(isinstance(w, str) and w for w in workers):
             raise InvalidInput(f"{where} ({name}): 'workers' must be a list of worker ids")
+        cap = item.get("max_streams")
+        if cap is not None and (type(cap) is not int or cap < 1):
+            raise InvalidInput(f"{where} ({name}): 'max_streams' must be a positive integer")
         names.add(name)
         digests.add(digest)
-        out.append(
-            _Entry(bytes.fromhex(digest), Principal(name, Role(role), forward, tuple(workers)))
-        )
+        who = Principal(name, Role(role), forward, tuple(workers), cap)
+        out.append(_Entry(bytes.fromhex(digest), who))
     return out
 
 
