@@ -22,7 +22,7 @@ import pytest
 
 from locstatus import InvalidInput, Manager, open_backend
 from locstatus.api import create_app
-from locstatus.api.principals import MIN_TOKEN_LENGTH, Principals, hash_token
+from locstatus.api.principals import MIN_TOKEN_LENGTH, RELOAD_TIMEOUT, Principals, hash_token
 from locstatus.api.server import BackgroundServer
 from locstatus.api.workers import hub_of
 from locstatus.audit import history_by_actor
@@ -247,7 +247,7 @@ def test_the_helper_makes_a_token_and_its_entry(tmp_path: Path) -> None:
     assert who is not None and who.name == "dave"
 
 
-def test_sighup_reloads_the_tokens_file_and_a_broken_one_keeps_the_last(
+def test_sighup_reloads_the_tokens_file_and_a_broken_empty_or_stuck_one_keeps_the_last(
     tmp_path: Path, backend_url: str
 ) -> None:
     mgr = Manager(open_backend(backend_url))
@@ -298,11 +298,29 @@ def test_sighup_reloads_the_tokens_file_and_a_broken_one_keeps_the_last(
         proc.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         assert pause_as(dave) == 200  # the previous set stays in force
+        path.write_text(json.dumps({"principals": []}))  # would lock every caller out
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert pause_as(dave) == 200
+        path.unlink()
+        os.mkfifo(path)  # a read that never ends (as on a hung NFS mount)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert up() and time.monotonic() - started < 2  # the event loop is not blocked
+        assert pause_as(dave) == 200
+        time.sleep(RELOAD_TIMEOUT)
+        assert pause_as(dave) == 200
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=20)
+        try:
+            out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
     text = "".join(log) + out
     assert "not reloaded" in text and "reloaded: 1 principal(s)" in text
+    assert "names no principal" in text and f"took over {RELOAD_TIMEOUT:g}s" in text
     for _, token in TOKENS.values():
         assert token not in text
     assert "dave-token" not in text

@@ -64,6 +64,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("locstatus.api")
+RELOAD_TIMEOUT = 5.0
+"""Seconds a reload waits for the tokens file to be read."""
 
 MIN_TOKEN_LENGTH = 16
 """Shortest token accepted, in characters (a short token is guessable, and one of a few
@@ -218,6 +220,7 @@ class Principals:
     legacy_token: str | None = None
     _entries: list[_Entry] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _reader: threading.Thread | None = None
 
     @classmethod
     def from_settings(cls, *, tokens_file: str | Path | None, token: str | None) -> Principals:
@@ -242,15 +245,41 @@ class Principals:
             ) from None
         return _parse(text, str(self.path))
 
-    def reload(self) -> bool:
-        """Read the tokens file again (SIGHUP). True if the new set is in force; on an error
-        the previous set stays and the error is logged."""
+    def reload(self, timeout: float = RELOAD_TIMEOUT) -> bool:
+        """Read the tokens file again (SIGHUP; call it off the event loop). True if the new
+        set is in force. The file is read on a thread of its own, given ``timeout`` seconds
+        (a FIFO or a hung NFS mount as the file must not stall the caller); on a timeout, an
+        unreadable or invalid file, or a file naming no principal (which would lock every
+        caller out) the previous set stays and the reason is logged (docs/http.md "Callers
+        and roles")."""
         if self.path is None:
             return False
-        try:
-            entries = self._read()
-        except InvalidInput as exc:
-            log.error("tokens file not reloaded, the previous tokens stay in force: %s", exc)
+        keep = "tokens file not reloaded, the previous tokens stay in force"
+        with self._lock:
+            if self._reader is not None and self._reader.is_alive():
+                log.error("%s: the previous reload of %s is still reading it", keep, self.path)
+                return False
+            result: list[list[_Entry] | InvalidInput] = []
+
+            def read() -> None:
+                try:
+                    result.append(self._read())
+                except InvalidInput as exc:
+                    result.append(exc)
+
+            self._reader = threading.Thread(target=read, name="tokens-reload", daemon=True)
+            self._reader.start()
+        self._reader.join(timeout)
+        if not result:
+            log.error("%s: reading %s took over %gs", keep, self.path, timeout)
+            return False
+        entries = result[0]
+        if isinstance(entries, InvalidInput):
+            log.error("%s: %s", keep, entries)
+            return False
+        if not entries:
+            log.error("%s: %s names no principal (every caller would be refused)", keep,
+                      self.path)
             return False
         with self._lock:
             self._entries = entries

@@ -170,7 +170,9 @@ def serve(
     if not loopback and not principals.enabled:
         log.warning("--insecure: mutating routes on %s need no authentication", host)
     if principals.path is not None:
-        signal.signal(signal.SIGHUP, lambda *_: principals.reload())
+        # Off the event loop: a tokens file that blocks on read must not stall /healthz.
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(
+            target=principals.reload, name="sighup-reload", daemon=True).start())
     reconciler.start()
     if checker is not None:
         checker.start()
