@@ -290,6 +290,13 @@ class Principals:
     def enabled(self) -> bool:
         return self.legacy_token is not None or self.path is not None
 
+    def is_token(self, text: str) -> bool:
+        """True if ``text`` is the token of a principal of the tokens file (compared by
+        hash; for log redaction, not authentication)."""
+        digest = hashlib.sha256(text.encode()).digest()
+        with self._lock:
+            return any(e.digest == digest for e in self._entries)
+
     def names(self) -> list[str]:
         with self._lock:
             return [e.principal.name for e in self._entries]
