@@ -991,3 +991,20 @@ def test_the_access_log_redacts_url_credentials_and_tokens_file_tokens_intact(
     assert "GET /v1/locations?q=*** HTTP/1.1" in log
     assert "GET /v1/locations?api_key=*** HTTP/1.1" in log
     assert worker_token not in log and "u:p@" not in log and TOKEN not in log
+
+
+@pytest.mark.parametrize("depth", [30_000, 10_000])
+def test_a_body_nested_too_deep_is_a_documented_400_and_nothing_is_written(
+    http: httpx.Client, mgr: Manager, depth: int
+) -> None:
+    version = mgr.status("us-east-1").version
+    for path in ("/v1/locations/us-east-1/replication/pause", "/v1/workers/w-1"):
+        r = http.request("POST" if "pause" in path else "PUT", path,
+                         content=b"[" * depth + b"]" * depth)
+        body = assert_problem(r, 400)
+        assert body["type"] == "urn:locstatus:invalid-input", body
+        assert "nested too deep" in body["detail"]
+    assert mgr.status("us-east-1").version == version
+    assert mgr.workers() == []
+    table = (Path(__file__).parents[1] / "docs" / "http.md").read_text()
+    assert "`invalid-input`" in table and "nested too deep" in table

@@ -239,9 +239,15 @@ def install(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        titles = {404: "not found", 405: "method not allowed", 413: "request too large"}
+        titles = {404: "not found", 405: "method not allowed", 413: "request too large",
+                  400: "invalid input"}
         kind = titles.get(exc.status_code, "http-error").replace(" ", "-")
         headers = dict(exc.headers) if exc.headers else {}
+        detail = redact(str(exc.detail)) if exc.detail else None
+        if exc.status_code == 400 and detail == "There was an error parsing the body":
+            # FastAPI's answer to a body json cannot parse (nested too deep, say): the
+            # documented 400 (docs/http.md "Errors"), saying what was wrong.
+            detail = "the request body is not JSON that can be read (nested too deep?)"
         if exc.status_code == 405:
             # Starlette names the methods of the first matching route only; a path served by
             # several routes (one per method) allows all of theirs.
@@ -249,7 +255,7 @@ def install(app: FastAPI) -> None:
         return problem(
             exc.status_code,
             titles.get(exc.status_code, "error"),
-            redact(str(exc.detail)) if exc.detail else None,
+            detail,
             type_=f"urn:locstatus:{kind}",
             instance=request.url.path,
             headers=headers or None,
