@@ -158,6 +158,13 @@ class Forbidden(Unauthorized):
     title = "forbidden"
 
 
+class HandlerPending(LocstatusError):
+    """Raised by a worker's handler whose effect is not complete yet, a normal waiting state
+    (the Backbeat bridge's processor has not written the state it was told to apply): the
+    agent does not acknowledge and retries with backoff, as for any failure, but logs it as one
+    info line without a traceback (docs/agent.md)."""
+
+
 class SettleTimeout(LocstatusError, TimeoutError):
     """``wait=`` ran out before every live worker acknowledged the new generation."""
 

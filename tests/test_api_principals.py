@@ -230,14 +230,21 @@ def test_a_token_too_short_to_be_a_secret_is_refused(mgr: Manager) -> None:
         with pytest.raises(InvalidInput, match=f"at least {MIN_TOKEN_LENGTH}") as info:
             create_app(mgr, token=token)
         assert "secret-9" not in str(info.value)
+        # both ways out: a longer LOCSTATUS_API_TOKEN, or an entry of the tokens file
+        assert "set a longer one" in str(info.value)
+        assert "LOCSTATUS_API_TOKENS_FILE" in str(info.value)
+        assert "locstatus tokens new NAME ROLE" in str(info.value)
     create_app(mgr, token="x" * MIN_TOKEN_LENGTH)
 
 
 def test_the_helper_makes_a_token_and_its_entry(tmp_path: Path) -> None:
+    """``locstatus tokens new`` (was ``python -m locstatus.api.principals new``, which printed
+    runpy's RuntimeWarning on every run: the package imports the module before it runs)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "locstatus.api.principals", "new", "dave", "worker"],
+        [sys.executable, "-m", "locstatus", "tokens", "new", "dave", "worker"],
         capture_output=True, text=True, timeout=60, check=True,
     )
+    assert proc.stderr == ""
     token = proc.stdout.split("it is shown once): ", 1)[1].split()[0]
     entry = json.loads(proc.stdout.split("LOCSTATUS_API_TOKENS_FILE: ", 1)[1])
     assert entry == {"name": "dave", "role": "worker", "sha256": hash_token(token)}
@@ -245,6 +252,16 @@ def test_the_helper_makes_a_token_and_its_entry(tmp_path: Path) -> None:
     p.write_text(json.dumps({"principals": [entry]}))
     who = Principals.from_settings(tokens_file=p, token=None).authenticate(token)
     assert who is not None and who.name == "dave"
+    hashed = subprocess.run(
+        [sys.executable, "-m", "locstatus", "tokens", "hash"],
+        input=token + "\n", capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert hashed.stdout.strip() == hash_token(token) and hashed.stderr == ""
+    bad = subprocess.run(
+        [sys.executable, "-m", "locstatus", "tokens", "new", "dave", "boss"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert bad.returncode == 2 and "role" in bad.stderr and bad.stdout == ""
 
 
 def test_sighup_reloads_the_tokens_file_and_a_broken_empty_or_stuck_one_keeps_the_last(

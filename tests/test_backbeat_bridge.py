@@ -10,6 +10,7 @@ published as dates; lifecycle's document kept in step by guarded writes.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -125,7 +126,10 @@ class Invariant:
         self._thread.join(timeout=10)
 
 
-def test_a_pause_settles_only_once_the_processor_wrote_paused(site: Site) -> None:
+def test_a_pause_settles_only_once_the_processor_wrote_paused(
+    site: Site, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="locstatus")
     with site.processor() as proc, site.bridge() as bridge:
         assert sorted(bridge.workers) == ["backbeat.ingestion.a-zenko-location",
                                           "backbeat.replication.aws-location",
@@ -138,6 +142,15 @@ def test_a_pause_settles_only_once_the_processor_wrote_paused(site: Site) -> Non
             assert site.node("zenko") == {"paused": False}
             lagging = site.mgr.lagging("zenko", "replication")
             assert lagging == ["backbeat.replication.zenko"]
+            # waiting for the processor is a normal state: one info line, no traceback, and
+            # the handler has a readable name (it was Bridge._processor.<locals>.<lambda>)
+            waiting = [r for r in caplog.records if "has not applied the pause" in r.getMessage()]
+            assert waiting and all(r.levelno == logging.INFO and r.exc_info is None
+                                   for r in waiting), waiting
+            started = [r.getMessage() for r in caplog.records
+                       if "pause handler" in r.getMessage() and "zenko" in r.getMessage()]
+            assert started and all("Bridge.pause_replication_processor" in m for m in started)
+            assert not any("<lambda>" in r.getMessage() for r in caplog.records)
             proc.thaw()
             wait_state(site, "zenko", State.PAUSED)
             assert site.node("zenko") == {"paused": True, "scheduledResume": None}

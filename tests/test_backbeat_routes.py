@@ -219,6 +219,33 @@ def test_forwarded_requests_from_a_trusted_network_need_no_token(
         assert state(mgr, "zenko") is State.RUNNING
 
 
+def test_a_backbeat_route_change_names_its_caller(mgr: Manager) -> None:
+    """docs/http.md, "Backbeat-compatible routes": the actor of a change is the principal when a
+    token was presented, else ``backbeat:<peer address>`` (a --backbeat-trust peer, a signed
+    request CloudServer forwarded, a sidecar without tokens); it was ``null``."""
+    def actors(loc: str) -> list[str | None]:
+        return [h.actor for h in mgr.history(loc) if h.event not in ("create", "settle")]
+
+    with server(mgr, token=TOKEN, backbeat_trust=["127.0.0.0/8"]) as srv:
+        for headers in ({"Authorization": SIGV4}, {}):
+            r = httpx.post(srv.url + "/_/crr/pause/zenko", headers=headers)
+            assert r.status_code == 200, r.text
+        for method, path in (("POST", "/_/crr/resume/zenko/schedule"),
+                             ("DELETE", "/_/crr/resume/zenko/schedule"),
+                             ("POST", "/_/crr/resume/zenko")):
+            r = httpx.request(method, srv.url + path)
+            assert r.status_code == 200, r.text
+        assert actors("zenko") == ["backbeat:127.0.0.1"] * 4  # the second pause changed nothing
+        r = httpx.post(srv.url + "/_/crr/pause/zenko",
+                       headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 200, r.text
+        assert actors("zenko")[0] == "operator"  # the single token's principal
+    with server(mgr) as srv:  # no token at all: loopback only, the peer names the caller
+        r = httpx.post(srv.url + "/_/backbeat/api/ingestion/pause/a-zenko-location")
+        assert r.status_code == 200, r.text
+        assert actors("a-zenko-location") == ["backbeat:127.0.0.1"]
+
+
 @pytest.mark.parametrize("prefix", PREFIXES)
 def test_forwarded_requests_from_elsewhere_need_the_token(mgr: Manager, prefix: str) -> None:
     with server(mgr, token=TOKEN, backbeat_trust=["10.0.0.0/8"]) as srv:

@@ -33,7 +33,13 @@ from locstatus.agent.queue import Key
 from locstatus.agent.replica import PURGED
 from locstatus.agent.settle import is_settler
 from locstatus.agent.state import FENCE, AgentState, Running
-from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
+from locstatus.errors import (
+    CorruptRecord,
+    HandlerPending,
+    LocstatusError,
+    NotFound,
+    VersionConflict,
+)
 from locstatus.logs import log_context
 from locstatus.manager import worker_live
 from locstatus.models import (
@@ -295,16 +301,22 @@ class Applier:
                 count = s.queue.failed(key, generation)
                 s.errors[f"{location}/{service}"] = f"{type(exc).__name__}: {exc}"[:1000]
                 s.schedule_locked(key, generation, delay=self.retry.delay(count))
-            log.warning(
-                "agent %s: handler for %s/%s (generation %d) failed (attempt %d): %s",
-                self.worker_id,
-                location,
-                service,
-                generation,
-                count,
-                exc,
-                exc_info=exc,
-            )
+            if isinstance(exc, HandlerPending):  # a waiting state, not a failure: one line
+                log.info(
+                    "agent %s: handler for %s/%s (generation %d) not done yet (attempt %d): %s",
+                    self.worker_id, location, service, generation, count, exc,
+                )
+            else:
+                log.warning(
+                    "agent %s: handler for %s/%s (generation %d) failed (attempt %d): %s",
+                    self.worker_id,
+                    location,
+                    service,
+                    generation,
+                    count,
+                    exc,
+                    exc_info=exc,
+                )
             s.beat_now.set()  # publish the error now, not at the next heartbeat
             if isinstance(exc, KeyboardInterrupt):
                 log.warning(

@@ -239,18 +239,29 @@ def status_one(request: Request, ctx: Ctx, service: ServiceParam, loc: LocParam)
     return _status(request, ctx, service, loc)
 
 
+def _actor(request: Request) -> str:
+    """The actor of a Backbeat-route change (docs/http.md, "Backbeat-compatible routes"): the
+    principal's name when a token was presented (as ``/v1``), else ``backbeat:<peer address>``
+    (a ``--backbeat-trust`` peer, whose requests carry no token, or a sidecar without tokens):
+    Backbeat's API names no user, and the peer is the one caller the sidecar knows of."""
+    who = actor_for(request, None)
+    if who is not None:
+        return who
+    return f"backbeat:{request.client.host}" if request.client else "backbeat"
+
+
 # -- pause / resume now -----------------------------------------------------------------------
 
 
 def _pause(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    operation = Operation.pause(svc, actor=actor_for(request, None))
+    operation = Operation.pause(svc, actor=_actor(request))
     return _mutate(request, ctx, loc, operation, _enabled(svc))
 
 
 def _resume(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    operation = Operation.resume(svc, actor=actor_for(request, None))
+    operation = Operation.resume(svc, actor=_actor(request))
     return _mutate(request, ctx, loc, operation, _enabled(svc))
 
 
@@ -284,14 +295,14 @@ async def _post_schedule(request: Request, ctx: Context, service: str, loc: str)
     svc = _service(ctx, service)
     hours = parse_hours(await request.body())
     operation = Operation.resume(
-        svc, at=timedelta(hours=hours), actor=actor_for(request, None)
+        svc, at=timedelta(hours=hours), actor=_actor(request)
     )
     return await run_in_threadpool(_mutate, request, ctx, loc, operation, _schedule(svc))
 
 
 def _cancel(request: Request, ctx: Context, service: str, loc: str) -> Response:
     svc = _service(ctx, service)
-    operation = Operation.cancel_scheduled_resume(svc, actor=actor_for(request, None))
+    operation = Operation.cancel_scheduled_resume(svc, actor=_actor(request))
     return _mutate(request, ctx, loc, operation, _schedule(svc))
 
 

@@ -80,11 +80,20 @@ async def authorize_mutation(
 ) -> None:
     """A Backbeat-route mutation: accepted without the token from a trusted peer
     (:class:`TrustedPeers` in ``app.state.backbeat_trust``), else as :func:`authorize` decides
-    (401 without a bearer token, 403 for a wrong one). A request signed for CloudServer
+    (401 without a bearer token, 403 for a wrong one); the principal, if any, is kept in
+    ``request.state.principal`` for the change's actor. A request signed for CloudServer
     (``AWS4-HMAC-SHA256``) from an untrusted peer is told why it is refused."""
     peers: TrustedPeers = getattr(request.app.state, "backbeat_trust", TrustedPeers())
     if peers.trusts(request.client.host if request.client else None):
-        request.state.principal = None  # no principal: the change's actor is left unset
+        # no token needed; one presented that names an operator makes it the actor, anything
+        # else leaves no principal: the change's actor is then the peer (backbeat:<address>)
+        principals = request.app.state.locstatus.principals
+        who = (
+            principals.authenticate(credentials.credentials)
+            if credentials is not None and credentials.credentials and principals.enabled
+            else None
+        )
+        request.state.principal = who if who is not None and who.may("operate") else None
         return
     scheme = request.headers.get("authorization", "").split(" ", 1)[0].lower()
     if scheme.startswith("aws") and request.app.state.locstatus.principals.enabled:

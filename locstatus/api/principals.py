@@ -9,8 +9,8 @@ Why it is shaped so:
   operator may, and the administrative routes to come: check ``--repair``, purge).
 - **Stored as hashes.** The tokens file (``LOCSTATUS_API_TOKENS_FILE``, JSON) holds the SHA-256
   of each token, never the token: a token is a random secret of at least
-  :data:`MIN_TOKEN_LENGTH` characters (``python -m locstatus.api.principals new NAME ROLE``
-  makes one), so a plain hash is as good as a slow one and costs a microsecond per request.
+  :data:`MIN_TOKEN_LENGTH` characters (``locstatus tokens new NAME ROLE`` makes one), so a
+  plain hash is as good as a slow one and costs a microsecond per request.
   A presented token is hashed and compared with *every* entry with
   :func:`hmac.compare_digest`, whatever matched, so the time taken says nothing about which
   entry, or how much of one, matched. Tokens never reach a log or an answer: only principal
@@ -37,7 +37,6 @@ import hmac
 import json
 import logging
 import secrets
-import sys
 import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -60,6 +59,7 @@ __all__ = [
     "actor_for",
     "check_secret",
     "hash_token",
+    "new_token",
     "require",
 ]
 
@@ -147,8 +147,10 @@ def check_secret(token: str, what: str) -> str:
     if len(token) < MIN_TOKEN_LENGTH:
         raise InvalidInput(
             f"{what} is {len(token)} character(s) long: a token must have at least "
-            f"{MIN_TOKEN_LENGTH} (make one with: python -m locstatus.api.principals new NAME "
-            "ROLE)"
+            f"{MIN_TOKEN_LENGTH}: set a longer one (python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'), or give the caller an entry of the tokens file "
+            "(LOCSTATUS_API_TOKENS_FILE; locstatus tokens new NAME ROLE prints a token and its "
+            "entry; docs/http.md, \"Callers and roles\")"
         )
     return token
 
@@ -191,7 +193,7 @@ def _parse(text: str, source: str) -> list[_Entry]:
         ):
             raise InvalidInput(
                 f"{where} ({name}): 'sha256' must be the 64 lower-case hex digits of the "
-                "token's SHA-256 (python -m locstatus.api.principals hash)"
+                "token's SHA-256 (locstatus tokens hash < token-file)"
             )
         if digest in digests:
             raise InvalidInput(f"{where} ({name}): the same token is given twice")
@@ -388,30 +390,14 @@ def actor_for(request: Request, given: str | None) -> str | None:
     )
 
 
-def _main(argv: list[str]) -> int:
-    """``new NAME ROLE [--forward-actor]``: print a fresh token (to give the caller) and its
-    tokens-file entry; ``hash``: print the SHA-256 of a token read from stdin."""
-    if argv[:1] == ["hash"]:
-        token = sys.stdin.readline().rstrip("\n")
-        check_secret(token, "the token")
-        print(hash_token(token))
-        return 0
-    if len(argv) >= 3 and argv[0] == "new" and argv[2] in {r.value for r in Role}:
-        token = secrets.token_urlsafe(32)
-        entry: dict[str, Any] = {"name": argv[1], "role": argv[2], "sha256": hash_token(token)}
-        if "--forward-actor" in argv[3:]:
-            entry["forward_actor"] = True
-        _parse(json.dumps({"principals": [entry]}), "the new entry")
-        print(f"token (give it to {argv[1]}, it is shown once): {token}")
-        print(f"entry for LOCSTATUS_API_TOKENS_FILE: {json.dumps(entry)}")
-        return 0
-    print(
-        "usage: python -m locstatus.api.principals new NAME {read|worker|operator|admin} "
-        "[--forward-actor]\n       python -m locstatus.api.principals hash  < token",
-        file=sys.stderr,
-    )
-    return 2
-
-
-if __name__ == "__main__":  # pragma: no cover - exercised through a subprocess in the tests
-    raise SystemExit(_main(sys.argv[1:]))
+def new_token(name: str, role: str, *, forward_actor: bool = False) -> tuple[str, dict[str, Any]]:
+    """A fresh token for a caller ``name`` with ``role`` (``read``, ``worker``, ``operator`` or
+    ``admin``) and its tokens-file entry (``{"name", "role", "sha256"[, "forward_actor"]}``),
+    as ``locstatus tokens new`` prints them. Raises :class:`InvalidInput` for a name or role the
+    tokens file would refuse."""
+    token = secrets.token_urlsafe(32)
+    entry: dict[str, Any] = {"name": name, "role": role, "sha256": hash_token(token)}
+    if forward_actor:
+        entry["forward_actor"] = True
+    _parse(json.dumps({"principals": [entry]}), "the new entry")
+    return token, entry

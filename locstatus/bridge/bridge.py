@@ -33,14 +33,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from locstatus.agent import Agent, HandlerRetry
 from locstatus.backbeat_state import BackbeatConfig, node_path
 from locstatus.client import Client
-from locstatus.errors import InvalidInput, LocstatusError, NotFound
+from locstatus.errors import HandlerPending, InvalidInput, NotFound
 
 from .legacy import LifecycleDocuments, NodeState, Publisher, StateNodes, action_for, agrees
 
@@ -76,8 +76,17 @@ class BridgeSettings:
                 raise InvalidInput(f"bridge setting {name} must be in (0, 3600] s, got {value}")
 
 
-class NotApplied(LocstatusError):
-    """A processor has not (yet) written the state it was told to apply."""
+class NotApplied(HandlerPending):
+    """A processor has not (yet) written the state it was told to apply: the agent logs it as
+    one info line and retries (a normal waiting state, never a traceback)."""
+
+
+def _named(fn: Callable[[str], None], name: str) -> Callable[[str], None]:
+    """``fn`` named ``Bridge.<name>``: the agent's logs and the stuck-handler report of
+    ``locstatus workers`` name a handler by its qualified name (a lambda's says nothing)."""
+    fn.__name__ = name
+    fn.__qualname__ = f"Bridge.{name}"
+    return fn
 
 
 @dataclass
@@ -238,9 +247,11 @@ class Bridge:
                 lease_seconds=self.settings.lease_seconds,
                 handler_retry=HandlerRetry(base=0.2, cap=self.settings.republish_interval * 2),
             )
-            agent.on_pause("lifecycle")(lambda loc: self._lifecycle_apply(loc, True))
-            agent.on_resume("lifecycle")(lambda loc: self._lifecycle_apply(loc, False))
-            agent.on_fence("lifecycle")(lambda loc: None)
+            agent.on_pause("lifecycle")(_named(
+                lambda loc: self._lifecycle_apply(loc, True), "pause_lifecycle_document"))
+            agent.on_resume("lifecycle")(_named(
+                lambda loc: self._lifecycle_apply(loc, False), "resume_lifecycle_document"))
+            agent.on_fence("lifecycle")(_named(lambda loc: None, "fence_lifecycle_noop"))
             self._lifecycle = agent
             agent.start()
 
@@ -253,9 +264,11 @@ class Bridge:
             return None
         proc = _Processor(service, location, f"{self.config.topic(service)}-{location}",
                           node_path(self.config.namespace(service), location), agent)
-        agent.on_pause(service)(lambda loc: self._converge(proc, True))
-        agent.on_resume(service)(lambda loc: self._converge(proc, False))
-        agent.on_fence(service)(lambda loc: None)
+        agent.on_pause(service)(_named(
+            lambda loc: self._converge(proc, True), f"pause_{service}_processor"))
+        agent.on_resume(service)(_named(
+            lambda loc: self._converge(proc, False), f"resume_{service}_processor"))
+        agent.on_fence(service)(_named(lambda loc: None, f"fence_{service}_processor_noop"))
         return proc
 
     def _desired(self, proc: _Processor) -> bool | None:

@@ -1,7 +1,8 @@
-"""``check``, ``serve`` and ``demo``: commands implemented in other modules, imported only when
-they run, so a missing optional dependency only breaks that command (exit 2, with the reason).
-The ``import`` and ``bridge`` groups (Backbeat, docs/backbeat.md) are defined in their own
-packages and registered here; they import their drivers (kazoo, pymongo, redis) only when run.
+"""``check``, ``serve``, ``demo`` and ``tokens``: commands implemented in other modules,
+imported only when they run, so a missing optional dependency only breaks that command (exit
+2, with the reason). The ``import`` and ``bridge`` groups (Backbeat, docs/backbeat.md) are
+defined in their own packages and registered here; they import their drivers (kazoo, pymongo,
+redis) only when run.
 """
 
 from __future__ import annotations
@@ -292,5 +293,40 @@ def demo(
     )
 
 
+tokens_app = typer.Typer(
+    help="Tokens of the sidecar's callers (docs/http.md, \"Callers and roles\").",
+    no_args_is_help=True, rich_markup_mode=None,
+)
+
+
+@tokens_app.command("new")
+def tokens_new(
+    name: Annotated[str, typer.Argument(help="The caller's name: the actor of its changes.")],
+    role: Annotated[str, typer.Argument(help="read, worker, operator or admin.")],
+    forward_actor: Annotated[
+        bool,
+        typer.Option("--forward-actor", help="The caller may name another actor (a proxy)."),
+    ] = False,
+) -> None:
+    """Print a fresh token (give it to the caller; it is shown once) and its entry for the
+    tokens file (LOCSTATUS_API_TOKENS_FILE), which holds only the token's SHA-256."""
+    (new_token,) = _feature("locstatus.api.principals", "tokens new", "new_token", extra="server")
+    token, entry = new_token(name, role, forward_actor=forward_actor)
+    typer.echo(f"token (give it to {name}, it is shown once): {token}")
+    typer.echo(f"entry for LOCSTATUS_API_TOKENS_FILE: {json.dumps(entry)}")
+
+
+@tokens_app.command("hash")
+def tokens_hash() -> None:
+    """Print the SHA-256 of an existing token read from stdin (at least 16 characters), for a
+    tokens-file entry's "sha256"."""
+    check_secret, hash_token = _feature(
+        "locstatus.api.principals", "tokens hash", "check_secret", "hash_token", extra="server"
+    )
+    token = typer.get_text_stream("stdin").readline().rstrip("\n")
+    typer.echo(hash_token(check_secret(token, "the token")))
+
+
 app.add_typer(import_app, name="import")
 app.add_typer(bridge_app, name="bridge")
+app.add_typer(tokens_app, name="tokens")

@@ -33,6 +33,9 @@ class Col:
 _FRAME = 3
 """Characters a column costs besides its text in rich's default box: padding and a rule."""
 
+_READABLE = 32
+"""Width (characters) a folding column keeps before a fixed column of lower priority is shown."""
+
 
 def fitted(
     title: Text | str,
@@ -60,12 +63,20 @@ def fitted(
             continue
         full = need(i)
         least = min(full, col.least) if col.wrap else full
-        if width is None or used + least + _FRAME <= width:
+        # a fixed column (a number, a date) is not worth folding the text of one shown before
+        # it, by priority, narrower than _READABLE (a 60-character reason over 8 lines)
+        room = 0 if col.wrap else sum(
+            max(min(need(j), _READABLE) - min(need(j), cols[j].least), 0)
+            for j in shown if not cols[j].keep and cols[j].wrap
+        )
+        if width is None or used + least + _FRAME + room <= width:
             shown.append(i)
             used += least + _FRAME
         else:
             left_out.append(col.header)
     shown.sort()
+    widths = _share(width - used, {i: (min(need(i), cols[i].least), need(i)) for i in shown
+                                    if not cols[i].keep and cols[i].wrap}) if width else {}
     left_out.sort(key=[c.header for c in cols].index)
     caption = None
     if left_out:
@@ -75,6 +86,8 @@ def fitted(
         col = cols[i]
         if col.keep:
             table.add_column(col.header, no_wrap=True, min_width=need(i))
+        elif col.wrap and i in widths:
+            table.add_column(col.header, overflow="fold", width=widths[i])
         elif col.wrap:
             table.add_column(col.header, overflow="fold", min_width=min(need(i), col.least))
         else:
@@ -82,6 +95,22 @@ def fitted(
     for row in rows:
         table.add_row(*(row[i] for i in shown))
     return table
+
+
+def _share(extra: int, spans: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """Widths of the folding columns (index -> (least, full) characters): each its least, then
+    ``extra`` characters, one at a time, to the one with the most text still folded, none past
+    its full width. They are set here, not left to rich: rich narrows the widest columns to fit
+    the terminal, below a column's longest word, then widens them back to it, and the table
+    overflows: ``COLUMNS=80`` cut its right edge off (docs/cli.md, "Reading state")."""
+    widths = {i: least for i, (least, _) in spans.items()}
+    for _ in range(max(extra, 0)):
+        short = [i for i, (_, full) in spans.items() if widths[i] < full]
+        if not short:
+            break
+        widest = max(short, key=lambda i: spans[i][1] - widths[i])
+        widths[widest] += 1
+    return widths
 
 
 def _cell_len(cell: Any) -> int:

@@ -7,7 +7,6 @@ the exit code the worst of them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,13 +14,11 @@ from typing import Annotated
 
 import typer
 import typer.core
-from rich.table import Table
-from rich.text import Text
 
 from locstatus.errors import (
     InvalidInput,
 )
-from locstatus.manager import BulkInterrupted, BulkItem, BulkReport, Manager, Operation, Outcome
+from locstatus.manager import BulkInterrupted, BulkItem, BulkReport, Manager, Operation
 from locstatus.models import (
     LocationStatus,
     new_op_id,
@@ -33,6 +30,7 @@ from locstatus.names import (
     check_location,
 )
 
+from . import bulk_view
 from .app import (
     ALL,
     ActorOpt,
@@ -170,12 +168,14 @@ def _mutation(
     return _Mutation(kind, svcs, reason, actor or default_actor(), wait_seconds(wait), at)
 
 
-def _run_mutation(ctx: typer.Context, location: str, m: _Mutation, as_json: bool) -> None:
+def _run_mutation(
+    ctx: typer.Context, location: str, m: _Mutation, as_json: bool, full: bool = False
+) -> None:
     if location != ALL:
         check_location(location)
     mgr = options_of(ctx).manager()
     if location == ALL:
-        _run_bulk(mgr, m, as_json)
+        _run_bulk(mgr, m, as_json, full)
         return
     with suggesting(mgr, location):
         rec, changed, moved = m.apply(mgr, location, m.services)
@@ -192,16 +192,62 @@ def _run_mutation(ctx: typer.Context, location: str, m: _Mutation, as_json: bool
     console.print(location_table(rec, mgr.clock(), only=m.services, width=console.width))
 
 
-_RESULT = {
-    Outcome.CHANGED: "changed",
-    Outcome.UNCHANGED: "unchanged",
-    Outcome.SKIPPED: "skipped",
-    Outcome.FAILED: "error",
-}
-_STYLE = {
-    "changed": "green", "rescheduled": "yellow", "unchanged": "", "skipped": "dim",
-    "error": "bold red",
-}
+def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool, full: bool) -> None:
+    """``LOCATION`` ``all``: the manager's one bulk operation (:meth:`Manager.bulk`), shown by
+    :mod:`.bulk_view` (a summary above its threshold, one row per location with ``--details``
+    or below it: docs/cli.md, "Bulk: `all`"). The detail of a written location says what the
+    write left (pausing until the workers applied it...), as for one location; the exit code
+    is the worst per-location one; a refused operation (no location stored, every one skipped)
+    exits 1 after the report. Ctrl-C prints what was done, then exits 130."""
+    title = f"{m.command} {ALL}"
+    try:
+        with bulk_progress(title, enabled=not as_json) as bar:
+            report = mgr.bulk(
+                m.operation(), wait=m.wait, progress=lambda _item, done, total: bar(done, total)
+            )
+    except BulkInterrupted as stop:
+        bulk_view.show(stop.report, title, _detail(m, stop.report), as_json=as_json, full=full)
+        fail(
+            f"{title}: interrupted after {len(stop.report.items)} location(s); shown above is "
+            "what was done",
+            130,
+        )
+    if not report.items and report.refusal is not None:
+        raise report.refusal
+    bulk_view.show(report, title, _detail(m, report), as_json=as_json, full=full)
+    errors = [i.error for i in report.items if i.error is not None]
+    for error in errors[: bulk_view.FIRST]:
+        typer.echo(f"error: {escaped(error.message)}", err=True)
+    if len(errors) > bulk_view.FIRST:
+        typer.echo(f"error: ... and {len(errors) - bulk_view.FIRST} more", err=True)
+    if errors:
+        raise typer.Exit(max(e.exit_code for e in errors))
+    if report.refusal is not None:
+        fail(report.refusal.message, report.refusal.exit_code)
+
+
+def _detail(m: _Mutation, report: BulkReport) -> bulk_view.Detail:
+    """A written location's detail: what the write left, as for one location; in an
+    interrupted operation, a location left pausing/resuming says the next settle finishes it
+    (its settle batch may not have run)."""
+
+    def detail(item: BulkItem) -> str:
+        rec = item.status
+        if rec is None:
+            return ""
+        text = m.describe(item.location, rec, list(item.changed)).split(": ", 1)[1] + "".join(
+            f"; {svc} rescheduled (was {_short(was, rec.services[svc].resume_at)})"
+            for svc, was in item.rescheduled
+        )
+        if report.interrupted and any(rec.services[s].state.transitional for s in item.changed):
+            text += (
+                "; interrupted: still "
+                + ("pausing" if m.kind == "pause" else "resuming")
+                + ", the next settle (sidecar, check --repair) finishes it"
+            )
+        return text
+
+    return detail
 
 
 def _short(was: datetime, now_at: datetime | None) -> str:
@@ -213,93 +259,14 @@ def _short(was: datetime, now_at: datetime | None) -> str:
     return iso(was)
 
 
-def _moved(item: BulkItem) -> dict[str, str]:
-    """``{service: the time its moved schedule had}`` (ISO, UTC) for ``--json``."""
-    return {svc: iso(was) for svc, was in item.rescheduled}
-
-
-def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool) -> None:
-    """``LOCATION`` ``all``: the manager's one bulk operation (:meth:`Manager.bulk`), rendered
-    one row per location (docs/cli.md, "Bulk: `all`"). The detail of a written location says
-    what the write left (pausing until the workers applied it...), as for one location; the
-    exit code is the worst per-location one; a refused operation (no location stored, every
-    one skipped) exits 1 after the table. Ctrl-C prints what was done, then exits 130."""
-    details: dict[str, str] = {}
-
-    try:
-        with bulk_progress(f"{m.command} {ALL}", enabled=not as_json) as bar:
-
-            def progress(item: BulkItem, done: int, total: int | None) -> None:
-                if item.status is not None and item.outcome in (
-                    Outcome.CHANGED, Outcome.UNCHANGED
-                ):
-                    details[item.location] = m.describe(
-                        item.location, item.status, list(item.changed)
-                    ).split(": ", 1)[1] + "".join(
-                        f"; {svc} rescheduled (was "
-                        f"{_short(was, item.status.services[svc].resume_at)})"
-                        for svc, was in item.rescheduled
-                    )
-                bar(done, total)
-
-            report = mgr.bulk(m.operation(), wait=m.wait, progress=progress)
-    except BulkInterrupted as stop:
-        _show_bulk(m, stop.report, details, as_json)
-        fail(
-            f"{m.command} {ALL}: interrupted after {len(stop.report.items)} location(s); the "
-            "table shows what was done",
-            130,
-        )
-    if not report.items and report.refusal is not None:
-        raise report.refusal
-    _show_bulk(m, report, details, as_json)
-    errors = [i.error for i in report.items if i.error is not None]
-    for error in errors:
-        typer.echo(f"error: {escaped(error.message)}", err=True)
-    if errors:
-        raise typer.Exit(max(e.exit_code for e in errors))
-    if report.refusal is not None:
-        fail(report.refusal.message, report.refusal.exit_code)
-
-
-def _show_bulk(
-    m: _Mutation, report: BulkReport, details: dict[str, str], as_json: bool
-) -> None:
-    rows = [
-        (
-            item.location,
-            "rescheduled" if item.rescheduled else _RESULT[item.outcome],
-            item.why or (item.error.message if item.error is not None else "")
-            or details.get(item.location, ""),
-            item.status,
-        )
-        for item in report.items
-    ]
-    if as_json:
-        print_json(
-            json.dumps(
-                [
-                    {
-                        "location": loc,
-                        "result": result,
-                        "detail": detail,
-                        "status": None if status is None else status.model_dump(mode="json"),
-                        **({"rescheduled": moved} if moved else {}),
-                    }
-                    for (loc, result, detail, status), moved in zip(
-                        rows, (_moved(i) for i in report.items), strict=True
-                    )
-                ],
-                indent=2,
-            )
-        )
-        return
-    table = Table(title=f"{m.command} {ALL}", title_justify="left")
-    for col in ("Location", "Result", "Detail"):
-        table.add_column(col)
-    for loc, result, detail, _status in rows:
-        table.add_row(Text(loc), Text(result, style=_STYLE[result]), plain(detail))
-    new_console().print(table)
+DetailsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--details",
+        help=f"With 'all': one row per location (the default up to {bulk_view.SUMMARY_OVER} "
+        "locations; above, a summary).",
+    ),
+]
 
 
 @app.command()
@@ -311,11 +278,12 @@ def pause(
     actor: ActorOpt = None,
     wait: WaitOpt = None,
     as_json: JsonOpt = False,
+    details: DetailsOpt = False,
 ) -> None:
     """Pause services at a location (a pause of a paused service cancels its scheduled
     resume; otherwise it is a no-op, exit 0)."""
     m = _mutation("pause", service, reason, actor, wait, options_of(ctx).services)
-    _run_mutation(ctx, location, m, as_json)
+    _run_mutation(ctx, location, m, as_json, details)
 
 
 @app.command()
@@ -341,6 +309,7 @@ def resume(
     actor: ActorOpt = None,
     wait: WaitOpt = None,
     as_json: JsonOpt = False,
+    details: DetailsOpt = False,
 ) -> None:
     """Resume services now, or schedule the resume with --at or --in (only paused services
     take a schedule)."""
@@ -366,7 +335,7 @@ def resume(
         options_of(ctx).services,
         at=when,
     )
-    _run_mutation(ctx, location, m, as_json)
+    _run_mutation(ctx, location, m, as_json, details)
 
 
 @app.command("cancel-schedule")
@@ -377,9 +346,10 @@ def cancel_schedule(
     reason: ReasonOpt = None,
     actor: ActorOpt = None,
     as_json: JsonOpt = False,
+    details: DetailsOpt = False,
 ) -> None:
     """Cancel a scheduled resume (no-op, exit 0, when none is scheduled)."""
     m = _mutation("cancel", service, reason, actor, None, options_of(ctx).services)
-    _run_mutation(ctx, location, m, as_json)
+    _run_mutation(ctx, location, m, as_json, details)
 
 

@@ -22,7 +22,7 @@ Nothing here is trusted between calls: a stale process can never write back an o
 neither the agent, the api, the cli, the check nor the bridge (import contracts, pyproject).
 """
 
-from .bulk import BulkInterrupted, BulkItem, BulkReport, Outcome, Progress
+from .bulk import BulkInterrupted, BulkItem, BulkReport, Outcome, Progress, interrupted
 from .liveness import lagging_workers, stuck_handlers, worker_live
 from .locations import SyncReport
 from .manager import Manager
@@ -47,6 +47,7 @@ __all__ = [
     "SyncReport",
     "WorkerReport",
     "WorkerStatus",
+    "interrupted",
     "lagging_workers",
     "stuck_handlers",
     "worker_live",

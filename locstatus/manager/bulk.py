@@ -29,7 +29,9 @@ Shaped for the fleet (issue 21: 100 000 locations, batched writes per backend):
   decided; a :class:`KeyboardInterrupt` stops the operation cleanly and raises
   :class:`BulkInterrupted` (a ``KeyboardInterrupt``) carrying the report of what was done, the
   locations whose write was in flight reported as failed with an outcome that is unknown
-  (look for the operation's op_id in their history).
+  (look for the operation's op_id in their history). A Ctrl-C that lands inside a pydantic
+  serialization (a record's enum value, while a batch is encoded) reaches us wrapped in a
+  ``PydanticSerializationError``: it is the same interrupt (:func:`interrupted`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from itertools import islice
+
+from pydantic_core import PydanticSerializationError
 
 from locstatus.errors import (
     AmbiguousCommit,
@@ -238,7 +242,9 @@ def _run(
                     progress(item, done, total)
         if wait is not None and op.event in ("pause", "resume"):
             _wait(core, report, wait)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, PydanticSerializationError) as exc:
+        if not interrupted(exc):
+            raise
         for item in written:
             if item.location in inflight:
                 del inflight[item.location]
@@ -259,6 +265,16 @@ def _run(
         raise BulkInterrupted(report) from None
     report.items.sort(key=lambda i: i.location)
     return report
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C: a :class:`KeyboardInterrupt`, or the
+    ``PydanticSerializationError`` pydantic wraps one in when the signal's handler ran inside
+    its serializer (its ``__cause__`` with ``model_dump``, only its message with
+    ``model_dump_json``)."""
+    if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt):
+        return True
+    return isinstance(exc, PydanticSerializationError) and "KeyboardInterrupt" in str(exc)
 
 
 def _names(locations: Iterable[str]) -> list[str]:
