@@ -9,6 +9,7 @@ a controllable clock reaches it (no sleeping).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -27,6 +28,7 @@ import pytest
 import locstatus
 from locstatus import InvalidInput, Manager, State, open_backend
 from locstatus.api import create_app
+from locstatus.api.principals import hash_token
 from locstatus.api.server import BackgroundServer, bind_socket, is_loopback, serve
 from locstatus.fsm.diagram import mermaid
 from locstatus.models import WorkerInfo
@@ -964,3 +966,45 @@ def test_serve_process_never_logs_the_token(
     assert "auth token required" in log
     assert TOKEN not in log
     assert mgr.status("us-east-1").services["replication"].state is State.PAUSED
+
+
+def test_the_access_log_redacts_url_credentials_and_tokens_file_tokens_intact(
+    backend_url: str, tmp_path: Path
+) -> None:
+    worker_token = "mover-token-5e2a9c7b1d03f4aa"
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"principals": [
+        {"name": "mover", "role": "worker", "sha256": hash_token(worker_token)}]}))
+    proc, url, log_path = start_sidecar(
+        backend_url, tmp_path, "sidecar", env={"LOCSTATUS_API_TOKENS_FILE": str(tokens)},
+    )
+    try:
+        for query in ("x=mongodb://u:p@h/", f"token={worker_token}", f"q={worker_token}",
+                      f"api_key=not-a-known-one-{TOKEN}"):
+            assert httpx.get(f"{url}/v1/locations?{query}", timeout=60).status_code == 200
+    finally:
+        stop_sidecar(proc)
+    log = log_path.read_text()
+    assert "Logging error" not in log and "Traceback" not in log, log
+    assert "GET /v1/locations?x=mongodb://***@h/ HTTP/1.1" in log
+    assert "GET /v1/locations?token=*** HTTP/1.1" in log
+    assert "GET /v1/locations?q=*** HTTP/1.1" in log
+    assert "GET /v1/locations?api_key=*** HTTP/1.1" in log
+    assert worker_token not in log and "u:p@" not in log and TOKEN not in log
+
+
+@pytest.mark.parametrize("depth", [30_000, 10_000])
+def test_a_body_nested_too_deep_is_a_documented_400_and_nothing_is_written(
+    http: httpx.Client, mgr: Manager, depth: int
+) -> None:
+    version = mgr.status("us-east-1").version
+    for path in ("/v1/locations/us-east-1/replication/pause", "/v1/workers/w-1"):
+        r = http.request("POST" if "pause" in path else "PUT", path,
+                         content=b"[" * depth + b"]" * depth)
+        body = assert_problem(r, 400)
+        assert body["type"] == "urn:locstatus:invalid-input", body
+        assert "nested too deep" in body["detail"]
+    assert mgr.status("us-east-1").version == version
+    assert mgr.workers() == []
+    table = (Path(__file__).parents[1] / "docs" / "http.md").read_text()
+    assert "`invalid-input`" in table and "nested too deep" in table

@@ -22,11 +22,13 @@ import pytest
 
 from locstatus import InvalidInput, Manager, open_backend
 from locstatus.api import create_app
-from locstatus.api.principals import MIN_TOKEN_LENGTH, Principals, hash_token
+from locstatus.api.principals import MIN_TOKEN_LENGTH, RELOAD_TIMEOUT, Principals, hash_token
 from locstatus.api.server import BackgroundServer
+from locstatus.api.workers import hub_of
 from locstatus.audit import history_by_actor
 
 from support.kits_zk import wait_until
+from support.sse import SseReader
 
 LOCATIONS = ["eu-west-1", "us-east-1"]
 JSON = {"Content-Type": "application/json"}
@@ -262,7 +264,7 @@ def test_the_helper_makes_a_token_and_its_entry(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "role" in bad.stderr and bad.stdout == ""
 
 
-def test_sighup_reloads_the_tokens_file_and_a_broken_one_keeps_the_last(
+def test_sighup_reloads_the_tokens_file_and_a_broken_empty_or_stuck_one_keeps_the_last(
     tmp_path: Path, backend_url: str
 ) -> None:
     mgr = Manager(open_backend(backend_url))
@@ -313,11 +315,102 @@ def test_sighup_reloads_the_tokens_file_and_a_broken_one_keeps_the_last(
         proc.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         assert pause_as(dave) == 200  # the previous set stays in force
+        path.write_text(json.dumps({"principals": []}))  # would lock every caller out
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert pause_as(dave) == 200
+        path.unlink()
+        os.mkfifo(path)  # a read that never ends (as on a hung NFS mount)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert up() and time.monotonic() - started < 2  # the event loop is not blocked
+        assert pause_as(dave) == 200
+        time.sleep(RELOAD_TIMEOUT)
+        assert pause_as(dave) == 200
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=20)
+        try:
+            out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
     text = "".join(log) + out
     assert "not reloaded" in text and "reloaded: 1 principal(s)" in text
+    assert "names no principal" in text and f"took over {RELOAD_TIMEOUT:g}s" in text
     for _, token in TOKENS.values():
         assert token not in text
     assert "dave-token" not in text
+
+
+def _watch(server: BackgroundServer, path: str, who: str | None) -> SseReader:
+    headers = {} if who is None else {"Authorization": f"Bearer {TOKENS[who][1]}"}
+    return SseReader(f"{server.url}{path}?heartbeat=0.2", headers)
+
+
+def test_token_less_streams_cannot_lock_workers_out(server: BackgroundServer) -> None:
+    hub = hub_of(server.app)
+    hub.max_streams, hub.max_shared_streams = 4, 2
+    with client(server, "mover") as mover:
+        for wid in ("mover-1", "mover-2"):
+            assert mover.put(f"/v1/workers/{wid}", json={"services": ["replication"]}).is_success
+    streams: list[SseReader] = []
+    try:
+        codes = []
+        for _ in range(4):  # as many as the whole sidecar serves
+            streams.append(_watch(server, "/v1/watch", None))
+            codes.append(streams[-1].status)
+        assert codes == [200, 200, 429, 429]
+        assert "share 2" in streams[-1].error["detail"]
+        with_read = _watch(server, "/v1/watch", "bob")  # a read principal shares that pool
+        streams.append(with_read)
+        assert with_read.status == 429
+        for wid in ("mover-1", "mover-2"):  # the workers keep their room
+            streams.append(_watch(server, f"/v1/workers/{wid}/watch", "mover"))
+            assert streams[-1].status == 200, streams[-1].error
+    finally:
+        for s in streams:
+            s.close()
+    wait_until(lambda: hub.open_streams() == 0, 10, what="closed streams counted out")
+
+
+def test_a_worker_principal_is_limited_per_worker_id_and_by_its_own_cap(
+    mgr: Manager, tmp_path: Path
+) -> None:
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps(entries(mover={"workers": ["mover-*"], "max_streams": 3})))
+    principals = Principals.from_settings(tokens_file=path, token=None)
+    with BackgroundServer(create_app(mgr, principals=principals)) as server:
+        hub = hub_of(server.app)
+        hub.max_streams_per_caller = 1
+        streams: list[SseReader] = []
+        try:
+            with client(server, "mover") as mover:
+                for i in range(4):
+                    assert mover.put(f"/v1/workers/mover-{i}",
+                                     json={"services": ["replication"]}).is_success
+            for i in range(3):  # one principal, many workers: counted per worker id
+                streams.append(_watch(server, f"/v1/workers/mover-{i}/watch", "mover"))
+                assert streams[-1].status == 200, streams[-1].error
+            again = _watch(server, "/v1/workers/mover-0/watch", "mover")
+            streams.append(again)
+            assert again.status == 429 and "most per caller" in again.error["detail"]
+            over = _watch(server, "/v1/workers/mover-3/watch", "mover")
+            streams.append(over)
+            assert over.status == 429 and "'max_streams'" in over.error["detail"]
+            # refused before anything is read: an unregistered worker is a 429, not a 404
+            unknown = _watch(server, "/v1/workers/mover-404/watch", "mover")
+            streams.append(unknown)
+            assert unknown.status == 429
+        finally:
+            for s in streams:
+                s.close()
+        wait_until(lambda: hub.open_streams() == 0, 10, what="closed streams counted out")
+
+
+def test_max_streams_in_the_tokens_file_must_be_a_positive_integer(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    for bad in (0, -1, "3", True, 1.5):
+        path.write_text(json.dumps(entries(mover={"max_streams": bad})))
+        with pytest.raises(InvalidInput, match="'max_streams' must be a positive integer"):
+            Principals.from_settings(tokens_file=path, token=None)

@@ -246,7 +246,7 @@ def test_schedule_on_an_active_location_is_refused(http: httpx.Client, mgr: Mana
     "content",
     [b'{"hours": 0}', b'{"hours": -2}', b'{"hours": 1.5}', b'{"hours": "2"}',
      b'{"hours": true}', b'{"hours": null}', b'{"hours": 100000}', b'{"hours": 2, "days": 1}',
-     b'[2]', b'"2"', b"{not json", b'{"hours": NaN}'],
+     b'[2]', b'"2"', b"{not json", b'{"hours": NaN}', b" ", b"\r\n\t "],
 )
 def test_invalid_hours_is_400(http: httpx.Client, mgr: Manager, content: bytes) -> None:
     http.post("/crr/pause/zenko")

@@ -199,8 +199,9 @@ def _mutate(
 def parse_hours(raw: bytes) -> int:
     """The ``hours`` of a schedule body: empty body or no ``hours`` -> 6. Raises
     :class:`InvalidInput` (400) unless it is a JSON object whose ``hours`` is an integer in
-    1..87600 and that has no other member."""
-    if not raw.strip():
+    1..87600 and that has no other member. A body of whitespace only is not empty: Backbeat
+    parses any non-empty body as JSON and refuses it (docs/http.md "Backbeat-compatible routes")."""
+    if not raw:
         return DEFAULT_HOURS
     try:
         data = json.loads(raw)

@@ -64,6 +64,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("locstatus.api")
+RELOAD_TIMEOUT = 5.0
+"""Seconds a reload waits for the tokens file to be read."""
 
 MIN_TOKEN_LENGTH = 16
 """Shortest token accepted, in characters (a short token is guessable, and one of a few
@@ -90,12 +92,15 @@ itself only), ``operate`` the operator's mutations, ``admin`` administrative rou
 @dataclass(frozen=True)
 class Principal:
     """A named caller. ``workers``: worker ids (``fnmatch`` patterns) a ``worker`` principal may
-    act as (default: its own name); ``forward_actor``: may name another ``actor``."""
+    act as (default: its own name); ``forward_actor``: may name another ``actor``;
+    ``max_streams``: watch streams it may hold at once over all its workers (None: the
+    sidecar's default, docs/http.md "Limits")."""
 
     name: str
     role: Role
     forward_actor: bool = False
     workers: tuple[str, ...] = ()
+    max_streams: int | None = None
 
     def may(self, action: str) -> bool:
         """``action``: ``read``, ``worker``, ``operate`` or ``admin``."""
@@ -165,7 +170,9 @@ def _parse(text: str, source: str) -> list[_Entry]:
         where = f"{source}: principals[{i}]"
         if not isinstance(item, dict):
             raise InvalidInput(f"{where}: expected an object")
-        unknown = set(item) - {"name", "role", "sha256", "forward_actor", "workers"}
+        unknown = set(item) - {
+            "name", "role", "sha256", "forward_actor", "workers", "max_streams"
+        }
         if unknown:
             raise InvalidInput(f"{where}: unknown member(s) {sorted(unknown)}")
         name, role, digest = item.get("name"), item.get("role"), item.get("sha256")
@@ -196,11 +203,13 @@ def _parse(text: str, source: str) -> list[_Entry]:
         workers = item.get("workers", [])
         if not isinstance(workers, list) or not all(isinstance(w, str) and w for w in workers):
             raise InvalidInput(f"{where} ({name}): 'workers' must be a list of worker ids")
+        cap = item.get("max_streams")
+        if cap is not None and (type(cap) is not int or cap < 1):
+            raise InvalidInput(f"{where} ({name}): 'max_streams' must be a positive integer")
         names.add(name)
         digests.add(digest)
-        out.append(
-            _Entry(bytes.fromhex(digest), Principal(name, Role(role), forward, tuple(workers)))
-        )
+        who = Principal(name, Role(role), forward, tuple(workers), cap)
+        out.append(_Entry(bytes.fromhex(digest), who))
     return out
 
 
@@ -213,6 +222,7 @@ class Principals:
     legacy_token: str | None = None
     _entries: list[_Entry] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _reader: threading.Thread | None = None
 
     @classmethod
     def from_settings(cls, *, tokens_file: str | Path | None, token: str | None) -> Principals:
@@ -237,15 +247,41 @@ class Principals:
             ) from None
         return _parse(text, str(self.path))
 
-    def reload(self) -> bool:
-        """Read the tokens file again (SIGHUP). True if the new set is in force; on an error
-        the previous set stays and the error is logged."""
+    def reload(self, timeout: float = RELOAD_TIMEOUT) -> bool:
+        """Read the tokens file again (SIGHUP; call it off the event loop). True if the new
+        set is in force. The file is read on a thread of its own, given ``timeout`` seconds
+        (a FIFO or a hung NFS mount as the file must not stall the caller); on a timeout, an
+        unreadable or invalid file, or a file naming no principal (which would lock every
+        caller out) the previous set stays and the reason is logged (docs/http.md "Callers
+        and roles")."""
         if self.path is None:
             return False
-        try:
-            entries = self._read()
-        except InvalidInput as exc:
-            log.error("tokens file not reloaded, the previous tokens stay in force: %s", exc)
+        keep = "tokens file not reloaded, the previous tokens stay in force"
+        with self._lock:
+            if self._reader is not None and self._reader.is_alive():
+                log.error("%s: the previous reload of %s is still reading it", keep, self.path)
+                return False
+            result: list[list[_Entry] | InvalidInput] = []
+
+            def read() -> None:
+                try:
+                    result.append(self._read())
+                except InvalidInput as exc:
+                    result.append(exc)
+
+            self._reader = threading.Thread(target=read, name="tokens-reload", daemon=True)
+            self._reader.start()
+        self._reader.join(timeout)
+        if not result:
+            log.error("%s: reading %s took over %gs", keep, self.path, timeout)
+            return False
+        entries = result[0]
+        if isinstance(entries, InvalidInput):
+            log.error("%s: %s", keep, entries)
+            return False
+        if not entries:
+            log.error("%s: %s names no principal (every caller would be refused)", keep,
+                      self.path)
             return False
         with self._lock:
             self._entries = entries
@@ -255,6 +291,13 @@ class Principals:
     @property
     def enabled(self) -> bool:
         return self.legacy_token is not None or self.path is not None
+
+    def is_token(self, text: str) -> bool:
+        """True if ``text`` is the token of a principal of the tokens file (compared by
+        hash; for log redaction, not authentication)."""
+        digest = hashlib.sha256(text.encode()).digest()
+        with self._lock:
+            return any(e.digest == digest for e in self._entries)
 
     def names(self) -> list[str]:
         with self._lock:

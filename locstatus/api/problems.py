@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import unquote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +31,13 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 _BEARER = re.compile(r"(?i)(authorization:?\s*bearer\s+)[^\s'\"]+")
+_AUTH_PARAM = re.compile(
+    r"(?i)((?:^|[?&;])(?:access_token|token|api_key|apikey|auth|password|passwd|secret)=)"
+    r"[^&;#\s'\"]+"
+)
+"""A query parameter named as a credential: its value is redacted whatever it is."""
+_CANDIDATE = re.compile(r"[^\s&=?/:;,'\"<>()\[\]{}]{16,}")
+"""A run of characters that may be a token (tokens are 16 characters at least)."""
 
 
 class Problem(BaseModel):
@@ -55,6 +63,14 @@ class Secrets:
 
     def __init__(self, values: Iterable[str | None] = ()) -> None:
         self.values = [v for v in values if v]
+        self.recognizers: list[Callable[[str], bool]] = []
+        """Tell a token known only by its hash (the tokens file's) from other text."""
+
+    def recognize(self, is_secret: Callable[[str], bool]) -> None:
+        """Also redact every run of text ``is_secret`` says is a secret (its percent-decoded
+        form is asked too)."""
+        if is_secret not in self.recognizers:
+            self.recognizers.append(is_secret)
 
     def add(self, value: str | None) -> None:
         if value and value not in self.values:
@@ -66,13 +82,25 @@ SECRETS = Secrets()
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with URL credentials, bearer tokens and each of ``secrets`` (plus the
-    process-wide :data:`SECRETS`) replaced by ``***``."""
+    """``text`` with URL credentials, bearer tokens, the values of query parameters named as
+    credentials (``token=``, ``access_token=``, ``api_key=``, ``password=`` ...), each of
+    ``secrets`` (plus the process-wide :data:`SECRETS`) and every token its recognizers know
+    (the tokens file's, by hash) replaced by ``***`` (docs/http.md "Callers and roles")."""
     text = _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
     text = _BEARER.sub(r"\g<1>***", text)
+    text = _AUTH_PARAM.sub(r"\g<1>***", text)
     for secret in [*secrets, *SECRETS.values]:
         if secret:
             text = text.replace(secret, "***")
+    if SECRETS.recognizers:
+        known = SECRETS.recognizers
+
+        def hide(m: re.Match[str]) -> str:
+            word = m.group()
+            forms = {word, unquote(word)}
+            return "***" if any(r(f) for r in known for f in forms) else word
+
+        text = _CANDIDATE.sub(hide, text)
     return text
 
 
@@ -211,9 +239,15 @@ def install(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        titles = {404: "not found", 405: "method not allowed", 413: "request too large"}
+        titles = {404: "not found", 405: "method not allowed", 413: "request too large",
+                  400: "invalid input"}
         kind = titles.get(exc.status_code, "http-error").replace(" ", "-")
         headers = dict(exc.headers) if exc.headers else {}
+        detail = redact(str(exc.detail)) if exc.detail else None
+        if exc.status_code == 400 and detail == "There was an error parsing the body":
+            # FastAPI's answer to a body json cannot parse (nested too deep, say): the
+            # documented 400 (docs/http.md "Errors"), saying what was wrong.
+            detail = "the request body is not JSON that can be read (nested too deep?)"
         if exc.status_code == 405:
             # Starlette names the methods of the first matching route only; a path served by
             # several routes (one per method) allows all of theirs.
@@ -221,7 +255,7 @@ def install(app: FastAPI) -> None:
         return problem(
             exc.status_code,
             titles.get(exc.status_code, "error"),
-            redact(str(exc.detail)) if exc.detail else None,
+            detail,
             type_=f"urn:locstatus:{kind}",
             instance=request.url.path,
             headers=headers or None,

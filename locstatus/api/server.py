@@ -34,7 +34,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -157,6 +157,7 @@ def serve(
         app, log_level="info", server_header=False, lifespan="off", proxy_headers=False,
         log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG,
     )
+    SECRETS.recognize(principals.is_token)  # the tokens file's, known by hash only
     _install_redaction()
     bound = sock.getsockname()
     log.info(
@@ -170,7 +171,9 @@ def serve(
     if not loopback and not principals.enabled:
         log.warning("--insecure: mutating routes on %s need no authentication", host)
     if principals.path is not None:
-        signal.signal(signal.SIGHUP, lambda *_: principals.reload())
+        # Off the event loop: a tokens file that blocks on read must not stall /healthz.
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(
+            target=principals.reload, name="sighup-reload", daemon=True).start())
     reconciler.start()
     if checker is not None:
         checker.start()
@@ -311,13 +314,32 @@ class _RedactFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # a malformed record: leave it to the handler
             return True
-        clean = redact(message)
-        if clean != message:
-            record.msg, record.args = clean, None
+        if redact(message) != message:
+            # Redact the message and each argument, keeping args a tuple: a formatter may
+            # unpack them (uvicorn's access log does).
+            if isinstance(record.msg, str):
+                record.msg = redact(record.msg)
+            if isinstance(record.args, tuple):
+                record.args = tuple(_redact_arg(a) for a in record.args)
+            elif isinstance(record.args, Mapping):
+                record.args = {k: _redact_arg(v) for k, v in record.args.items()}
+            try:
+                again = record.getMessage()
+            except Exception:  # an argument's type changed under its %-format
+                again = message
+            if redact(again) != again:  # a secret across message and arguments
+                record.msg, record.args = redact(again), ()
         if record.exc_info and record.exc_info[1] is not None:
             record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)))
             record.exc_info = None
         return True
+
+
+def _redact_arg(arg: object) -> object:
+    """``arg`` itself unless its text holds a secret, else that text redacted."""
+    text = str(arg)
+    clean = redact(text)
+    return arg if clean == text else clean
 
 
 def _install_redaction() -> None:

@@ -55,7 +55,7 @@ from locstatus.errors import CorruptRecord, LocstatusError, NotFound
 from locstatus.manager import Manager
 from locstatus.models import TOMBSTONE_ACK, Hint, LocationStatus, WorkerInfo, tombstone_generation
 
-__all__ = ["Event", "StaleCursor", "WatchHub"]
+__all__ = ["Event", "StaleCursor", "StreamSlot", "TooManyStreams", "WatchHub"]
 
 log = logging.getLogger("locstatus.api")
 
@@ -110,6 +110,28 @@ def location_payload(location: str, record: LocationStatus | None) -> dict[str, 
     }
 
 
+class TooManyStreams(Exception):
+    """A watch stream refused by a limit (the message names it); nothing was counted."""
+
+
+@dataclass(frozen=True)
+class StreamSlot:
+    """One counted stream: its caller, principal (or None) and whether it is in the shared
+    pool."""
+
+    caller: str
+    principal: str | None
+    shared: bool
+
+
+def _count_out(counts: dict[str, int], key: str) -> None:
+    n = counts.get(key, 0) - 1
+    if n > 0:
+        counts[key] = n
+    else:
+        counts.pop(key, None)
+
+
 @dataclass(eq=False)
 class _Waiter:
     loop: asyncio.AbstractEventLoop
@@ -123,8 +145,12 @@ class WatchHub:
     - ``buffer``: events kept for ``Last-Event-ID`` replay.
     - ``resync_interval``: seconds between full re-reads (safety net for dropped hints).
     - ``max_streams`` / ``max_streams_per_caller``: open watch streams this hub serves at most,
-      in total and per caller (a principal, else the worker id); :meth:`open_stream` refuses
-      more.
+      in total and per caller (a worker id, a principal on ``/v1/watch``, a client address);
+      :meth:`open_stream` refuses more (docs/http.md "Limits").
+    - ``max_shared_streams``: the part of ``max_streams`` that streams without a token or of a
+      ``read`` principal may hold together, so they cannot lock workers out.
+    - ``max_streams_per_principal``: streams one principal holds at most over all its callers
+      (its workers), unless its tokens-file entry sets ``max_streams``.
     """
 
     def __init__(
@@ -135,14 +161,20 @@ class WatchHub:
         resync_interval: float = 10.0,
         max_streams: int = 1024,
         max_streams_per_caller: int = 64,
+        max_shared_streams: int = 256,
+        max_streams_per_principal: int = 512,
     ) -> None:
-        if buffer < 1 or resync_interval <= 0 or max_streams < 1 or max_streams_per_caller < 1:
+        limits = (max_streams, max_streams_per_caller, max_shared_streams,
+                  max_streams_per_principal)
+        if buffer < 1 or resync_interval <= 0 or min(limits) < 1:
             raise ValueError("buffer, resync_interval and the stream limits must be positive")
         self.mgr = mgr
         self.epoch = uuid.uuid4().hex[:12]
         self.resync_interval = resync_interval
         self.max_streams = max_streams
         self.max_streams_per_caller = max_streams_per_caller
+        self.max_shared_streams = max_shared_streams
+        self.max_streams_per_principal = max_streams_per_principal
         self._cond = threading.Condition()
         self._events: deque[Event] = deque(maxlen=buffer)
         self._seq = 0
@@ -157,6 +189,9 @@ class WatchHub:
         self._settle_at: dict[str, float] = {}
         self._waiters: set[_Waiter] = set()
         self._streams: dict[str, int] = {}
+        """caller -> open streams; principals and the shared pool are counted beside it."""
+        self._principal_streams: dict[str, int] = {}
+        self._shared_streams = 0
         self._thread: threading.Thread | None = None
         self._stop = False
         self._unsubscribe: Any = None
@@ -279,23 +314,52 @@ class WatchHub:
         with self._cond:
             self._waiters.discard(w)
 
-    def open_stream(self, caller: str) -> bool:
-        """Count a stream of ``caller`` in; False (nothing counted) when a limit is reached."""
+    def open_stream(
+        self,
+        caller: str,
+        *,
+        principal: str | None = None,
+        principal_cap: int | None = None,
+        shared: bool = False,
+    ) -> StreamSlot:
+        """Count a stream of ``caller`` in, before anything is read for it. ``principal``: the
+        principal it is held by (capped at ``principal_cap``, else
+        ``max_streams_per_principal``); ``shared``: a stream without a token or of a ``read``
+        principal (the shared pool). Raises :class:`TooManyStreams` (nothing counted) naming
+        the limit reached (docs/http.md "Limits")."""
         with self._cond:
             if sum(self._streams.values()) >= self.max_streams:
-                return False
+                raise TooManyStreams(
+                    f"this sidecar serves at most {self.max_streams} watch streams"
+                )
+            if shared and self._shared_streams >= self.max_shared_streams:
+                raise TooManyStreams(
+                    f"streams without a token or of a read principal share "
+                    f"{self.max_shared_streams} of this sidecar's {self.max_streams}"
+                )
             if self._streams.get(caller, 0) >= self.max_streams_per_caller:
-                return False
+                raise TooManyStreams(
+                    f"{caller} holds {self.max_streams_per_caller} streams, the most per caller"
+                )
+            if principal is not None:
+                cap = principal_cap or self.max_streams_per_principal
+                if self._principal_streams.get(principal, 0) >= cap:
+                    raise TooManyStreams(
+                        f"principal {principal!r} holds {cap} streams, its most "
+                        "(its 'max_streams' in the tokens file)"
+                    )
+                self._principal_streams[principal] = self._principal_streams.get(principal, 0) + 1
             self._streams[caller] = self._streams.get(caller, 0) + 1
-            return True
+            self._shared_streams += shared
+            return StreamSlot(caller, principal, shared)
 
-    def close_stream(self, caller: str) -> None:
+    def close_stream(self, slot: StreamSlot) -> None:
+        """Count out a stream :meth:`open_stream` counted in (once per slot)."""
         with self._cond:
-            n = self._streams.get(caller, 0) - 1
-            if n > 0:
-                self._streams[caller] = n
-            else:
-                self._streams.pop(caller, None)
+            _count_out(self._streams, slot.caller)
+            if slot.principal is not None:
+                _count_out(self._principal_streams, slot.principal)
+            self._shared_streams -= slot.shared
 
     def open_streams(self) -> int:
         with self._cond:

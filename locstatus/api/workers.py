@@ -44,9 +44,9 @@ from locstatus.names import check_location
 from .auth import bearer
 from .context import Ctx
 from .guard import NativeRoute
-from .principals import require
+from .principals import Principal, Role, require
 from .problems import ProblemError, responses
-from .watch import StaleCursor, WatchHub, location_payload
+from .watch import StaleCursor, StreamSlot, TooManyStreams, WatchHub, location_payload
 
 __all__ = [
     "WATCH_MEDIA_TYPE", "AckBody", "Acked", "Lease", "Registration", "Unregistered", "close_hub",
@@ -437,11 +437,17 @@ async def watch_worker(
     heartbeat: HeartbeatQuery = 15.0,
 ) -> Response:
     wid = _worker_id(worker_id)
-    worker = await run_in_threadpool(_registration, ctx.mgr, wid)
-    filt = None if worker.locations is None or worker.corrupt else frozenset(worker.locations)
-    who = getattr(request.state, "principal", None)
-    caller = f"principal:{who.name}" if who is not None else f"worker:{wid}"
-    return await _stream(request, caller, filt, last_event_id, heartbeat)
+    who: Principal | None = getattr(request.state, "principal", None)
+    # Counted per worker id (a principal running many workers is capped as a whole): before
+    # the registration or any snapshot is read, so a refused stream costs no read.
+    slot = _open_stream(request, f"worker:{wid}", who, shared=False)
+    try:
+        worker = await run_in_threadpool(_registration, ctx.mgr, wid)
+        filt = None if worker.locations is None or worker.corrupt else frozenset(worker.locations)
+        return await _stream(request, slot, filt, last_event_id, heartbeat)
+    except BaseException:
+        hub_of(request.app).close_stream(slot)
+        raise
 
 
 @router.get(
@@ -455,19 +461,49 @@ async def watch_worker(
 async def watch_all(
     request: Request, last_event_id: LastEventId = None, heartbeat: HeartbeatQuery = 15.0
 ) -> Response:
-    who = getattr(request.state, "principal", None)
+    who: Principal | None = getattr(request.state, "principal", None)
     client = request.client.host if request.client else "?"
     caller = f"principal:{who.name}" if who is not None else f"client:{client}"
-    return await _stream(request, caller, None, last_event_id, heartbeat)
+    # Without a token or as a read principal: the shared pool, so workers keep their room.
+    shared = who is None or who.role is Role.READ
+    slot = _open_stream(request, caller, who, shared=shared)
+    try:
+        return await _stream(request, slot, None, last_event_id, heartbeat)
+    except BaseException:
+        hub_of(request.app).close_stream(slot)
+        raise
+
+
+def _open_stream(
+    request: Request, caller: str, who: Principal | None, *, shared: bool
+) -> StreamSlot:
+    """Count the stream in or raise the 429 problem naming the limit reached."""
+    hub = hub_of(request.app)
+    try:
+        return hub.open_stream(
+            caller,
+            principal=None if who is None else who.name,
+            principal_cap=None if who is None else who.max_streams,
+            shared=shared,
+        )
+    except TooManyStreams as exc:
+        raise ProblemError(
+            429, "too many streams",
+            f"{exc}; close one or use another sidecar (docs/http.md \"Limits\")",
+            headers={"Retry-After": "5"},
+            type_="urn:locstatus:too-many-streams",
+        ) from None
 
 
 async def _stream(
     request: Request,
-    caller: str,
+    slot: StreamSlot,
     filt: frozenset[str] | None,
     last_event_id: str | None,
     heartbeat: float,
 ) -> Response:
+    """The SSE response of a stream already counted in as ``slot`` (the response's end counts
+    it out; an error raised here leaves that to the caller)."""
     hub = hub_of(request.app)
     snapshot: list[LocationStatus] | None = None
     corrupt: dict[str, str] = {}
@@ -485,14 +521,6 @@ async def _stream(
         except TimeoutError as exc:
             raise ProblemError(503, "backend unavailable", str(exc),
                                type_="urn:locstatus:backend-unavailable") from None
-    if not hub.open_stream(caller):
-        raise ProblemError(
-            429, "too many streams",
-            f"this sidecar serves at most {hub.max_streams} watch streams, "
-            f"{hub.max_streams_per_caller} per caller; close one or use another sidecar",
-            headers={"Retry-After": "5"},
-            type_="urn:locstatus:too-many-streams",
-        )
 
     def wanted(location: str | None) -> bool:
         return filt is None or location is None or location in filt
@@ -532,7 +560,7 @@ async def _stream(
                     yield ServerSentEvent(json.dumps({"server_time": now}), event="heartbeat")
         finally:
             hub.drop_waiter(waiter)
-            hub.close_stream(caller)
+            hub.close_stream(slot)
 
     return EventSourceResponse(
         events(), ping=3600, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
