@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from locstatus import (
     BackendFull,
@@ -199,8 +200,15 @@ def test_a_document_mongodb_cannot_hold_is_invalid_input_and_nothing_is_written(
         mongo.put_worker(nul)
     assert mongo.workers() == []
     v = mongo.create(record("gen"), []).version
+    # The models refuse an integer no backend stores (models.MAX_STORED_INT); one built past
+    # them (model_construct) is still mapped here, never a raw OverflowError.
+    with pytest.raises(ValidationError):
+        record("gen", generation=2**64)
+    huge = record("gen").model_copy(
+        update={"services": {SVC: ServiceStatus.model_construct(generation=2**64)}}
+    )
     with pytest.raises(InvalidInput, match=r"compare-and-set of 'gen'.*OverflowError"):
-        mongo.compare_and_set(record("gen", generation=2**64), v, [])
+        mongo.compare_and_set(huge, v, [])
     assert mongo.read("gen").version == v
     assert mongo.compare_and_set(record("gen", generation=1), v, []).version == v + 1
 
