@@ -11,36 +11,16 @@ or a MongoDB-wire server from PyPI), started on 127.0.0.1 and stopped by PID.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from support.fulldisk import small_disk  # noqa: F401  (a fixture: a tmpfs to fill up)
-from support.kits import Kit, memory_kit, sqlite_kit
-
-KIT_FACTORIES: dict[str, Callable[[pytest.FixtureRequest, Path], Kit]] = {
-    "memory": lambda request, tmp: memory_kit(tmp),
-    "sqlite": lambda request, tmp: sqlite_kit(tmp),
-}
-
-try:  # the ZooKeeper backend's kit (tests/support/kits_zk.py)
-    from support.kits_zk import zk_kit, zk_server  # noqa: F401  (zk_server is a fixture)
-
-    KIT_FACTORIES["zk"] = lambda request, tmp: zk_kit(request.getfixturevalue("zk_server"))
-except ImportError as exc:  # pragma: no cover - only while the backend is being written
-    if "kits_zk" not in str(exc):
-        raise
-
-try:  # the MongoDB backend's kit (tests/support/kits_mongo.py)
-    from support.kits_mongo import mongo_kit, mongo_server  # noqa: F401  (mongo_server is a fixture)
-
-    KIT_FACTORIES["mongo"] = lambda request, tmp: mongo_kit(request.getfixturevalue("mongo_server"))
-except ImportError as exc:  # pragma: no cover
-    if "kits_mongo" not in str(exc):
-        raise
-
-DURABLE = [name for name in KIT_FACTORIES if name != "memory"]
+from support.kit_table import DURABLE, KIT_FACTORIES
+from support.kits import Kit
+from support.kits_mongo import mongo_server  # noqa: F401  (a fixture)
+from support.kits_zk import zk_server  # noqa: F401  (a fixture)
 
 
 def _make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kit]:

@@ -25,25 +25,17 @@ from locstatus.api.watch import WatchHub
 from locstatus.api.workers import hub_of
 from locstatus.client import Client
 
-from support.kits import Kit, sqlite_kit
-from support.kits_zk import wait_until, zk_kit
+from support.kit_table import KIT_FACTORIES
+from support.kits_zk import wait_until
 from support.sse import SseReader
 
 LOCATIONS = ["eu-west-1", "us-east-1"]
 JSON = {"Content-Type": "application/json"}
 
 
-def _kit(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Kit:
-    """The kits named here, not conftest's table: ``from conftest import`` may name
-    tests/reliability's conftest when the whole suite is collected."""
-    if kind == "sqlite":
-        return sqlite_kit(tmp_path)
-    return zk_kit(request.getfixturevalue("zk_server"))
-
-
 @pytest.fixture(params=["sqlite", "zk"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    kit = _kit(request.param, request, tmp_path)
+    kit = KIT_FACTORIES[request.param](request, tmp_path)
     try:
         yield kit.url
     finally:
@@ -353,7 +345,7 @@ def test_a_corrupt_record_reaches_the_worker_as_a_corrupt_event_not_silence(
     """docs/http.md "Workers over HTTP": a record that cannot be read is a ``corrupt`` event
     (and a ``corrupt`` member of a snapshot); the good record read after it is published even
     when it equals the last good one, so the worker clears the error it reports."""
-    kit = _kit(kind, request, tmp_path)
+    kit = KIT_FACTORIES[kind](request, tmp_path)
     mgr = connect(kit.url)
     try:
         mgr.sync_locations(LOCATIONS)
