@@ -536,6 +536,7 @@ def test_the_ttl_index_removes_a_dead_worker_document_after_its_grace(
         b.put_worker(WorkerInfo(worker_id="w-live", services=("replication",),
                                 lease_expires_at=now + timedelta(minutes=10)))
         b.put_worker(WorkerInfo(worker_id="w-session", services=("replication",)))
+        b.create(record("loc", State.PAUSED, 1), [])
         b.ack("w-dead", "loc", "replication", 1)
         assert "w-dead" in [w.worker_id for w in b.workers()]
 
