@@ -441,6 +441,41 @@ def test_a_worker_whose_lease_expired_stops_blocking(mgr: Manager, clock: FakeCl
     assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
 
 
+def test_a_standing_registration_whose_holder_is_away_keeps_a_pause_pausing_until_retired(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    """docs/agent.md "Standing registrations": its holder gone (backend closed, lease run
+    out), it still counts; the wait names it as away, since when; retiring it settles."""
+    holder = kit.open()
+    lease = clock.now + timedelta(seconds=10)
+    holder.put_worker(WorkerInfo(worker_id="bb.zenko", services=("replication",),
+                                 lease_expires_at=None if holder.session_leases else lease,
+                                 host="bridge-host", pid=42, standing=True))
+    holder.close()
+    clock.advance(seconds=11)
+    _until(lambda: [w.worker_id for w in mgr.workers()] == ["bb.zenko"])
+    assert mgr.pause("us-east-1", "replication").services["replication"].state is State.PAUSING
+    assert mgr.lagging("us-east-1", "replication") == ["bb.zenko"]
+    with pytest.raises(SettleTimeout) as info:
+        mgr.pause("us-east-1", "replication", wait=0.2)
+    since = "(no session holds it)" if mgr.backend.session_leases else "since 2026-03-01T09:00:10Z"
+    assert f"bb.zenko (standing registration, holder away {since}: its holder (host " \
+           "bridge-host, pid 42) is not running; start it again, or retire it: locstatus " \
+           "workers retire bb.zenko)" in str(info.value), str(info.value)
+    assert info.value.lagging == ["bb.zenko"]
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSING
+    [view] = mgr.worker_statuses().workers
+    assert view.standing and view.away and view.live
+    retired = mgr.retire_worker("bb.zenko", actor="ops")
+    assert retired.worker_id == "bb.zenko" and retired.standing
+    assert mgr.workers() == []
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
+    with pytest.raises(NotFound, match=r"no worker 'bb\.zenko' is registered"):
+        mgr.retire_worker("bb.zenko")
+    with pytest.raises(InvalidInput, match="invalid worker id"):
+        mgr.retire_worker("a/b")
+
+
 def test_a_worker_for_other_locations_does_not_block(mgr: Manager, clock: FakeClock) -> None:
     mgr.backend.put_worker(
         WorkerInfo(
