@@ -862,3 +862,34 @@ def test_adding_a_location_purged_meanwhile_creates_it(kit: Kit, clock: FakeCloc
     report = Manager(_PurgedAfterCreateRefused(kit.open()), clock=clock).sync_locations(
         ["synced-meanwhile"], remove_missing=False)
     assert report.added == ["synced-meanwhile"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    standing=st.booleans(),
+    away=st.booleans(),
+    lease=st.one_of(st.none(), st.integers(min_value=-100, max_value=100)),
+    acked=st.integers(min_value=-1, max_value=3),
+)
+def test_a_standing_registration_is_always_live_and_an_ordinary_one_judged_by_its_lease(
+    standing: bool, away: bool, lease: int | None, acked: int
+) -> None:
+    """The settle rule with standing registrations (docs/agent.md "Standing registrations"):
+    standing counts whatever its lease or session; an ordinary registration exactly as before
+    (alive while its deadline has not passed); away is only ever a standing one's."""
+    from locstatus.clock import CallerClock
+    from locstatus.manager import away_note, holder_away, lagging_workers, worker_live
+
+    now = START
+    ts = CallerClock(lambda: now)
+    w = WorkerInfo.model_construct(
+        worker_id="w", services=("replication",), locations=None, host="h", pid=1,
+        lease_expires_at=None if lease is None else now + timedelta(seconds=lease),
+        errors={}, stuck={}, standing=standing, away=away and standing, corrupt=None,
+        started_at=None, clock_offset_seconds=None)
+    lease_holds = lease is None or lease > 0  # a deadline reached is past
+    assert worker_live(w, ts) is (standing or lease_holds)
+    assert holder_away(w, ts) is (standing and (away or not lease_holds))
+    assert (away_note(w, ts) is not None) is holder_away(w, ts)
+    lagging = lagging_workers("loc", "replication", 2, [w], {"w": {"replication": acked}}, ts)
+    assert lagging == (["w"] if acked < 2 and (standing or lease_holds) else [])
