@@ -463,9 +463,10 @@ class Agent:
         hangs holds the start up for about ``handler_deadline`` seconds, not for good.
         Idempotent while running.
 
-        Raises :class:`BackendUnavailable` (nothing is left registered) when the backend
-        cannot be reached. An unregistration an earlier :meth:`stop` left pending (backend
-        slow or down) lands first, so it can never remove this registration.
+        Raises :class:`BackendUnavailable` (nothing is left registered; a ``standing``
+        registration is left standing, away) when the backend cannot be reached. An
+        unregistration an earlier :meth:`stop` left pending (backend slow or down) lands
+        first, so it can never remove this registration.
         """
         if self._started:
             return self

@@ -1,5 +1,5 @@
-"""The bridge: each Backbeat processor is a locstatus worker whose lease the bridge holds
-(docs/backbeat.md, "2. The bridge").
+"""The bridge: each Backbeat processor is a locstatus worker, a standing registration the
+bridge holds (docs/backbeat.md, "2. The bridge").
 
 Why it is shaped so:
 
@@ -218,7 +218,7 @@ class Bridge:
 
     @property
     def workers(self) -> list[str]:
-        """The worker ids the bridge holds leases for."""
+        """The worker ids the bridge holds (standing registrations)."""
         ids = [p.agent.worker_id for p in self._processors.values()]
         return ids + ([self._lifecycle.worker_id] if self._lifecycle is not None else [])
 

@@ -41,6 +41,7 @@ from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
+    NotEmptyError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
@@ -195,6 +196,17 @@ class Workers:
         txn.delete("worker", path, stat.version)
         return refusal(client.get(txn.tx.commit_async()), txn.labels) is None
 
+    def _drop_standing_now(self, path: str) -> bool:
+        """Delete the standing registration at ``path`` whatever its version (retirement);
+        False when it was gone already."""
+        for _ in range(10):
+            stat = self.client.get(self.kazoo.exists_async(path))
+            if stat is None:
+                return False
+            if self._drop_standing(path, stat):
+                return True
+        raise BackendUnavailable(f"could not remove {path}: it kept changing")
+
     def restore(self) -> bool:
         """A new session: put back the worker registrations this backend wrote (not their
         acknowledgements, see the module docstring). False when that failed (logged; the
@@ -254,22 +266,13 @@ class Workers:
         pa, client = self.paths, self.client
 
         def remove() -> bool:
-            gone = False
-            for _ in range(10):
-                stat = client.get(self.kazoo.exists_async(path))
-                if stat is None:
-                    break
-                if stat.ephemeralOwner == 0:  # standing: its holder child goes with it
-                    if self._drop_standing(path, stat):
-                        gone = True
-                        break
-                    continue
-                try:
-                    client.get(self.kazoo.delete_async(path))
-                    gone = True
-                except NoNodeError:
-                    pass
-                break
+            try:
+                client.get(self.kazoo.delete_async(path))
+                gone = True
+            except NoNodeError:
+                gone = False
+            except NotEmptyError:  # a standing registration: its holder child goes with it
+                gone = self._drop_standing_now(path)
             locations = client.get(self.kazoo.get_children_async(pa.acks_root))
             client.bulk(  # one delete per location, those never acknowledged left out
                 [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
