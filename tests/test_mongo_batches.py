@@ -224,6 +224,36 @@ def test_an_item_whose_history_copy_lags_is_caught_up_and_sent_again(
     assert raw[database][COLLECTION].find_one({"_id": "lag"})["history_copied"] >= v + 4
 
 
+def test_a_fleet_whose_copies_lag_half_a_window_is_caught_up_together_and_written(
+    mongo_server: MongoHandle, opened: Callable[[str], MongoBackend], commands: Commands,
+    raw: MongoClient[dict[str, Any]],
+) -> None:
+    """With ``recent_history=10`` a batch admits a write while the copy is at most 5 versions
+    behind after it (a new record's copy is 1 behind: its watermark is the version before its
+    first): the fifth batch is refused everywhere, the copies (whole) are caught up
+    by one count and one bulk of the watermark, not a catch-up per location, and written."""
+    database = fresh_database()
+    b = opened(kit_url(mongo_server, database, recent_history="10"))
+    versions = created(b, [f"lag-{i:02d}" for i in range(30)])
+    first = dict(versions)
+    for k in range(4):
+        results = b.compare_and_set_many(pause_items(versions, f"op-{k}"))
+        versions = {r.location: r.version for r in results if isinstance(r, LocationStatus)}
+        assert len(versions) == 30
+    commands.database = database
+    results = b.compare_and_set_many(pause_items(versions, "op-5"))
+    sent = commands.names()
+    assert all(isinstance(r, LocationStatus) for r in results), results
+    assert sent.count(("update", COLLECTION)) == 3  # refused, the watermark, written
+    assert sent.count(("aggregate", f"{COLLECTION}_history")) == 1
+    assert sent.count(("find", f"{COLLECTION}_history")) == 0  # no catch-up one by one
+    assert_history_once(raw, database, b, versions, "op-5")
+    for n, v in first.items():
+        doc = raw[database][COLLECTION].find_one({"_id": n})
+        assert doc["history_copied"] == v + 4 and doc["version"] == v + 5
+        assert not b.history_gaps(n)
+
+
 # -- lost answers --------------------------------------------------------------------------------
 
 

@@ -19,9 +19,11 @@ landed writes into the history collection. Each item stays its own single-docume
   and is authoritative; the copy to ``<collection>_history`` follows, best effort, one
   ``insert_many`` per batch. The filter lets a write in only when the copy is at most
   ``recent_history // 2`` versions behind (a bulk write returns no ``history_copied`` to
-  decide a catch-up after it, as the single write does): a refused item is caught up
-  (:meth:`HistoryCopy.catch_up`) and sent again; one that cannot catch up goes alone through
-  the single write, which decides as it always does.
+  decide a catch-up after it, as the single write does): the refused items are caught up
+  together (:meth:`HistoryCopy.catch_up_many`: one count of the collection's writes, one bulk
+  ``$max`` of the watermark; :meth:`HistoryCopy.catch_up` for a record whose copy lacks a
+  write) and sent again; one that cannot catch up goes alone through the single write, which
+  decides as it always does.
 - **Errors are per item.** A write error names its index and fails that item only; a lost
   connection, a write-concern error or a timeout leaves every unconfirmed item to be read back;
   a read back that fails leaves them :class:`AmbiguousCommit` (the manager looks for their
@@ -201,7 +203,8 @@ class Batches:
                 docs = {
                     d["_id"]: d for d in self.store.records.find(
                         {"_id": {"$in": [c.location for c in pending]}},
-                        {"version": 1, "recent_history": {"$slice": -1}},
+                        {"version": 1, "born": 1, "history_copied": 1,
+                         "recent_history": {"$slice": -1}},
                         max_time_ms=self.store.mt,
                     )
                 }
@@ -223,17 +226,31 @@ class Batches:
                 landed.append(cas)
             else:
                 out[cas.index] = verdict
-        if unknown is None:
-            caught: list[_Cas] = []
-            for cas in again:
+        if unknown is None and again:
+            again = self._catch_up(again, docs, out)
+        return again
+
+    def _catch_up(self, refused: list[_Cas], docs: Mapping[str, Doc],
+                  out: list[CasResult | None]) -> list[_Cas]:
+        """The filter refused ``refused`` (still at their version): their history copies lag.
+        Catch them up (together where the collection is whole, else one by one) and return
+        those to send again; one that cannot catch up goes alone through the single write,
+        which writes while its wider bound allows."""
+        try:
+            alone = set(self.history.catch_up_many([docs[c.location] for c in refused]))
+        except LocstatusError as exc:
+            log.warning("history of a batch not caught up together: %s", exc)
+            alone = {c.location for c in refused}
+        again: list[_Cas] = []
+        for cas in refused:
+            if cas.location in alone:
                 try:
                     self.history.catch_up(cas.location)
-                except LocstatusError as exc:  # the single write decides: it may still fit
+                except LocstatusError as exc:
                     log.warning("history of %s not caught up in a batch: %s", cas.location, exc)
                     out[cas.index] = self._alone(cas.item)
-                else:
-                    caught.append(cas)
-            again = caught
+                    continue
+            again.append(cas)
         return again
 
     def _verdict(self, cas: _Cas, doc: Doc | None) -> CasResult | None:
