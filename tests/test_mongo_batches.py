@@ -24,7 +24,7 @@ from pymongo.errors import OperationFailure
 from locstatus.backends import open_backend
 from locstatus.backends.base import CasItem, CasResult
 from locstatus.backends.mongo import MongoBackend
-from locstatus.errors import AlreadyExists, BackendUnavailable, VersionConflict
+from locstatus.errors import AlreadyExists, BackendUnavailable, InvalidInput, VersionConflict
 from locstatus.manager import Manager, Operation
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State
 
@@ -199,6 +199,62 @@ def test_a_write_error_of_one_item_fails_only_that_item(
     del versions["w-2"]
     assert all(isinstance(results[n], LocationStatus) for n in versions)
     assert_history_once(raw, database, b, versions, "op-w")
+
+
+def test_a_document_too_large_for_mongodb_fails_only_its_own_item(
+    mongo_server: MongoHandle, opened: Callable[[str], MongoBackend],
+    raw: MongoClient[dict[str, Any]],
+) -> None:
+    """The driver refuses a batch holding a document over 16 MB before sending that part:
+    the other items are read back and written, the large one is InvalidInput, not stored."""
+    database = fresh_database()
+    b = opened(kit_url(mongo_server, database))
+    big = HistoryEntry(op_id="op-big", at=T0, location="big", service="replication",
+                       event="pause", reason="r" * 17_000_000)
+    names = ["c-1", "big", "c-2"]
+    results = b.create_many([(record(n), [big if n == "big" else entry(n, "op-c", "create")])
+                             for n in names])
+    assert isinstance(results[1], InvalidInput) and "16 MB" in str(results[1])
+    assert raw[database][COLLECTION].find_one({"_id": "big"}) is None
+    versions = {n: r.version for n, r in zip(names, results, strict=True)
+                if isinstance(r, LocationStatus)}
+    assert sorted(versions) == ["c-1", "c-2"]
+    b.create(record("big"), [])
+    versions_all = {**versions, "big": b.read("big").version}
+    items = [CasItem(record(n, State.PAUSING, 1), v, [big if n == "big" else entry(n, "op-p")])
+             for n, v in versions_all.items()]
+    got = dict(zip(versions_all, b.compare_and_set_many(items), strict=True))
+    assert isinstance(got["big"], InvalidInput) and b.read("big").version == versions_all["big"]
+    assert_history_once(raw, database, b, versions, "op-p")
+
+
+def test_a_document_bson_cannot_encode_fails_only_its_own_item(
+    mongo_server: MongoHandle, opened: Callable[[str], MongoBackend],
+    raw: MongoClient[dict[str, Any]],
+) -> None:
+    """An integer beyond BSON's 8 bytes (a record built past the models' bounds) makes the
+    driver refuse the whole batch while encoding it: what may have been sent is read back,
+    the rest goes alone, and only that item is InvalidInput."""
+    database = fresh_database()
+    b = opened(kit_url(mongo_server, database))
+    huge = record("huge").model_copy(update={
+        "services": {"replication": ServiceStatus.model_construct(generation=2**64)}
+    })
+    names = ["h-1", "huge", "h-2"]
+    results = b.create_many([(huge if n == "huge" else record(n), [entry(n, "op-h", "create")])
+                             for n in names])
+    assert isinstance(results[1], InvalidInput), results[1]
+    assert raw[database][COLLECTION].find_one({"_id": "huge"}) is None
+    versions = {n: r.version for n, r in zip(names, results, strict=True)
+                if isinstance(r, LocationStatus)}
+    assert sorted(versions) == ["h-1", "h-2"]
+    versions["huge"] = b.create(record("huge"), []).version
+    items = [CasItem(huge if n == "huge" else record(n, State.PAUSING, 1), v, [entry(n, "op-q")])
+             for n, v in versions.items()]
+    got = dict(zip(versions, b.compare_and_set_many(items), strict=True))
+    assert isinstance(got["huge"], InvalidInput) and b.read("huge").version == versions["huge"]
+    del versions["huge"]
+    assert_history_once(raw, database, b, versions, "op-q")
 
 
 def test_an_item_whose_history_copy_lags_is_caught_up_and_sent_again(

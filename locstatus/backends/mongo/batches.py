@@ -162,10 +162,11 @@ class Batches:
                     details = exc.details
         except AmbiguousCommit as exc:  # the answer was lost: nothing is known
             return self._read_back(pending, out, landed, exc)
-        except InvalidInput:
+        except InvalidInput as exc:
             # the driver refused to encode an update (too large...); earlier commands of the
             # batch may have been sent: find what landed, the rest goes alone
-            for cas in self._read_back(pending, out, landed, None):
+            partly = AmbiguousCommit(f"{what}: sent in part ({exc})")
+            for cas in self._read_back(pending, out, landed, partly):
                 out[cas.index] = self._alone(cas.item)
             return []
         except LocstatusError as exc:  # nothing was sent
@@ -355,17 +356,14 @@ class Batches:
             for i in created
         ])
         for i in alone:
-            record, history = items[i]
-            try:
-                out[i] = self.records.create(record, history)
-            except LocstatusError as exc:
-                out[i] = exc
+            out[i] = self._create_alone(items[i])
 
     def _insert_records(self, items: Sequence[CreateItem], first: list[int], docs: list[Doc],
                         version: int, out: list[CasResult | None]) -> list[int]:
         """Insert the records of ``first``; returns the indices created."""
         what = f"create of a batch of {len(docs)} locations"
         unknown: LocstatusError | None = None
+        partly: LocstatusError | None = None
         failed: dict[int, Mapping[str, Any]] = {}
         try:
             with self.store.io(what, write=True):
@@ -377,6 +375,10 @@ class Batches:
                         unknown = AmbiguousCommit(f"outcome of {what} unknown (write concern)")
         except AmbiguousCommit as exc:
             unknown = exc
+        except InvalidInput as exc:
+            # the driver refused to encode a record: the others may have been sent in part;
+            # those not stored go alone (the one refused gets its own InvalidInput there)
+            unknown = partly = AmbiguousCommit(f"{what}: sent in part ({exc})")
         except LocstatusError as exc:  # nothing sent (or refused whole)
             for i in first:
                 out[i] = exc
@@ -397,7 +399,17 @@ class Batches:
                 created.append(i)
         if check:
             created += self._created_after_all(items, check, version, out, unknown)
+        if partly is not None:
+            for i in check:
+                if isinstance(out[i], BackendUnavailable):  # not stored: alone
+                    out[i] = self._create_alone(items[i])
         return created
+
+    def _create_alone(self, item: CreateItem) -> CasResult:
+        try:
+            return self.records.create(*item)
+        except LocstatusError as exc:
+            return exc
 
     def _created_after_all(
         self, items: Sequence[CreateItem], check: list[int], version: int,
