@@ -24,6 +24,7 @@ from pymongo.errors import OperationFailure
 from locstatus.backends import open_backend
 from locstatus.backends.base import CasItem, CasResult
 from locstatus.backends.mongo import MongoBackend
+from locstatus.backends.mongo.batches import READ_BACK_ATTEMPTS
 from locstatus.errors import AlreadyExists, BackendUnavailable, InvalidInput, VersionConflict
 from locstatus.manager import Manager, Operation
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State
@@ -360,6 +361,62 @@ def test_a_bulk_pause_through_a_cut_connection_reports_every_location_changed_on
             assert ops.count("op-pause-all") == 2, (n, ops)  # the pause and its settle, once
             assert not mgr.backend.history_gaps(n)
             assert history.count_documents({"location": n, "entries.op_id": "op-pause-all"}) == 2
+    finally:
+        relay.close()
+
+
+def test_a_batch_whose_read_back_is_cut_too_leaves_each_write_to_its_op_id(
+    mongo_server: MongoHandle, opened: Callable[[str], MongoBackend],
+    raw: MongoClient[dict[str, Any]],
+) -> None:
+    """The bulk's answers are lost and so is every read back of its records: each item is
+    AmbiguousCommit, and the manager resolves each by the op_id at the version it would have
+    written (docs/design.md §3.2), applying none twice. The landed writes' copies to the
+    history collection are then restorable (embedded, as after a writer that died between its
+    two writes) and restored once."""
+    relay = MongoRelay("127.0.0.1", mongo_server.port)
+    try:
+        database = fresh_database()
+        via = kit_url(mongo_server, database, directConnection="true")
+        mgr = Manager(opened(via.replace(f":{mongo_server.port}/", f":{relay.port}/", 1)))
+        names = [f"dark-{i:02d}" for i in range(20)]
+        mgr.sync_locations(names)
+        relay.cut_next("update", COLLECTION, "after", times=2)
+        reads = 2 * READ_BACK_ATTEMPTS  # every read back, and the driver's retry of each
+        relay.cut_next("find", COLLECTION, "before", times=reads)
+        report = mgr.bulk(Operation.pause("replication"), op_id="op-dark")
+        assert relay.cut == ["after"] * 2 + ["before"] * reads
+        assert mgr.stats["ambiguous"] == len(names)
+        assert report.ok and all(i.changed == ("replication",) for i in report.items)
+        history = raw[database][f"{COLLECTION}_history"]
+        for n in names:
+            assert [e.op_id for e in mgr.history(n, limit=100)].count("op-dark") == 2, n
+            gaps = mgr.backend.history_gaps(n)
+            assert gaps.lost == () and len(gaps.restorable) == 1, gaps  # the pause
+            mgr.backend.restore_history(n)
+            assert not mgr.backend.history_gaps(n)
+        assert history.count_documents({"entries.op_id": "op-dark"}) == 2 * len(names)
+    finally:
+        relay.close()
+
+
+def test_a_batch_whose_first_read_back_is_cut_resolves_it_in_the_backend(
+    mongo_server: MongoHandle, opened: Callable[[str], MongoBackend],
+    raw: MongoClient[dict[str, Any]],
+) -> None:
+    relay = MongoRelay("127.0.0.1", mongo_server.port)
+    try:
+        database = fresh_database()
+        direct = opened(kit_url(mongo_server, database))
+        versions = created(direct, [f"dim-{i:02d}" for i in range(20)])
+        via = kit_url(mongo_server, database, directConnection="true")
+        b = opened(via.replace(f":{mongo_server.port}/", f":{relay.port}/", 1))
+        relay.cut_next("update", COLLECTION, "after", times=2)
+        relay.cut_next("find", COLLECTION, "before", times=2)
+        results = b.compare_and_set_many(pause_items(versions, "op-dim"))
+        assert relay.cut == ["after", "after", "before", "before"]
+        assert all(isinstance(r, LocationStatus) for r in results), results
+        assert_history_once(raw, database, direct, versions, "op-dim")
     finally:
         relay.close()
 

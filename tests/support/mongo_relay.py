@@ -46,7 +46,7 @@ class MongoRelay:
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
-        self._trap: _Trap | None = None
+        self._traps: list[_Trap] = []
         self.cut: list[CutMode] = []
         """The mode of every command cut so far."""
         self._closed = False
@@ -54,9 +54,9 @@ class MongoRelay:
 
     def cut_next(self, command: str, collection: str, mode: CutMode, *, times: int = 1) -> None:
         """Cut the next ``times`` requests of ``command`` on ``collection`` (see the module
-        docstring)."""
+        docstring). Traps queue: a second call's applies once the first one's cuts are done."""
         with self._lock:
-            self._trap = _Trap(command, collection, mode, times)
+            self._traps.append(_Trap(command, collection, mode, times))
 
     def close(self) -> None:
         self._closed = True
@@ -127,7 +127,7 @@ class MongoRelay:
 
     def _trapped(self, message: bytes) -> CutMode | None:
         with self._lock:
-            trap = self._trap
+            trap = self._traps[0] if self._traps else None
             if trap is None or struct.unpack_from("<i", message, 12)[0] != _OP_MSG:
                 return None
             # header (16 bytes), flagBits (4), then section kind 0 (1 byte) + the command
@@ -140,7 +140,7 @@ class MongoRelay:
                 return None
             trap.times -= 1
             if trap.times <= 0:
-                self._trap = None
+                self._traps.pop(0)
             self.cut.append(trap.mode)
             return trap.mode
 

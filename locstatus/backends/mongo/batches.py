@@ -25,9 +25,12 @@ landed writes into the history collection. Each item stays its own single-docume
   write) and sent again; one that cannot catch up goes alone through the single write, which
   decides as it always does.
 - **Errors are per item.** A write error names its index and fails that item only; a lost
-  connection, a write-concern error or a timeout leaves every unconfirmed item to be read back;
-  a read back that fails leaves them :class:`AmbiguousCommit` (the manager looks for their
-  op_id). An item without history entries carries no op_id to find it by: it goes alone.
+  connection, a write-concern error or a timeout leaves every unconfirmed item to be read back
+  (a read, tried again while the connection comes back); a read back that still fails leaves
+  them :class:`AmbiguousCommit`: the manager looks for their op_id, and a landed one's copy to
+  the history collection is then left to the next catch-up (it stays embedded until then, as
+  after a writer that died between its two writes). An item without history entries carries
+  no op_id to find it by: it goes alone.
 - **Creates** insert the creation counters (``{_id, n: 1}``), the records and their history with
   unordered ``insert_many``: a duplicate key is that one location's answer. A location that
   had a counter already (an earlier life) goes through the single ``create``.
@@ -43,6 +46,7 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
+from locstatus import monotonic
 from locstatus.backends import codec
 from locstatus.backends.base import CasItem, CasResult, CreateItem, distinct_locations
 from locstatus.backends.mongo.history import HistoryCopy, write_doc, writes_of
@@ -67,6 +71,9 @@ CHUNK = 1000
 ROUNDS = 3
 """Bulk rounds per chunk: items found still at their version (a lost answer, a copy caught
 up) are sent again at most this many times in all, then go alone."""
+READ_BACK_ATTEMPTS = 3
+READ_BACK_PAUSE = 0.2
+"""Seconds between two reads back of a batch whose answer was lost."""
 _DUPLICATE_KEY = 11000
 _TOO_LARGE = {10334, 17419, 17420}
 
@@ -200,15 +207,7 @@ class Batches:
         if not pending:
             return []
         try:
-            with self.store.io(f"read back of a batch of {len(pending)} locations"):
-                docs = {
-                    d["_id"]: d for d in self.store.records.find(
-                        {"_id": {"$in": [c.location for c in pending]}},
-                        {"version": 1, "born": 1, "history_copied": 1,
-                         "recent_history": {"$slice": -1}},
-                        max_time_ms=self.store.mt,
-                    )
-                }
+            docs = self._records_of([c.location for c in pending])
         except LocstatusError as exc:
             for cas in pending:
                 out[cas.index] = _unresolved(cas, unknown or exc)
@@ -230,6 +229,28 @@ class Batches:
         if unknown is None and again:
             again = self._catch_up(again, docs, out)
         return again
+
+    def _records_of(self, locations: list[str]) -> dict[str, Doc]:
+        """The records as the read back needs them, by location. A read is safe to repeat:
+        after a lost answer the connection is often still coming back, so up to
+        :data:`READ_BACK_ATTEMPTS` reads (pymongo retries each once), :data:`READ_BACK_PAUSE`
+        seconds apart, before the items are left to the caller as :class:`AmbiguousCommit`."""
+        for attempt in range(READ_BACK_ATTEMPTS):
+            try:
+                with self.store.io(f"read back of a batch of {len(locations)} locations"):
+                    return {
+                        d["_id"]: d for d in self.store.records.find(
+                            {"_id": {"$in": locations}},
+                            {"version": 1, "born": 1, "history_copied": 1,
+                             "recent_history": {"$slice": -1}},
+                            max_time_ms=self.store.mt,
+                        )
+                    }
+            except LocstatusError:
+                if attempt + 1 == READ_BACK_ATTEMPTS:
+                    raise
+                monotonic.sleep(READ_BACK_PAUSE)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _catch_up(self, refused: list[_Cas], docs: Mapping[str, Doc],
                   out: list[CasResult | None]) -> list[_Cas]:
