@@ -61,6 +61,8 @@ class MongoRelay:
     def close(self) -> None:
         self._closed = True
         with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() thread
+        with contextlib.suppress(OSError):
             self._listener.close()
         with self._lock:
             socks, self._socks = self._socks, []
