@@ -11,7 +11,9 @@ times, on two stores of N locations each (one for locstatus, one for the baselin
   it, set the service's state, serialise it, and write every row with a versioned ``UPDATE``
   plus one history row each, batched the backend's fastest way (SQLite: ``executemany`` in one
   ``BEGIN IMMEDIATE`` transaction; ZooKeeper: kazoo multi-ops of several locations, sent
-  asynchronously; see :data:`RAW`);
+  asynchronously; MongoDB: one unordered ``bulk_write`` of the same version-guarded updates
+  per 1000 locations plus the ``insert_many`` of their history, same client options; see
+  :data:`RAW`);
 - ``resume``: the same back;
 - ``sync``: ``Manager.sync_locations`` of N new locations into an empty store against the raw
   creates of the same rows (SQLite: ``executemany`` of the records, their history rows and
@@ -21,9 +23,10 @@ The ratio is raw time / locstatus time (1.0: as fast as the raw write; target >=
 Absolute targets (issue 21): pause all 100 000 on SQLite <= 3 s, on ZooKeeper <= 20 s; sync
 100 000 on SQLite <= 10 s.
 
-Run: ``python bench/bulk.py [--backend sqlite|zk] [--locations 10000] [--rounds 5]
-[--only pause,resume,sync] [--json out.json]``; ZooKeeper starts a local server
-(tests/support/servers.py) unless ``--url`` names one.
+Run: ``python bench/bulk.py [--backend sqlite|zk|mongo] [--locations 10000] [--rounds 5]
+[--only pause,resume,sync] [--json out.json]``; ZooKeeper and MongoDB start a local server
+(tests/support/servers.py: SecantusDB, or ``$LOCSTATUS_TEST_MONGO_URI``) unless ``--url`` names
+one (MongoDB: a ``mongodb://`` server URL; each store is a fresh database on it, dropped after).
 """
 
 from __future__ import annotations
@@ -158,6 +161,9 @@ class Stores:
         if self.backend == "sqlite":
             return f"sqlite:///{self.tmp}/store-{self.count}.db"
         assert self.base is not None
+        if self.backend == "mongo":
+            sep = "&" if "?" in self.base else "?"
+            return f"{self.base}{sep}database=bench_bulk_{uuid.uuid4().hex[:8]}"
         return f"{self.base.rstrip('/')}-{uuid.uuid4().hex[:8]}"
 
 
@@ -224,6 +230,7 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
         ))
     raw.close()
     mgr.backend.close()
+    _drop(backend, ls_url, raw_url)
     summary: dict[str, Any] = {"backend": backend, "locations": n, "rounds": rounds,
                                "load_average": os.getloadavg()[0]}
     for k, v in results.items():
@@ -244,6 +251,15 @@ def _checked(report: Any, n: int) -> None:
 
 
 def _drop(backend: str, *urls: str) -> None:
+    if backend == "mongo":
+        from pymongo import MongoClient
+
+        from locstatus.backends.mongo import parse_mongo_url
+
+        for url in urls:
+            s = parse_mongo_url(url)
+            with MongoClient(s.client_url, **s.client_options) as client:
+                client.drop_database(s.database)
     if backend == "sqlite":
         for url in urls:
             for suffix in ("", "-wal", "-shm", "-clock"):
@@ -260,6 +276,13 @@ def server(backend: str, url: str | None, tmp: str) -> Iterator[str | None]:
         return
     from support import servers
 
+    if backend == "mongo":
+        mongo = servers.start_mongo(tmp)
+        try:
+            yield mongo.uri
+        finally:
+            mongo.close()
+        return
     zk = servers.start_zookeeper(tmp)
     try:
         yield f"zk://{zk.hosts}/bench-bulk"
@@ -269,7 +292,7 @@ def server(backend: str, url: str | None, tmp: str) -> Iterator[str | None]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", default="sqlite", choices=["sqlite", "zk"])
+    ap.add_argument("--backend", default="sqlite", choices=["sqlite", "zk", "mongo"])
     ap.add_argument("--url", help="a server's base URL (ZooKeeper: zk://host:port/prefix)")
     ap.add_argument("--locations", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5)
@@ -278,6 +301,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.backend == "zk":
         import raw_bulk_zk  # noqa: F401  (registers RAW["zk"])
+    if args.backend == "mongo":
+        import raw_bulk_mongo  # noqa: F401  (registers RAW["mongo"])
     only = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="locstatus-bulk-") as tmp, \
             server(args.backend, args.url, tmp) as base:
