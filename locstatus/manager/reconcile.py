@@ -144,16 +144,17 @@ def settle_unwatched_many(
     Returns location -> the record this settle wrote, for each record of ``stored`` that it
     settled (:func:`settle_unwatched` returns that one; for the others, the record given)."""
     out: dict[str, LocationStatus] = {}
-    by_location = {rec.location: rec for rec in stored}
-    mine = {
-        rec.location: [
-            s for s, st in sorted(rec.services.items())
-            if st.op_id == op_id and st.state.transitional
+    by_location: dict[str, LocationStatus] = {}
+    mine: dict[str, list[str]] = {}
+    for rec in stored:  # one pass, no sort for the usual one service
+        if rec.deleted_at is not None:
+            continue
+        svcs = [
+            s for s, st in rec.services.items() if st.op_id == op_id and st.state.transitional
         ]
-        for rec in by_location.values()
-        if not rec.deleted
-    }
-    mine = {loc: svcs for loc, svcs in mine.items() if svcs}
+        if svcs:
+            by_location[rec.location] = rec
+            mine[rec.location] = sorted(svcs) if len(svcs) > 1 else svcs
     if not mine:
         return out
     try:
