@@ -194,6 +194,8 @@ def _compile() -> dict[tuple[str, State], tuple[_Row, ...]]:
 
 
 _RULES = _compile()
+_REFUSED = frozenset((name, State(st)) for name, sts in table.REFUSED.items() for st in sts)
+"""The refused ``(event, state)`` pairs of the table (:data:`locstatus.fsm.table.REFUSED`)."""
 
 
 def transition(
@@ -222,13 +224,16 @@ def transition(
     if event.name not in table.EVENTS:
         raise InvalidInput(f"unknown event {event.name!r}")
     state = status.state
-    if state.value in table.REFUSED.get(event.name, ()):
+    if (event.name, state) in _REFUSED:
         raise InvalidTransition(
             f"cannot {event.name.replace('_', ' ')} {service} at {location}: it is {state.value}"
         )
     ctx = _Ctx(status, event, now)
     for row in _RULES.get((event.name, state), ()):
-        if all(cond(ctx) for cond in row.conditions):
+        for cond in row.conditions:
+            if not cond(ctx):
+                break
+        else:  # every condition holds (no generator per row: one call per location in bulk)
             for effect in row.effects:
                 effect(ctx)
             fields = ctx.fields
