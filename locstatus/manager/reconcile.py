@@ -168,9 +168,16 @@ def settle_unwatched_many(
         return out
     requests: list[WriteRequest] = []
     wanted: dict[str, dict[str, int]] = {}
+    # a service some live worker applies at every location is watched wherever it is: asked
+    # once for the batch, not per location (the usual fleet: every location watched)
+    everywhere = {
+        s for w in live if w.locations is None and w.corrupt is None for s in w.services
+    }
+    filtered = [w for w in live if w.locations is not None or w.corrupt is not None]
     for location, svcs in mine.items():
         rec = by_location[location]
-        unwatched = _unwatched(rec, svcs, live)
+        left = [s for s in svcs if s not in everywhere]
+        unwatched = _unwatched(rec, left, filtered) if left else {}
         if unwatched:
             wanted[location] = unwatched
             requests.append(
