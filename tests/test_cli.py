@@ -134,6 +134,32 @@ def test_sync_removes_missing_locations_unless_kept_and_dry_run_writes_nothing(
     assert result.exit_code == 1 and "dr-site-a" in result.stderr
 
 
+def test_a_large_sync_shows_a_summary_and_details_shows_every_location(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # a table of every location took rich minutes at 100 000 (docs/cli.md, "Importing
+    # locations"): above 50 locations the default is a summary, as for a bulk operation
+    listing = tmp_path / "fleet.txt"
+    listing.write_text("".join(f"site-{i:03d}\n" for i in range(200)))
+    out = cli.ok("locations", "sync", str(listing)).stdout
+    lines = out.splitlines()
+    assert lines[0] == "locations sync: 200 added"
+    assert lines[1] == "  added: " + ", ".join(f"site-{i:03d}" for i in range(10)) + " and 190 more"
+    assert lines[-1] == "(200 locations: --details shows one row per location)"
+    assert "site-150" not in out and len(lines) == 3
+    listing.write_text("".join(f"site-{i:03d}\n" for i in range(100, 205)))
+    plan = cli.ok("locations", "sync", str(listing), "--dry-run").stdout.splitlines()
+    assert plan[0] == ("locations sync (dry run: nothing written): 5 added, 100 removed, "
+                       "100 unchanged")
+    assert plan[1] == "  added: site-200, site-201, site-202, site-203, site-204"
+    assert plan[2].startswith("  removed: site-000, site-001,") and plan[2].endswith(" and 90 more")
+    table = cli.ok("locations", "sync", str(listing), "--details").stdout
+    for i in (0, 99, 100, 204):
+        assert f"site-{i:03d}" in table
+    assert table.count("removed") == 100 and table.count("added") == 5
+    assert table.count("unchanged") == 100
+
+
 def test_sync_dry_run_reports_exactly_what_the_sync_then_does(synced: Cli, tmp_path: Path) -> None:
     """One implementation (Manager.sync_locations(dry_run=True)): the plan of a list that
     adds, restores, adds services, keeps and removes is the report of the real sync."""

@@ -32,6 +32,7 @@ from locstatus.models import (
     ServiceStatus,
     UTCDateTime,
     WorkerInfo,
+    copy_with,
 )
 from locstatus.names import SERVICE_ALIASES
 
@@ -337,8 +338,9 @@ def _covered(pending: set[str], entries: list[HistoryEntry]) -> bool:
 
 
 def stamp(entries: Sequence[HistoryEntry], version: int) -> list[HistoryEntry]:
-    """Entries with ``version`` set to the version their write produced."""
-    return [e.model_copy(update={"version": version}) for e in entries]
+    """Entries with ``version`` set to the version their write produced (an entry planned
+    with it already is kept as it is)."""
+    return [e if e.version == version else copy_with(e, {"version": version}) for e in entries]
 
 
 MAX_REGISTRATION_BYTES = 1_000_000

@@ -68,7 +68,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
+from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo, copy_with, with_version
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS locations (
@@ -304,7 +304,7 @@ class SQLiteBackend(Backend):
                 )
             if history:
                 _insert_history(db, loc, version, history)
-        return record.model_copy(update={"version": version})
+        return with_version(record, version)
 
     batch_size = 1000
     """Locations per bulk write (:meth:`compare_and_set_many`, one transaction and one fsync):
@@ -659,7 +659,7 @@ def _create_in(
         "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)",
         (loc, version, codec.encode_record(record)),
     )
-    return record.model_copy(update={"version": version})
+    return copy_with(record, {"version": version})
 
 
 def _cas_one(
@@ -686,7 +686,7 @@ def _cas_one(
         (version, data, loc, item.expected_version),
     )
     if cur.rowcount == 1:
-        return item.record.model_copy(update={"version": version})
+        return with_version(item.record, version)
     if history is not None:  # ours: inserted just above, where none was
         db.execute("DELETE FROM history WHERE location = ? AND version = ?", (loc, version))
     refused = _stored_version(db, loc, item.expected_version)
