@@ -380,6 +380,29 @@ def test_the_bridge_command_refuses_what_it_cannot_bridge(tmp_path: Path) -> Non
     assert "needs Backbeat's MongoDB" in result.stderr
 
 
+def test_a_refused_bridge_command_leaves_the_process_signal_handlers_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """Run in-process (CliRunner), a bridge command refused after it set its SIGINT/SIGTERM
+    handlers once left them behind: every later Ctrl-C of the process only set the dead
+    command's event, so tests/test_bulk_interrupts.py's real SIGINTs raised nothing when they
+    ran after this file."""
+    import signal
+
+    from typer.testing import CliRunner
+
+    from locstatus.cli import app
+
+    url = f"sqlite:///{tmp_path}/ls.db"
+    connect(url).close()
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    env = {"LOCSTATUS_BACKEND": None, "LOCSTATUS_SERVICES": None}
+    result = CliRunner().invoke(app, ["--backend", url, "bridge", "backbeat"], env=env)
+    assert result.exit_code == 2 and "nothing to bridge" in result.stderr
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 # -- the bridge away: its processors' registrations stand (docs/backbeat.md, "2. The bridge") --
 
 LEASE = 3.0

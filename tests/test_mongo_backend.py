@@ -540,6 +540,7 @@ def test_the_ttl_index_removes_a_dead_worker_document_after_its_grace(
         # standing (docs/agent.md "Standing registrations"): outlives its lease, never swept
         b.put_worker(WorkerInfo(worker_id="w-standing", services=("replication",),
                                 lease_expires_at=now - timedelta(seconds=5), standing=True))
+        b.create(record("loc", State.PAUSED, 1), [])
         b.ack("w-dead", "loc", "replication", 1)
         assert "w-dead" in [w.worker_id for w in b.workers()]
 

@@ -51,6 +51,7 @@ from locstatus.backends.base import (
     HintCallback,
     ScanItem,
     Unsubscribe,
+    check_ack,
     distinct_locations,
     stale_ack,
 )
@@ -441,13 +442,14 @@ class SQLiteBackend(Backend):
         *,
         if_version: int | None = None,
     ) -> None:
-        with self._write() as db:
-            if if_version is not None:
-                row = db.execute(
-                    "SELECT version FROM locations WHERE location = ?", (location,)
-                ).fetchone()
-                if row is None or row[0] != if_version:
-                    raise stale_ack(location, if_version)
+        with self._write() as db:  # judged in the write's transaction (invariant 13)
+            row = db.execute(
+                "SELECT version, data FROM locations WHERE location = ?", (location,)
+            ).fetchone()
+            if if_version is not None and (row is None or row[0] != if_version):
+                raise stale_ack(location, if_version)
+            record = None if row is None else _decode_row(location, row[0], row[1])
+            check_ack(location, record, service, generation, if_version)
             db.execute(
                 "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
                 "VALUES (?, ?, ?, ?)",

@@ -148,8 +148,12 @@ class MongoBackend(Backend):
         *,
         if_version: int | None = None,
     ) -> None:
-        """See :meth:`Workers.ack`: stamped with the record's life."""
-        self._workers.ack(worker_id, location, service, generation, if_version=if_version)
+        """See :meth:`Workers.ack`: judged on the record read just before the write (invariant
+        13) and stamped with its life."""
+        self._workers.ack(
+            worker_id, location, service, generation, if_version=if_version,
+            decode=self._records.decode,
+        )
 
     def acks(self, location: str) -> AckMap:
         return self._workers.acks(location)

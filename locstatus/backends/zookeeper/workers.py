@@ -18,10 +18,12 @@ Why it is shaped so:
   the watcher), but not their acknowledgements: written back from here they would race the
   agent's own, so the ``resync`` of a new session says ``session_lost`` and agents acknowledge
   again, each against the record as it is then.
-- **An acknowledgement is one multi-op**: a check of the record (its existence, or with
-  ``if_version`` its whole version: incarnation and znode version), the write of the worker's
-  node under ``acks/<loc>`` at the version this backend last left it (no read in the usual
-  case), and a touch of ``acks/<loc>`` (the one node a watcher watches per location).
+- **An acknowledgement is one read and one multi-op**: the record is read and the generation
+  judged on it (contract invariant 13: never ahead of the record); the multi-op checks the
+  record's whole version (incarnation and znode version: it is still the record judged),
+  writes the worker's node under ``acks/<loc>`` at the version this backend last left it (no
+  read of it in the usual case) and touches ``acks/<loc>`` (the one node a watcher watches per
+  location). A record that changed in between fails the multi-op and is judged again.
 - **``workers()``** is served from a copy kept as fresh as the records
   (:mod:`~locstatus.backends.zookeeper.freshness`).
 """
@@ -47,7 +49,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, stale_ack
+from locstatus.backends.base import AckMap, check_ack, stale_ack
 from locstatus.backends.zookeeper.client import ZkClient
 from locstatus.backends.zookeeper.freshness import WorkersCopy
 from locstatus.backends.zookeeper.layout import (
@@ -59,11 +61,13 @@ from locstatus.backends.zookeeper.layout import (
 )
 from locstatus.backends.zookeeper.txn import Refusal, Transaction, refusal
 from locstatus.errors import AmbiguousCommit, BackendUnavailable, LocstatusError
-from locstatus.models import WorkerInfo
+from locstatus.models import LocationStatus, WorkerInfo
 
 log = logging.getLogger(__name__)
 
 Watch = Callable[[WatchedEvent], None]
+Decode = Callable[[str, bytes, ZnodeStat], LocationStatus]
+"""A record from its node's data and stat (:meth:`Records.decode`)."""
 
 HOLDER = "holder"
 """The ephemeral child of a standing registration's node held by its holder's session."""
@@ -368,39 +372,56 @@ class Workers:
 
     def ack(
         self, worker_id: str, location: str, service: str, generation: int,
-        *, if_version: int | None = None,
+        *, if_version: int | None = None, decode: Decode,
     ) -> None:
-        """Record an acknowledgement (ephemeral, held by this session). An ack for a location
-        that does not exist (purged meanwhile) is dropped: it could only confuse a record
-        created again under the same name. With ``if_version`` the multi-op checks the whole
-        version instead of the record's mere existence, as a compare-and-set does: the record's
-        znode version and its incarnation (a record created again and written as many times has
-        the same znode version). VersionConflict when either differs."""
+        """Record an acknowledgement (ephemeral, held by this session), judged against the
+        record as the multi-op finds it (contract invariant 13): the record is read, the
+        generation judged on it (:func:`check_ack`), and the multi-op checks that the record is
+        still that one, its znode version and its incarnation (a record created again and
+        written as many times has the same znode version), so a record that changed between
+        the read and the write fails the write, and the record is read and judged again. With
+        ``if_version`` a record at another version is a :class:`VersionConflict` at once.
+        ``decode`` reads a record's node (:meth:`Records.decode`). Raises
+        :class:`VersionConflict` (nothing written: no record, not at ``if_version``, a
+        generation it does not have), :class:`CorruptRecord`, :class:`BackendUnavailable`."""
         self.paths.ack(location, worker_id)  # validate both names before any I/O
-        at = None if if_version is None else split_version(if_version)
-        written = self._write_ack(location, worker_id, {service: generation}, at)
-        if not written and if_version is not None:
-            raise stale_ack(location, if_version)
+
+        def judge(record: LocationStatus | None) -> tuple[int, int]:
+            if if_version is not None and (record is None or record.version != if_version):
+                raise stale_ack(location, if_version)
+            check_ack(location, record, service, generation, if_version)
+            assert record is not None  # check_ack refuses a missing record
+            return split_version(record.version)
+
+        self._write_ack(location, worker_id, {service: generation}, judge, decode)
 
     def _write_ack(
         self, location: str, worker_id: str, update: dict[str, int],
-        at: tuple[int, int] | None = None,
-    ) -> bool:
-        """Write this worker's ack node; False (nothing written) when the record is gone, or
-        not at version ``at`` (``(incarnation, seq)`` of :func:`split_version`; None: any)."""
+        judge: Callable[[LocationStatus | None], tuple[int, int]], decode: Decode,
+    ) -> None:
+        """Write this worker's ack node while the record is the one ``judge`` accepted (it
+        raises to refuse, else returns the record's ``(incarnation, seq)``,
+        :func:`split_version`). A record that changed between its read and the write fails
+        the multi-op (nothing written): it is read and judged again."""
         pa, client = self.paths, self.client
         node, parent = pa.ack(location, worker_id), pa.acks(location)
         loc_path = pa.location(location)
 
+        def record() -> LocationStatus | None:
+            try:
+                raw, stat = client.get(self.kazoo.get_async(loc_path))
+            except NoNodeError:
+                return None
+            return decode(location, raw, stat)
+
         def attempt() -> bool:
+            """One read, judgement and write; False: the record changed in between."""
             key = (location, worker_id)
             for _ in range(20):
+                at = judge(record())
                 txn = client.transaction()
-                if at is None:
-                    txn.check("location", loc_path, -1)
-                else:
-                    txn.check("location", pa.history(location), at[0] + 1)  # the incarnation
-                    txn.check("location", loc_path, at[1] - 1)
+                txn.check("location", pa.history(location), at[0] + 1)  # the incarnation
+                txn.check("location", loc_path, at[1] - 1)
                 session = client.session_id
                 with self._lock:
                     known = self._ack_nodes.pop(key, None)
@@ -432,10 +453,16 @@ class Workers:
                             client.get(self.kazoo.create_async(parent, b""))
             raise BackendUnavailable(f"ack of {worker_id}/{location} kept conflicting")
 
+        def until_judged() -> bool:
+            for _ in range(20):  # the record changed between its read and the write: again
+                if attempt():
+                    return True
+            raise BackendUnavailable(f"ack of {worker_id}/{location}: the record kept changing")
+
         try:
-            return client.call(f"ack {worker_id}/{location}", attempt)
-        except AmbiguousCommit:  # acks are idempotent: write it again
-            return client.call(f"ack {worker_id}/{location}", attempt)
+            client.call(f"ack {worker_id}/{location}", until_judged)
+        except AmbiguousCommit:  # acks are idempotent: judge and write it again
+            client.call(f"ack {worker_id}/{location}", until_judged)
 
     def _read_ack_op(
         self, txn: Transaction, node: str, update: dict[str, int]
