@@ -11,7 +11,11 @@ state node says paused, then resumes them all. A site's latency runs from just b
 ``mgr.pause`` call (or its ``PUBLISH``) to the moment this process's kazoo watch sees its node
 say ``paused: true``: the same observer for both.
 
-    python bench/bridge.py [--rounds 20] [--store zk|sqlite] [--json]
+    python bench/bridge.py [--rounds 20] [--store zk|sqlite] [--json] [--trace]
+
+``--trace`` also times each stage of the bridged path (:data:`STAGES`) and, for the raw path,
+the processor's write and the observer, to find where the difference goes (p50 and p99 of
+each stage from the start, and of each step from the stage before).
 
 ZooKeeper (Debian's package, ``tests/support/servers.py``) and Redis (``redis-server``) are
 started locally in a temporary directory and stopped at the end; ``scripts/setup.sh`` installs
@@ -55,17 +59,21 @@ class Watcher:
         self.cond = threading.Condition()
         self.paused: dict[str, bool] = {}
         self.seen: dict[str, float] = {}
+        self.written: dict[str, float] = {}  # the node's mtime (ZooKeeper's clock), perf_counter
+        self._offset = time.time() - time.perf_counter()
         for site in sites:
             zk.DataWatch(f"{NS}/state/{site}", self._make(site))
 
     def _make(self, site: str) -> Any:
-        def changed(data: bytes | None, _stat: Any, _event: Any) -> None:
+        def changed(data: bytes | None, stat: Any, _event: Any) -> None:
             now = time.perf_counter()
             paused = bool(data) and json.loads(data).get("paused") is True
             with self.cond:
                 if self.paused.get(site) != paused:
                     self.paused[site] = paused
                     self.seen[site] = now
+                    if stat is not None:
+                        self.written[site] = stat.mtime / 1000 - self._offset
                 self.cond.notify_all()
         return changed
 
@@ -77,6 +85,117 @@ class Watcher:
                 if left <= 0:
                     raise RuntimeError(f"sites not {'paused' if paused else 'running'} in time")
                 self.cond.wait(left)
+
+
+STAGES = ("committed", "hinted", "queued", "handler", "published", "written", "seen")
+"""``--trace``: the path of one bridged site, in order: its compare-and-set returned, the
+hint reached the site's agent, the agent queued the work (after its read), the bridge's
+handler started, its ``PUBLISH`` returned, the processor's write of the node committed (its
+``mtime``: ZooKeeper's clock, the same host's, to the millisecond), the bench's observer saw
+the node say paused."""
+
+
+class Trace:
+    """``--trace``: the first time each stage is reached per site after :meth:`mark`, by
+    wrapping the functions of the path (the bench's own timing is unchanged: the same start
+    point and observer; the wrappers add one dictionary write per call)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.armed = False
+        self.at: dict[str, dict[str, float]] = {}
+        self.rows: list[dict[str, float]] = []
+        self.raw_rows: list[dict[str, float]] = []
+        self.counts: dict[str, int] = {}
+
+    def mark(self) -> None:
+        with self.lock:
+            self.at = {}
+            self.armed = True
+
+    def hit(self, site: str | None, stage: str) -> None:
+        now = time.perf_counter()
+        if site is None or not self.armed:
+            return
+        with self.lock:
+            self.counts[stage] = self.counts.get(stage, 0) + 1
+            self.at.setdefault(site, {}).setdefault(stage, now)
+
+    def collect(self, start: dict[str, float], seen: dict[str, float],
+                written: dict[str, float]) -> None:
+        with self.lock:
+            self.armed = False
+            for site, t0 in start.items():
+                got = self.at.get(site, {})
+                row = {st: got[st] - t0 for st in STAGES[:-2] if st in got}
+                if site in written:
+                    row["written"] = written[site] - t0
+                row["seen"] = seen[site] - t0
+                self.rows.append(row)
+
+    def install(self, backend: Any) -> None:
+        from locstatus.agent.queue import DueQueue
+        from locstatus.agent.watch import Watcher as AgentWatcher
+        from locstatus.bridge import bridge as bridge_mod
+        from locstatus.bridge.legacy import Publisher
+
+        trace = self
+
+        def wrap(owner: Any, name: str, site_of: Any, stage: str, after: bool = False) -> None:
+            orig = getattr(owner, name)
+
+            def wrapped(*a: Any, **kw: Any) -> Any:
+                if not after:
+                    trace.hit(site_of(*a, **kw), stage)
+                out = orig(*a, **kw)
+                if after:
+                    trace.hit(site_of(*a, **kw), stage)
+                return out
+
+            setattr(owner, name, wrapped)
+
+        wrap(type(backend), "compare_and_set", lambda _self, rec, *a, **kw: rec.location,
+             "committed", after=True)
+
+        def hinted(self: Any, hint: Any) -> str | None:
+            locs = self.locations
+            if hint.location is not None and (locs is None or hint.location in locs):
+                return str(hint.location)
+            return None
+
+        wrap(AgentWatcher, "on_hint", hinted, "hinted")
+        wrap(DueQueue, "schedule", lambda _self, key, *a, **kw: key[0], "queued")
+        wrap(bridge_mod.Bridge, "_converge", lambda _self, proc, paused: proc.location,
+             "handler")
+        wrap(Publisher, "publish",
+             lambda _self, channel, action: None if action == "resumeService"
+             else channel.removeprefix("backbeat-replication-"),
+             "published", after=True)
+
+    def collect_raw(self, start: dict[str, float], seen: dict[str, float],
+                    written: dict[str, float]) -> None:
+        for site, t0 in start.items():
+            row = {"seen": seen[site] - t0}
+            if site in written:
+                row["written"] = written[site] - t0
+            self.raw_rows.append(row)
+
+    def report(self, raw: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        prev = None
+        rows = self.raw_rows if raw else self.rows
+        for stage in ("written", "seen") if raw else STAGES:
+            vals = [r[stage] for r in rows if stage in r]
+            step = [r[stage] - r[prev] for r in rows if stage in r and prev in r] \
+                if prev else vals
+            out[stage] = {"n": len(vals),
+                          "p50_ms": round(statistics.median(vals) * 1000, 2) if vals else None,
+                          "p99_ms": round(pct(vals, 0.99) * 1000, 2) if vals else None,
+                          "step_p50_ms": round(statistics.median(step) * 1000, 2)
+                          if step else None,
+                          "step_p99_ms": round(pct(step, 0.99) * 1000, 2) if step else None}
+            prev = stage
+        return out
 
 
 def pct(values: list[float], q: float) -> float:
@@ -91,7 +210,10 @@ def main() -> int:
     ap.add_argument("--store", choices=["sqlite", "zk"], default="sqlite",
                     help="locstatus's own store: a SQLite file (the default store; hints "
                     "polled every 50 ms), or the same ZooKeeper under /locstatus (watches)")
+    ap.add_argument("--trace", action="store_true",
+                    help="also time each stage of the bridged path (see STAGES)")
     args = ap.parse_args()
+    trace = Trace() if args.trace else None
     bridged = [f"site-{i:02d}" for i in range(SITES)]
     raw = [f"raw-{i:02d}" for i in range(SITES)]
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -101,6 +223,8 @@ def main() -> int:
         store = (f"zk://{zk_server.hosts}/locstatus" if args.store == "zk"
                  else f"sqlite:///{tmp}/ls.db")
         mgr = connect(store)
+        if trace is not None:
+            trace.install(mgr.backend)
         zk = KazooClient(hosts=zk_server.hosts)
         zk.start(timeout=15)
         proc = LegacyProcessor(zk_server.hosts, f"127.0.0.1:{redis_server.port}",
@@ -117,11 +241,15 @@ def main() -> int:
 
                 def via_locstatus() -> None:
                     start = {}
+                    if trace is not None:
+                        trace.mark()
                     for s in bridged:
                         start[s] = time.perf_counter()
                         mgr.pause(s, "replication")
                     watcher.wait(bridged, True)
                     samples["locstatus"] += [watcher.seen[s] - start[s] for s in bridged]
+                    if trace is not None:
+                        trace.collect(start, watcher.seen, watcher.written)
                     for s in bridged:
                         mgr.resume(s, "replication")
                     watcher.wait(bridged, False)
@@ -134,6 +262,8 @@ def main() -> int:
                                           json.dumps({"action": "pauseService"}))
                     watcher.wait(raw, True)
                     samples["raw"] += [watcher.seen[s] - start[s] for s in raw]
+                    if trace is not None:
+                        trace.collect_raw(start, watcher.seen, watcher.written)
                     for s in raw:
                         publisher.publish(f"backbeat-replication-{s}",
                                           json.dumps({"action": "resumeService"}))
@@ -142,6 +272,8 @@ def main() -> int:
                 via_locstatus()  # warm-up round of each, not counted
                 via_redis()
                 samples = {"locstatus": [], "raw": []}
+                if trace is not None:
+                    trace.rows, trace.raw_rows, trace.counts = [], [], {}
                 for r in range(args.rounds):
                     for run in ((via_locstatus, via_redis) if r % 2 == 0
                                 else (via_redis, via_locstatus)):
@@ -161,6 +293,11 @@ def main() -> int:
                         "max_ms": round(max(values) * 1000, 2)}
     result["p99_ratio"] = round(result["locstatus"]["p99_ms"] / result["raw"]["p99_ms"], 2)
     result["p50_ratio"] = round(result["locstatus"]["p50_ms"] / result["raw"]["p50_ms"], 2)
+    if trace is not None:
+        result["trace"] = trace.report()
+        result["trace_raw"] = trace.report(raw=True)
+        result["trace_calls_per_site"] = {k: round(v / max(1, len(trace.rows)), 2)
+                                          for k, v in trace.counts.items()}
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -170,6 +307,12 @@ def main() -> int:
                   f"max {st['max_ms']} ms")
         print(f"p99 ratio {result['p99_ratio']}x (target <= 2x), p50 ratio "
               f"{result['p50_ratio']}x")
+        for name in ("trace", "trace_raw"):
+            for stage, st in result.get(name, {}).items():
+                print(f"{name[6:] or 'ls':3s}  {stage:9s} at p50 {st['p50_ms']} p99 {st['p99_ms']} ms;  step p50 "
+                      f"{st['step_p50_ms']} p99 {st['step_p99_ms']} ms  (n={st['n']})")
+        if "trace_calls_per_site" in result:
+            print(f"calls per site (pause phase): {result['trace_calls_per_site']}")
     return 0
 
 
