@@ -7,11 +7,17 @@ One Node.js stand-in for Backbeat's queue processor (``tests/node/legacy_process
 Backbeat's own npm clients) serves 32 sites: 16 bridged (locations in a locstatus SQLite store,
 followed by ``locstatus.bridge.Bridge``) and 16 raw (unknown to locstatus, driven by hand).
 Each round pauses all 16 of each kind (in alternating order between rounds), waits until every
-state node says paused, then resumes them all. A site's latency runs from just before its
-``mgr.pause`` call (or its ``PUBLISH``) to the moment this process's kazoo watch sees its node
-say ``paused: true``: the same observer for both.
+state node says paused, then resumes them all (and, for the bridged ones, waits until locstatus
+says they settled ``running``: the agents' last writes do not overlap the next round). A
+site's latency runs from just before its ``mgr.pause`` call (or its ``PUBLISH``) to the moment
+this process's kazoo watch sees its node say ``paused: true``: the same observer for both.
 
-    python bench/bridge.py [--rounds 20] [--store zk|sqlite] [--json] [--trace]
+    python bench/bridge.py [--rounds 20] [--runs 5] [--store zk|sqlite] [--json [PATH]]
+                           [--trace]
+
+``--runs N`` repeats the whole run N times (fresh servers each; the machine's load moves the
+ratio, so a single run says little on a shared machine) and reports the medians of the runs'
+p50, p99 and ratios, each run's figures kept in the JSON.
 
 ``--trace`` also times each stage of the bridged path (:data:`STAGES`) and, for the raw path,
 the processor's write and the observer, to find where the difference goes (p50 and p99 of
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -40,7 +47,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import redis  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 
-from locstatus import connect  # noqa: E402
+from locstatus import State, connect  # noqa: E402
 from locstatus.backbeat_state import BackbeatConfig  # noqa: E402
 from locstatus.bridge import Bridge, BridgeSettings  # noqa: E402
 
@@ -107,11 +114,17 @@ class Trace:
         self.rows: list[dict[str, float]] = []
         self.raw_rows: list[dict[str, float]] = []
         self.counts: dict[str, int] = {}
+        self.cpu = {"locstatus": 0.0, "raw": 0.0}  # this process's CPU seconds, pause phases
+        self._cpu_at = 0.0
 
     def mark(self) -> None:
+        self._cpu_at = time.process_time()
         with self.lock:
             self.at = {}
             self.armed = True
+
+    def mark_raw(self) -> None:
+        self._cpu_at = time.process_time()
 
     def hit(self, site: str | None, stage: str) -> None:
         now = time.perf_counter()
@@ -123,6 +136,7 @@ class Trace:
 
     def collect(self, start: dict[str, float], seen: dict[str, float],
                 written: dict[str, float]) -> None:
+        self.cpu["locstatus"] += time.process_time() - self._cpu_at
         with self.lock:
             self.armed = False
             for site, t0 in start.items():
@@ -174,6 +188,7 @@ class Trace:
 
     def collect_raw(self, start: dict[str, float], seen: dict[str, float],
                     written: dict[str, float]) -> None:
+        self.cpu["raw"] += time.process_time() - self._cpu_at
         for site, t0 in start.items():
             row = {"seen": seen[site] - t0}
             if site in written:
@@ -198,29 +213,31 @@ class Trace:
         return out
 
 
+def settled(mgr: Any, sites: list[str], timeout: float = 30.0) -> None:
+    """Wait until every site's replication reads ``running`` (resumed and settled)."""
+    deadline = time.monotonic() + timeout
+    while any(mgr.status(s).services["replication"].state is not State.RUNNING for s in sites):
+        if time.monotonic() > deadline:
+            raise RuntimeError("bridged sites not settled running in time")
+        time.sleep(0.005)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    ap.add_argument("--store", choices=["sqlite", "zk"], default="sqlite",
-                    help="locstatus's own store: a SQLite file (the default store; hints "
-                    "polled every 50 ms), or the same ZooKeeper under /locstatus (watches)")
-    ap.add_argument("--trace", action="store_true",
-                    help="also time each stage of the bridged path (see STAGES)")
-    args = ap.parse_args()
-    trace = Trace() if args.trace else None
+def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]:
+    """One run: fresh servers, a warm-up round of each path, then ``rounds`` interleaved
+    rounds; the figures of this run."""
+    load_start = list(os.getloadavg())
     bridged = [f"site-{i:02d}" for i in range(SITES)]
     raw = [f"raw-{i:02d}" for i in range(SITES)]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         zk_server = start_zookeeper(tmp / "zk")
         redis_server = RedisServer(tmp / "redis").start()
-        store = (f"zk://{zk_server.hosts}/locstatus" if args.store == "zk"
+        store = (f"zk://{zk_server.hosts}/locstatus" if store_kind == "zk"
                  else f"sqlite:///{tmp}/ls.db")
         mgr = connect(store)
         if trace is not None:
@@ -253,9 +270,13 @@ def main() -> int:
                     for s in bridged:
                         mgr.resume(s, "replication")
                     watcher.wait(bridged, False)
+                    settled(mgr, bridged)  # the agents' acks and settles end before the raw
+                    # round starts: they would load the machine under the raw path's timing
 
                 def via_redis() -> None:
                     start = {}
+                    if trace is not None:
+                        trace.mark_raw()
                     for s in raw:
                         start[s] = time.perf_counter()
                         publisher.publish(f"backbeat-replication-{s}",
@@ -274,7 +295,8 @@ def main() -> int:
                 samples = {"locstatus": [], "raw": []}
                 if trace is not None:
                     trace.rows, trace.raw_rows, trace.counts = [], [], {}
-                for r in range(args.rounds):
+                    trace.cpu = {"locstatus": 0.0, "raw": 0.0}
+                for r in range(rounds):
                     for run in ((via_locstatus, via_redis) if r % 2 == 0
                                 else (via_redis, via_locstatus)):
                         run()
@@ -286,7 +308,8 @@ def main() -> int:
             mgr.close()
             redis_server.close()
             zk_server.close()
-    result: dict[str, Any] = {"sites": SITES, "rounds": args.rounds, "store": args.store}
+    result: dict[str, Any] = {"sites": SITES, "rounds": rounds, "store": store_kind,
+                              "loadavg_start": load_start, "loadavg_end": list(os.getloadavg())}
     for name, values in samples.items():
         result[name] = {"n": len(values), "p50_ms": round(statistics.median(values) * 1000, 2),
                         "p99_ms": round(pct(values, 0.99) * 1000, 2),
@@ -298,22 +321,71 @@ def main() -> int:
         result["trace_raw"] = trace.report(raw=True)
         result["trace_calls_per_site"] = {k: round(v / max(1, len(trace.rows)), 2)
                                           for k, v in trace.counts.items()}
-    if args.json:
+        result["trace_cpu_ms_per_site"] = {
+            k: round(v * 1000 / max(1, len(trace.rows)), 2) for k, v in trace.cpu.items()}
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=1,
+                    help="separate runs (fresh servers each); the summary gives their medians")
+    ap.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                    help="write the result as JSON to PATH (default: print it)")
+    ap.add_argument("--store", choices=["sqlite", "zk"], default="sqlite",
+                    help="locstatus's own store: a SQLite file (the default store), or the "
+                    "same ZooKeeper under /locstatus")
+    ap.add_argument("--trace", action="store_true",
+                    help="also time each stage of the bridged path (see STAGES)")
+    args = ap.parse_args()
+    runs = []
+    for _ in range(args.runs):
+        runs.append(measure(args.store, args.rounds, Trace() if args.trace else None))
+        if args.json != "-":
+            show(runs[-1])
+    result = runs[0] if len(runs) == 1 else summary(runs)
+    if args.json == "-":
         print(json.dumps(result, indent=2))
-    else:
-        for name in ("locstatus", "raw"):
-            st = result[name]
-            print(f"{name:9s} n={st['n']} p50 {st['p50_ms']} ms  p99 {st['p99_ms']} ms  "
-                  f"max {st['max_ms']} ms")
-        print(f"p99 ratio {result['p99_ratio']}x (target <= 2x), p50 ratio "
-              f"{result['p50_ratio']}x")
-        for name in ("trace", "trace_raw"):
-            for stage, st in result.get(name, {}).items():
-                print(f"{name[6:] or 'ls':3s}  {stage:9s} at p50 {st['p50_ms']} p99 {st['p99_ms']} ms;  step p50 "
-                      f"{st['step_p50_ms']} p99 {st['step_p99_ms']} ms  (n={st['n']})")
-        if "trace_calls_per_site" in result:
-            print(f"calls per site (pause phase): {result['trace_calls_per_site']}")
+    elif args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    if len(runs) > 1 and args.json != "-":
+        print(f"median of {len(runs)} runs: p99 ratio {result['p99_ratio']}x (runs "
+              f"{result['p99_ratios']}; target <= 2x), p50 ratio {result['p50_ratio']}x; "
+              f"locstatus p99 {result['locstatus']['p99_ms']} ms, raw p99 "
+              f"{result['raw']['p99_ms']} ms")
     return 0
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The medians of several runs (each run's figures under ``runs``)."""
+    med = lambda xs: round(statistics.median(xs), 2)  # noqa: E731
+    out: dict[str, Any] = {"sites": SITES, "rounds": runs[0]["rounds"],
+                           "store": runs[0]["store"], "runs": runs,
+                           "p99_ratios": [r["p99_ratio"] for r in runs],
+                           "p99_ratio": med([r["p99_ratio"] for r in runs]),
+                           "p50_ratio": med([r["p50_ratio"] for r in runs])}
+    for name in ("locstatus", "raw"):
+        out[name] = {k: med([r[name][k] for r in runs]) for k in ("p50_ms", "p99_ms", "max_ms")}
+        out[name]["n"] = sum(r[name]["n"] for r in runs)
+    return out
+
+
+def show(result: dict[str, Any]) -> None:
+    for name in ("locstatus", "raw"):
+        st = result[name]
+        print(f"{name:9s} n={st['n']} p50 {st['p50_ms']} ms  p99 {st['p99_ms']} ms  "
+              f"max {st['max_ms']} ms")
+    print(f"p99 ratio {result['p99_ratio']}x (target <= 2x), p50 ratio "
+          f"{result['p50_ratio']}x; load average {result['loadavg_start'][0]:.2f} at start, "
+          f"{result['loadavg_end'][0]:.2f} at end")
+    for name in ("trace", "trace_raw"):
+        for stage, st in result.get(name, {}).items():
+            print(f"{name[6:] or 'ls':3s}  {stage:9s} at p50 {st['p50_ms']} p99 {st['p99_ms']} "
+                  f"ms;  step p50 {st['step_p50_ms']} p99 {st['step_p99_ms']} ms  (n={st['n']})")
+    if "trace_calls_per_site" in result:
+        print(f"calls per site (pause phase): {result['trace_calls_per_site']}; this "
+              f"process's CPU ms per site: {result['trace_cpu_ms_per_site']}")
 
 
 if __name__ == "__main__":
