@@ -256,8 +256,16 @@ def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]
             with Bridge(mgr, cfg, services=["replication"], settings=settings):
                 samples: dict[str, list[float]] = {"locstatus": [], "raw": []}
 
+                def applied(sites: list[str], event: str, since: int) -> None:
+                    # The processor writes its node, then (in the write's callback) flips its
+                    # consumer: an order that arrives in between is ignored ("not paused").
+                    # Outside the timed window: the next order waits for the flip.
+                    for s in sites:
+                        proc.wait_for(event, site=s, since=since, timeout=30)
+
                 def via_locstatus() -> None:
                     start = {}
+                    mark = proc.mark()
                     if trace is not None:
                         trace.mark()
                     for s in bridged:
@@ -267,14 +275,18 @@ def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]
                     samples["locstatus"] += [watcher.seen[s] - start[s] for s in bridged]
                     if trace is not None:
                         trace.collect(start, watcher.seen, watcher.written)
+                    applied(bridged, "paused", mark)
+                    mark = proc.mark()
                     for s in bridged:
                         mgr.resume(s, "replication")
                     watcher.wait(bridged, False)
                     settled(mgr, bridged)  # the agents' acks and settles end before the raw
                     # round starts: they would load the machine under the raw path's timing
+                    applied(bridged, "resumed", mark)
 
                 def via_redis() -> None:
                     start = {}
+                    mark = proc.mark()
                     if trace is not None:
                         trace.mark_raw()
                     for s in raw:
@@ -285,10 +297,13 @@ def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]
                     samples["raw"] += [watcher.seen[s] - start[s] for s in raw]
                     if trace is not None:
                         trace.collect_raw(start, watcher.seen, watcher.written)
+                    applied(raw, "paused", mark)
+                    mark = proc.mark()
                     for s in raw:
                         publisher.publish(f"backbeat-replication-{s}",
                                           json.dumps({"action": "resumeService"}))
                     watcher.wait(raw, False)
+                    applied(raw, "resumed", mark)
 
                 via_locstatus()  # warm-up round of each, not counted
                 via_redis()
