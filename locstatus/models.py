@@ -320,6 +320,17 @@ class WorkerInfo(_Frozen):
     stuck: dict[str, StuckHandler] = Field(default_factory=dict)
     """Handlers running past the worker's handler deadline, per ``location/service``
     (docs/agent.md "Handlers"); cleared when they return."""
+    standing: bool = False
+    """A standing registration (docs/agent.md "Standing registrations"): a participant that
+    stays counted while whoever holds it is away. It counts as live for every settle whatever
+    its lease (:func:`~locstatus.manager.liveness.worker_live`); its lease (or, on ZooKeeper,
+    its holder's session, :attr:`away`) only tells whether its holder is present. No backend
+    drops it when its lease lapses; it ends only when retired (``Manager.retire_worker``).
+    Stored only when true, so an ordinary registration is stored exactly as before."""
+    away: bool = False
+    """Set by a backend only, never stored: a standing registration no session holds any more
+    (ZooKeeper: its holder's ephemeral node is gone). Heartbeat backends tell the same by the
+    lease having lapsed (:func:`~locstatus.manager.liveness.holder_away`)."""
     corrupt: str | None = None
     """Set by a backend only, never stored: the stored registration of ``worker_id`` does not
     parse or validate (what is wrong). Such a worker is listed as a live worker that applies

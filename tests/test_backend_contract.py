@@ -702,6 +702,83 @@ def test_a_conditional_removal_never_drops_a_worker_renewing_at_the_same_time(
         assert listed[0].lease_expires_at != old
 
 
+def standing(worker_id: str, lease: datetime | None, host: str = "h") -> WorkerInfo:
+    return WorkerInfo(worker_id=worker_id, services=("replication",), lease_expires_at=lease,
+                      host=host, pid=1, standing=True)
+
+
+def test_a_standing_registration_outlives_its_holder_until_it_is_retired(kit: Kit) -> None:
+    """Invariant 6, standing registrations (docs/agent.md "Standing registrations"): one whose
+    holder goes away without unregistering (its backend closed: on ZooKeeper its session ends)
+    stays listed, standing, with the lease it had (away on ZooKeeper); the check's conditional
+    removal never drops it; a new holder takes it over; only an unconditional removal ends
+    it. An ordinary registration beside it keeps today's behaviour."""
+    holder = kit.open()
+    holder.create(record("loc"), [])
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    holder.put_worker(standing("w-standing", past))
+    holder.put_worker(worker("w-plain", past))
+    holder.ack("w-standing", "loc", "replication", 3)
+    holder.ack("w-plain", "loc", "replication", 3)
+    session = holder.session_leases
+    holder.close()  # gone without unregistering
+
+    reader = kit.open()
+    listed = {w.worker_id: w for w in reader.workers()}
+    kept = listed["w-standing"]
+    assert kept.standing and kept.lease_expires_at == past and kept.services == ("replication",)
+    assert kept.away is session  # ZooKeeper: no session holds it any more
+    if session:
+        assert "w-plain" not in listed  # its ephemeral node went with the session
+        assert reader.acks("loc") == {}  # acknowledgements stay the session's
+    else:
+        assert listed["w-plain"].lease_expires_at == past and not listed["w-plain"].standing
+        assert reader.acks("loc") == {"w-standing": {"replication": 3},
+                                      "w-plain": {"replication": 3}}
+        assert reader.remove_worker("w-plain", if_expires=past) is True  # as before
+    assert reader.remove_worker("w-standing", if_expires=past) is False  # the check's removal
+    assert [w.worker_id for w in reader.workers()] == ["w-standing"]
+
+    taker = kit.open()
+    later = datetime.now(UTC) + timedelta(seconds=60)
+    taker.put_worker(standing("w-standing", None if session else later, host="h2"))
+    taker.ack("w-standing", "loc", "replication", 4)
+    back = reader.workers()
+    assert [(w.worker_id, w.standing, w.away, w.host) for w in back] == [
+        ("w-standing", True, False, "h2")]
+    assert back[0].lease_expires_at == (None if session else later)
+    assert reader.acks("loc") == {"w-standing": {"replication": 4}}
+
+    assert reader.remove_worker("w-standing") is True  # retired
+    assert reader.workers() == [] and reader.acks("loc") == {}
+    taker.close()
+    assert kit.open().workers() == []
+
+
+def test_an_ordinary_registration_of_a_standing_id_replaces_it_and_the_reverse(kit: Kit) -> None:
+    """Registering the id again decides what it is: standing or not, as last written."""
+    b = kit.open()
+    lease = datetime.now(UTC) + timedelta(seconds=60)
+    b.put_worker(standing("w-1", lease))
+    b.put_worker(worker("w-1", lease))
+    assert [(w.worker_id, w.standing) for w in b.workers()] == [("w-1", False)]
+    b.put_worker(standing("w-1", lease))
+    assert [(w.worker_id, w.standing, w.away) for w in b.workers()] == [("w-1", True, False)]
+    assert b.remove_worker("w-1") is True and b.workers() == []
+
+
+def test_an_ordinary_registration_is_stored_without_the_standing_field(kit: Kit) -> None:
+    """So a version from before standing registrations still reads an ordinary one (its
+    models refuse a field they do not know)."""
+    b = kit.open()
+    lease = datetime.now(UTC) + timedelta(seconds=60)
+    info = worker("w-1", lease)
+    assert '"standing"' not in codec.encode_worker(info)
+    assert '"standing":true' in codec.encode_worker(standing("w-2", lease))
+    b.put_worker(info)
+    assert b.workers() == [info]
+
+
 def test_purging_a_location_drops_its_acks(b: Backend) -> None:
     lease = datetime.now(UTC) + timedelta(seconds=30)
     v = b.create(record("loc-a"), []).version

@@ -5,6 +5,7 @@ in a real process to prove the console entry and its exit codes."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -588,6 +589,41 @@ def test_workers_shows_lease_state_lag_and_handler_errors(synced: Cli) -> None:
     human = synced.ok("workers").stdout
     for text in ("worker-a", "alive", "expired", "dr-site-a/replication (0<1)", "disk full"):
         assert text in human, text
+
+
+def test_workers_shows_a_standing_registration_away_and_retire_ends_it(
+    synced: Cli, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/cli.md "Reading state", docs/agent.md "Standing registrations": away since its
+    lease ran out yet alive (it counts), a pause waits for it; ``workers retire`` ends it
+    (exit 0, audit line), an unknown worker is exit 1, a bad id or no id exit 2."""
+    register(synced.url, "backbeat.replication.zenko", alive=False, standing=True)
+    register(synced.url, "worker-b", alive=False)
+    rows = {w["worker_id"]: w for w in json.loads(synced.ok("workers", "--json").stdout)}
+    bb = rows["backbeat.replication.zenko"]
+    assert (bb["standing"], bb["away"], bb["alive"]) == (True, True, True)
+    assert (rows["worker-b"]["standing"], rows["worker-b"]["away"]) == (False, False)
+    human = synced.ok("workers").stdout
+    assert "standing, away since" in human and "expired" in human
+    result = synced("pause", "dr-site-a", "--wait", "0.3")
+    assert result.exit_code == 1
+    assert "backbeat.replication.zenko (standing registration, holder away since" in result.stderr
+    caplog.set_level(logging.INFO, logger="locstatus.audit")
+    done = synced.ok("workers", "retire", "backbeat.replication.zenko", "--actor", "ops")
+    assert "retired the standing registration of backbeat.replication.zenko" in done.stdout
+    assert [(r.getMessage().split(" (")[0], getattr(r, "actor", None)) for r in caplog.records
+            if r.name == "locstatus.audit"] == [
+        ("worker backbeat.replication.zenko retired by ops", "ops")]
+    assert [w["worker_id"] for w in json.loads(synced.ok("workers", "--json").stdout)] == [
+        "worker-b"]
+    assert synced.status("dr-site-a").services["replication"].state is State.PAUSING
+    synced.ok("pause", "dr-site-a", "--wait", "5")  # worker-b's lease ran out: settles now
+    assert synced.status("dr-site-a").services["replication"].state is State.PAUSED
+    unknown = synced("workers", "retire", "backbeat.replication.zenko")
+    assert unknown.exit_code == 1
+    assert "no worker 'backbeat.replication.zenko' is registered" in unknown.stderr
+    assert synced("workers", "retire", "a/b").exit_code == 2
+    assert synced("workers", "retire").exit_code == 2
 
 
 def test_workers_show_each_workers_clock_offset_to_the_backend(synced: Cli) -> None:

@@ -536,14 +536,21 @@ def test_the_ttl_index_removes_a_dead_worker_document_after_its_grace(
         b.put_worker(WorkerInfo(worker_id="w-live", services=("replication",),
                                 lease_expires_at=now + timedelta(minutes=10)))
         b.put_worker(WorkerInfo(worker_id="w-session", services=("replication",)))
+        # standing (docs/agent.md "Standing registrations"): outlives its lease, never swept
+        b.put_worker(WorkerInfo(worker_id="w-standing", services=("replication",),
+                                lease_expires_at=now - timedelta(seconds=5), standing=True))
         b.ack("w-dead", "loc", "replication", 1)
         assert "w-dead" in [w.worker_id for w in b.workers()]
 
         def swept() -> bool:
             time.sleep(0.5)
-            return [w.worker_id for w in b.workers()] == ["w-live", "w-session"]
+            return [w.worker_id for w in b.workers()] == ["w-live", "w-session", "w-standing"]
 
         assert wait_for(swept, 30 if lowered else 150)
+        kept = raw[db_name][f"{COLLECTION}_workers"].find_one({"_id": "w-standing"})
+        assert kept is not None and "expires_at" not in kept  # the TTL field: none
+        assert [w.lease_expires_at for w in b.workers() if w.standing] == [
+            now - timedelta(seconds=5)]  # kept in the registration itself
     finally:
         if lowered:
             _lower_ttl_monitor_interval(raw, 60)

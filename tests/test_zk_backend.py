@@ -557,6 +557,35 @@ def test_a_real_session_expiry_drops_ephemerals_the_backend_re_registers_and_say
                what="watches re-armed")
 
 
+def test_a_standing_registration_survives_a_real_session_expiry_and_is_held_again(
+    proxy: TcpProxy, zk_server: ZkServer, chroot: str, raw: KazooClient,
+    opened: Callable[[str], ZooKeeperBackend],
+) -> None:
+    """docs/agent.md "Standing registrations": a persistent node, whose ephemeral ``holder``
+    child goes with the session; listed ``away`` meanwhile (a pause waits for it), held again
+    once the backend's new session re-registers it. Its acknowledgements were the session's."""
+    b = opened(zk_url(proxy.hosts, chroot, timeout=20, session_timeout=2))
+    b.create(record("loc"), [])
+    b.put_worker(worker("w-s", standing=True))
+    b.ack("w-s", "loc", "replication", 2)
+    holder = f"{chroot}/workers/w-s/holder"
+    owner = raw.exists(holder).ephemeralOwner
+    reader = opened(zk_url(zk_server.hosts, chroot))
+    proxy.freeze()
+    wait_until(lambda: raw.exists(holder) is None, 30, what="the server to expire the session")
+    node = raw.exists(f"{chroot}/workers/w-s")
+    assert node is not None and node.ephemeralOwner == 0  # persistent: still there
+    assert [(w.worker_id, w.standing, w.away) for w in reader.workers()] == [("w-s", True, True)]
+    assert reader.acks("loc") == {}
+    proxy.thaw()
+    wait_until(lambda: (raw.exists(holder) or _NO).ephemeralOwner not in (0, owner), 30,
+               what="the holder taken again on the new session")
+    wait_until(lambda: [w.away for w in reader.workers()] == [False], 10,
+               what="the reader to see it held again")
+    assert reader.remove_worker("w-s") is True
+    assert raw.exists(f"{chroot}/workers/w-s") is None
+
+
 class _NoStat:
     ephemeralOwner = 0
 

@@ -28,6 +28,12 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    registration whose lease the caller saw run out, checked in the same atomic step as the
    removal: a worker that renewed or registered again after the caller's read is kept, with
    its acknowledgements.
+   **A standing registration** (``WorkerInfo.standing``, docs/agent.md "Standing
+   registrations") outlives its holder: it stays listed, standing, with its last lease, after
+   that lease lapsed or its holder's session ended (nothing drops it: MongoDB's TTL index
+   never matches it, ZooKeeper keeps it in a persistent node and lists it ``away`` while no
+   session holds it); a conditional removal never removes it; a new holder's ``put_worker``
+   takes it over; only an unconditional removal ends it.
    **An unreadable registration never lets a transition settle without its worker**: a stored
    registration that does not parse or validate (a hand edit, a field a newer version wrote,
    another worker's id) may belong to a running worker, so :meth:`workers` lists it, in its

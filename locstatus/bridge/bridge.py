@@ -1,5 +1,5 @@
-"""The bridge: each Backbeat processor is a locstatus worker whose lease the bridge holds
-(docs/backbeat.md, "2. The bridge").
+"""The bridge: each Backbeat processor is a locstatus worker, a standing registration the
+bridge holds (docs/backbeat.md, "2. The bridge").
 
 Why it is shaped so:
 
@@ -22,6 +22,11 @@ Why it is shaped so:
 - **Scheduled resumes stay locstatus data.** The agents fire due resumes; the bridge publishes
   a plain ``resumeService`` then, never a date (a date arms the processor's own timer), and
   disarms a timer a processor still has (``deleteScheduledResumeService``).
+- **Standing registrations.** The processors' workers are standing (docs/agent.md "Standing
+  registrations"): while the bridge is stopped or killed they stay counted, so a pause made
+  then stays ``pausing`` until a bridge is back and the processor wrote ``paused``; Backbeat's
+  consumers run on while the bridge is away, and locstatus says so. A processor whose location
+  (or its service) is gone from locstatus has its registration retired by the bridge.
 - **Self-fence.** When the bridge cannot renew its leases it does nothing to the processors
   (``on_fence`` is a no-op): pausing every Backbeat consumer because locstatus's store is
   unreachable would be an outage of its own; changes made meanwhile reach them once the
@@ -40,7 +45,8 @@ from typing import Any
 from locstatus.agent import Agent, HandlerRetry
 from locstatus.backbeat_state import BackbeatConfig, node_path
 from locstatus.client import Client
-from locstatus.errors import HandlerPending, InvalidInput, NotFound
+from locstatus.errors import HandlerPending, InvalidInput, LocstatusError, NotFound
+from locstatus.models import LocationStatus
 
 from .legacy import LifecycleDocuments, NodeState, Publisher, StateNodes, action_for, agrees
 
@@ -192,7 +198,9 @@ class Bridge:
         return self
 
     def stop(self) -> None:
-        """Stop the loop and every agent (unregistering the processors' workers). Idempotent."""
+        """Stop the loop and every agent. The processors' registrations are left standing
+        (docs/agent.md "Standing registrations"): they keep counting while no bridge runs, and
+        the next bridge takes them over. Idempotent."""
         self._stop.set()
         self._node_changed(None)
         if self._thread is not None:
@@ -214,7 +222,7 @@ class Bridge:
 
     @property
     def workers(self) -> list[str]:
-        """The worker ids the bridge holds leases for."""
+        """The worker ids the bridge holds (standing registrations)."""
         ids = [p.agent.worker_id for p in self._processors.values()]
         return ids + ([self._lifecycle.worker_id] if self._lifecycle is not None else [])
 
@@ -226,11 +234,14 @@ class Bridge:
             lease_seconds=self.settings.lease_seconds,
             handler_retry=HandlerRetry(base=0.2, cap=self.settings.republish_interval * 2),
             handler_deadline=max(30.0, self.settings.ack_wait * 3),
+            standing=True,
         )
 
     def _rescan(self) -> None:
-        """Give every (location, service) locstatus has a processor, once."""
+        """Give every (location, service) locstatus has a processor, once, and retire the
+        standing registration of a processor whose location (or service) is gone."""
         records = [r for r in self.client.statuses() if not r.deleted]
+        self._retire_gone(records)
         for service in self.services:
             if service == "lifecycle":
                 continue
@@ -251,6 +262,7 @@ class Bridge:
                 "backbeat.lifecycle", services=["lifecycle"],
                 lease_seconds=self.settings.lease_seconds,
                 handler_retry=HandlerRetry(base=0.2, cap=self.settings.republish_interval * 2),
+                standing=True,
             )
             agent.on_pause("lifecycle")(_named(
                 lambda loc: self._lifecycle_apply(loc, True), "pause_lifecycle_document"))
@@ -259,6 +271,36 @@ class Bridge:
             agent.on_fence("lifecycle")(_named(lambda loc: None, "fence_lifecycle_noop"))
             self._lifecycle = agent
             agent.start()
+
+    def _retire_gone(self, records: list[LocationStatus]) -> None:
+        """Retire ``backbeat.<service>.<location>`` (a standing registration, this bridge's or
+        one left by an earlier run) for every bridged service whose location is gone from
+        locstatus or no longer has that service: nothing stands for that processor any more.
+        A failure is logged; the next rescan tries again."""
+        have = {(svc, r.location) for r in records for svc in r.services}
+        bridged = [s for s in self.services if s in ZK_SERVICES]
+        try:
+            listed = self.client.workers()
+        except LocstatusError as exc:
+            log.warning("bridge: could not list workers to retire gone processors: %s", exc)
+            return
+        for w in listed:
+            parts = w.worker_id.split(".", 2)
+            if not (w.standing and len(parts) == 3 and parts[0] == "backbeat"
+                    and parts[1] in bridged and (parts[1], parts[2]) not in have):
+                continue
+            with self._lock:
+                proc = self._processors.pop((parts[1], parts[2]), None)
+            if proc is not None:
+                proc.agent.stop()
+            try:
+                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat")
+            except NotFound:
+                continue  # retired meanwhile
+            except LocstatusError as exc:
+                log.warning("bridge: could not retire %s: %s", w.worker_id, exc)
+                continue
+            log.info("bridge: retired %s: its location is gone from locstatus", w.worker_id)
 
     def _processor(self, service: str, location: str) -> _Processor | None:
         worker = f"backbeat.{service}.{location}"

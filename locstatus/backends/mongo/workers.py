@@ -7,7 +7,9 @@ Why it is shaped so:
   ``expires_at`` (``expireAfterSeconds=worker_ttl``, default 3600 s after the lease ran out).
   TTL deletion is lazy (MongoDB sweeps once a minute), so nothing trusts a document's presence:
   readers test ``lease_expires_at`` explicitly (:meth:`WorkerInfo.alive`), and an expired worker
-  stays listed with its past lease until the sweep, which lets the check job report it.
+  stays listed with its past lease until the sweep, which lets the check job report it. A
+  standing registration (docs/agent.md "Standing registrations") has no ``expires_at``: its
+  lease deadline is kept in ``info`` alone, so the TTL monitor never deletes it.
 - **Acknowledgements** live in ``<collection>_acks``, ``_id = "location/worker/service"``, each
   stamped with the life of the record it acknowledges (its ``born``): reads count only those of
   the record's current life, so an earlier life's never counts and ``create`` deletes them only
@@ -43,9 +45,11 @@ class Workers:
         stored, _ = codec.bounded_worker(info)  # errors trimmed; InvalidInput if too large
         doc: Doc = {
             "_id": info.worker_id,
-            "info": stored.model_dump(mode="json", exclude=codec.WORKER_NOT_STORED),
+            "info": stored.model_dump(mode="json", exclude=codec.not_stored(stored)),
         }
-        if info.lease_expires_at is not None:
+        if info.lease_expires_at is not None and not info.standing:
+            # the TTL field; a standing registration carries none (it outlives its lease, its
+            # deadline kept in ``info`` only), so the TTL monitor never deletes it
             doc["expires_at"] = info.lease_expires_at
         with self.store.io(f"registration of worker {info.worker_id!r}"):
             self.store.workers.replace_one({"_id": info.worker_id}, doc, upsert=True)

@@ -7,6 +7,13 @@ Why it is shaped so:
   does (``session_leases``). Every creation also bumps the data version of ``workers``: a znode
   created again restarts at version 0, so only that counter tells a conditional removal
   (``remove_worker(if_expires=)``) that the registration it judged was replaced.
+- **A standing registration** (docs/agent.md "Standing registrations") is a persistent node,
+  so it outlives its holder's session; its holder is present while the ephemeral child
+  ``holder`` its session created exists (:data:`HOLDER`). A new holder (another session, the
+  same worker restarted) takes the child over in the same multi-op that rewrites the
+  registration; one found without it is listed ``away``. Its acknowledgements stay ephemeral:
+  when the holder's session goes they go, and a transition waits until the holder is back and
+  acknowledges again (conservative). Only an unconditional removal (retirement) ends it.
 - **A new session re-registers** the workers this backend wrote (:meth:`Workers.restore`, run by
   the watcher), but not their acknowledgements: written back from here they would race the
   agent's own, so the ``resync`` of a new session says ``session_lost`` and agents acknowledge
@@ -34,6 +41,7 @@ from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
+    NotEmptyError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
@@ -56,6 +64,9 @@ from locstatus.models import WorkerInfo
 log = logging.getLogger(__name__)
 
 Watch = Callable[[WatchedEvent], None]
+
+HOLDER = "holder"
+"""The ephemeral child of a standing registration's node held by its holder's session."""
 
 
 class Workers:
@@ -89,7 +100,8 @@ class Workers:
             self._mine[info.worker_id] = info
         try:
             self.client.call(
-                f"register worker {info.worker_id!r}", lambda: self._put_node(path, data)
+                f"register worker {info.worker_id!r}",
+                lambda: self._put_node(path, data, standing=info.standing),
             )
         finally:
             self.copy.forget()
@@ -100,7 +112,10 @@ class Workers:
         limit = min(self.client.params.max_bytes, codec.MAX_REGISTRATION_BYTES)
         return codec.encode_worker(info, limit).encode()
 
-    def _put_node(self, path: str, data: bytes) -> None:
+    def _put_node(self, path: str, data: bytes, *, standing: bool = False) -> None:
+        if standing:
+            self._put_standing(path, data)
+            return
         client, kazoo = self.client, self.kazoo
         for _ in range(10):
             txn = Transaction(kazoo)
@@ -117,6 +132,10 @@ class Workers:
             session = client.session_id
             if session is None:
                 raise ConnectionLoss()  # retried by the caller once connected again
+            if stat.ephemeralOwner == 0:  # a standing registration of this id: replaced
+                log.warning("replacing standing worker registration %s by an ordinary one", path)
+                self._drop_standing(path, stat)
+                continue
             if stat.ephemeralOwner == session:
                 try:
                     client.get(kazoo.set_async(path, data, stat.version))
@@ -129,6 +148,65 @@ class Workers:
                 client.get(kazoo.delete_async(path, stat.version))
         raise BackendUnavailable(f"could not register {path}: it kept changing")
 
+    def _put_standing(self, path: str, data: bytes) -> None:
+        """Write a standing registration: a persistent node and its ephemeral ``holder`` child,
+        created together (counted as a creation, as :meth:`_put_node` does), or, when the node
+        exists, rewritten at the version read with the holder taken over by this session in
+        the same multi-op. An ordinary registration of the same id is replaced."""
+        client, kazoo = self.client, self.kazoo
+        holder = f"{path}/{HOLDER}"
+        for _ in range(10):
+            session = client.session_id
+            if session is None:
+                raise ConnectionLoss()  # retried by the caller once connected again
+            stat = client.get(kazoo.exists_async(path))
+            txn = Transaction(kazoo)
+            if stat is None:
+                txn.create("worker", path, data)
+                txn.create("holder", holder, b"", ephemeral=True)
+                txn.set_data("registrations", self.paths.workers, b"")  # counts creations
+            elif stat.ephemeralOwner != 0:  # an ordinary registration of this id
+                with contextlib.suppress(BadVersionError, NoNodeError):
+                    client.get(kazoo.delete_async(path, stat.version))
+                continue
+            else:
+                held = client.get(kazoo.exists_async(holder))
+                txn.set_data("worker", path, data, stat.version)
+                if held is None:
+                    txn.create("holder", holder, b"", ephemeral=True)
+                elif held.ephemeralOwner != session:
+                    log.info("taking over standing worker registration %s from session 0x%x",
+                             path, held.ephemeralOwner)
+                    txn.delete("holder", holder, held.version)
+                    txn.create("holder", holder, b"", ephemeral=True)
+            refused = refusal(client.get(txn.tx.commit_async()), txn.labels)
+            if refused is None:
+                return
+            if not isinstance(refused.error, NodeExistsError | BadVersionError | NoNodeError):
+                raise refused.error
+        raise BackendUnavailable(f"could not register {path}: it kept changing")
+
+    def _drop_standing(self, path: str, stat: ZnodeStat) -> bool:
+        """Delete the standing registration at ``path`` (at the version ``stat`` read) with its
+        holder child, in one multi-op; False when it changed or went meanwhile."""
+        client, kazoo = self.client, self.kazoo
+        txn = Transaction(kazoo)
+        if stat.numChildren:
+            txn.delete("holder", f"{path}/{HOLDER}")
+        txn.delete("worker", path, stat.version)
+        return refusal(client.get(txn.tx.commit_async()), txn.labels) is None
+
+    def _drop_standing_now(self, path: str) -> bool:
+        """Delete the standing registration at ``path`` whatever its version (retirement);
+        False when it was gone already."""
+        for _ in range(10):
+            stat = self.client.get(self.kazoo.exists_async(path))
+            if stat is None:
+                return False
+            if self._drop_standing(path, stat):
+                return True
+        raise BackendUnavailable(f"could not remove {path}: it kept changing")
+
     def restore(self) -> bool:
         """A new session: put back the worker registrations this backend wrote (not their
         acknowledgements, see the module docstring). False when that failed (logged; the
@@ -137,7 +215,8 @@ class Workers:
             workers = list(self._mine.values())
         try:
             for info in workers:
-                self._put_node(self.paths.worker(info.worker_id), self._bytes(info))
+                self._put_node(self.paths.worker(info.worker_id), self._bytes(info),
+                               standing=info.standing)
         except (LocstatusError, KazooException, KazooTimeoutError) as exc:
             log.warning("zookeeper backend %s: re-registration after session loss failed, "
                         "will retry: %s", self.paths.root, exc)
@@ -192,6 +271,8 @@ class Workers:
                 gone = True
             except NoNodeError:
                 gone = False
+            except NotEmptyError:  # a standing registration: its holder child goes with it
+                gone = self._drop_standing_now(path)
             locations = client.get(self.kazoo.get_children_async(pa.acks_root))
             client.bulk(  # one delete per location, those never acknowledged left out
                 [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
@@ -263,10 +344,23 @@ class Workers:
                 names, lambda n: self.kazoo.get_async(f"{pa.workers}/{n}", watch=self._watch)
             )
 
+        def holders(listed: list[WorkerInfo]) -> set[str]:
+            """The standing ones whose holder node is gone (a watch set on each)."""
+            standing = [w.worker_id for w in listed if w.standing]
+            found = dict(client.bulk(
+                standing,
+                lambda n: self.kazoo.exists_async(f"{pa.workers}/{n}/{HOLDER}", watch=self._watch),
+            ))
+            return {n for n in standing if found.get(n) is None}
+
         # An unreadable node is listed as the live worker it may be (codec.corrupt_worker),
         # never left out: leaving it out would let a transition settle without that worker.
         out = [codec.decode_worker(name, raw) for name, (raw, _stat) in
                client.call("list workers", get_all)]
+        if any(w.standing for w in out):
+            away = client.call("read standing registrations' holders", lambda: holders(out))
+            out = [w.model_copy(update={"away": True}) if w.worker_id in away else w
+                   for w in out]
         self.copy.keep(epoch, out)
         return out
 
