@@ -200,6 +200,34 @@ def test_a_lost_message_is_published_again(site: Site) -> None:
         assert proc.find("paused", site="zenko")
 
 
+def test_a_burst_of_pauses_publishes_each_order_once(site: Site) -> None:
+    """The loop can see an agent's copy flip before that agent's handler starts, and both
+    published: each processor then got ``pauseService`` twice and read and wrote its node
+    twice before it got to the next site's (bench/bridge.py). One order per pause now (the
+    republish interval is long here: any second message is a duplicate, not a republish)."""
+    burst = [f"burst-{i}" for i in range(8)]
+    for loc in burst:
+        site.mgr.add_location(loc, ["replication"])
+    settings = BridgeSettings(ack_wait=10.0, republish_interval=10.0, tick=0.02,
+                              lease_seconds=6)
+    cfg = BackbeatConfig(zookeeper=site.zk_hosts, redis=site.redis.url)
+    with site.processor(burst) as proc, Bridge(site.mgr, cfg, services=["replication"],
+                                               settings=settings):
+        for _ in range(3):
+            mark = proc.mark()
+            for loc in burst:
+                site.mgr.pause(loc, "replication")
+            for loc in burst:
+                wait_state(site, loc, State.PAUSED)
+            sent = {loc: len(proc.find("message", since=mark, site=loc, action="pauseService"))
+                    for loc in burst}
+            assert sent == dict.fromkeys(burst, 1)
+            for loc in burst:
+                site.mgr.resume(loc, "replication")
+            for loc in burst:
+                wait_state(site, loc, State.RUNNING)
+
+
 def test_a_cut_redis_connection_and_a_redis_restart(site: Site) -> None:
     relay = TcpRelay("127.0.0.1", site.redis.port)
     try:

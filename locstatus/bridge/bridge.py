@@ -104,6 +104,9 @@ class _Processor:
     agent: Agent
     sent: tuple[str, float] | None = None
     subscribers: int | None = None
+    changed: threading.Event = field(default_factory=threading.Event)
+    """Set when this processor's state node changed (or every node may have): wakes its
+    handler only, not the handlers of the other processors."""
 
 
 @dataclass
@@ -158,6 +161,7 @@ class Bridge:
         self.services = wanted
         self._wake = _Wake()
         self._processors: dict[tuple[str, str], _Processor] = {}
+        self._by_path: dict[str, _Processor] = {}
         self._lifecycle: Agent | None = None
         self._nodes: StateNodes | None = None
         self._publisher: Publisher | None = None
@@ -180,7 +184,7 @@ class Bridge:
                 assert self.config.zookeeper and self.config.redis
                 self._publisher = Publisher(self.config.redis)
                 self._publisher.probe()
-                self._nodes = StateNodes(self.config.zookeeper, self._kick)
+                self._nodes = StateNodes(self.config.zookeeper, self._node_changed)
             if "lifecycle" in self.services:
                 assert self.config.mongodb
                 self._docs = LifecycleDocuments(self.config.mongodb,
@@ -198,7 +202,7 @@ class Bridge:
         (docs/agent.md "Standing registrations"): they keep counting while no bridge runs, and
         the next bridge takes them over. Idempotent."""
         self._stop.set()
-        self._kick()
+        self._node_changed(None)
         if self._thread is not None:
             self._thread.join(timeout=10)
         agents = [p.agent for p in self._processors.values()]
@@ -250,6 +254,7 @@ class Bridge:
                     continue
                 with self._lock:
                     self._processors[(service, rec.location)] = proc
+                    self._by_path[proc.path] = proc
                 self._nodes.watch(proc.path)
                 proc.agent.start()
         if "lifecycle" in self.services and self._lifecycle is None:
@@ -321,12 +326,18 @@ class Bridge:
 
     def _converge(self, proc: _Processor, paused: bool) -> None:
         """The handler: have the processor apply ``paused``; return once its state node,
-        read afresh, says so (or the desired state moved on). Raises :class:`NotApplied`."""
+        read afresh, says so (or the desired state moved on). Raises :class:`NotApplied`.
+
+        It publishes unless the loop has just published the same order (the loop may see the
+        agent's copy flip before this handler starts): a second ``pauseService`` makes the
+        processor read and write its node a second time before it gets to the next site's
+        (bench/bridge.py). It waits on its own processor's node changes only."""
         assert self._nodes is not None
-        self._kick(force_one=proc, paused=paused)
+        self._publish(proc, paused)
         deadline = time.monotonic() + self.settings.ack_wait
         node: NodeState | None = None
         while not self._stop.is_set():
+            proc.changed.clear()  # before the look at the cache: a change after it wakes us
             node = self._nodes.cached(proc.path)
             if agrees(node, paused):
                 node = self._nodes.read(proc.path)  # the cache lags: read before trusting it
@@ -337,8 +348,7 @@ class Bridge:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            with self._wake.cond:
-                self._wake.cond.wait(min(left, 0.05))
+            proc.changed.wait(min(left, 0.05))
         what = node.describe() if node is not None else "its state node cannot be read"
         listeners = ("" if proc.subscribers is None else
                      f"; {proc.subscribers} subscriber(s) on {proc.channel}")
@@ -354,9 +364,18 @@ class Bridge:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def _kick(self, force_one: _Processor | None = None, paused: bool | None = None) -> None:
-        if force_one is not None and paused is not None:
-            self._publish(force_one, paused, force=True)
+    def _node_changed(self, path: str | None) -> None:
+        """A state node changed (``path``), or every one may have (None: a reconnection):
+        wake that processor's handler (every one's for None) and the loop. Kazoo's thread:
+        records and returns."""
+        with self._lock:
+            procs = (list(self._by_path.values()) if path is None
+                     else [p] if (p := self._by_path.get(path)) is not None else [])
+        for proc in procs:
+            proc.changed.set()
+        self._kick()
+
+    def _kick(self) -> None:
         with self._wake.cond:
             self._wake.pending = True
             self._wake.cond.notify_all()
@@ -368,12 +387,18 @@ class Bridge:
             return
         action = action_for(node, paused)
         now = time.monotonic()
-        if (not force and proc.sent is not None and proc.sent[0] == action
-                and now - proc.sent[1] < self.settings.republish_interval):
-            return
-        count = self._publisher.publish(proc.channel, action)
-        if count is not None:
+        with self._lock:  # the loop and the handler may both get here: one publishes
+            before = proc.sent
+            if (not force and before is not None and before[0] == action
+                    and now - before[1] < self.settings.republish_interval):
+                return
             proc.sent = (action, now)
+        count = self._publisher.publish(proc.channel, action)
+        if count is None:
+            with self._lock:  # not sent: the next look publishes again
+                if proc.sent == (action, now):
+                    proc.sent = before
+        else:
             proc.subscribers = count
 
     def _loop(self) -> None:
