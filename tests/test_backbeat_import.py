@@ -24,7 +24,7 @@ from locstatus import Manager, State, open_backend
 from locstatus.backbeat_state import js_date
 from locstatus.cli import app
 from locstatus.importers import backbeat as importer
-from locstatus.models import HistoryEntry
+from locstatus.models import HistoryEntry, WorkerInfo
 
 from support.kits import Kit
 from support.kits_zk import raw_client
@@ -347,4 +347,42 @@ def test_an_unreachable_source_is_exit_2_and_writes_nothing(tmp_path: Any) -> No
         assert "__locationStatusStore" in result.stderr
         assert mgr.status("zenko").version == version
     finally:
+        mgr.close()
+
+
+def test_after_the_bridge_took_over_the_import_refuses_unless_forced(
+    kit: Kit, legacy: Legacy
+) -> None:
+    """docs/backbeat.md "1. Import": once the bridge's standing registrations exist, Backbeat's
+    state nodes are a copy of locstatus's (the bridge cleared ``scheduledResume`` there), so a
+    re-import would cancel locstatus's scheduled resume: refused (exit 1, naming the
+    registrations, nothing written); ``--force`` imports as asked."""
+    mgr = Manager(open_backend(kit.url))
+    holder = kit.open()
+    try:
+        mgr.sync_locations({"zenko": ["replication"]})
+        mgr.pause("zenko", "replication")
+        mgr.resume("zenko", "replication", at=LATER)
+        # what the bridge leaves: its registration, and the node as the processor wrote it
+        holder.put_worker(WorkerInfo(
+            worker_id="backbeat.replication.zenko", services=("replication",),
+            locations=("zenko",), host="bridge-host", pid=42, standing=True,
+            lease_expires_at=None if holder.session_leases else NOW + timedelta(hours=1)))
+        legacy.put("replication", "zenko", node(True))
+        version = mgr.status("zenko").version
+        for args in ([], ["--dry-run"]):
+            refused = run(kit.url, *legacy.args(), *args)
+            assert refused.exit_code == 1, (refused.stdout, refused.stderr)
+            assert "the Backbeat bridge has taken over" in refused.stderr
+            assert "backbeat.replication.zenko" in refused.stderr
+            assert "--force" in refused.stderr
+            assert "cancel_scheduled_resume" not in refused.stdout
+        assert mgr.status("zenko").version == version
+        assert mgr.status("zenko").services["replication"].resume_at == LATER
+        forced = run(kit.url, *legacy.args(), "--force")
+        assert forced.exit_code == 0, (forced.stdout, forced.stderr)
+        assert "did cancel_scheduled_resume zenko/replication" in forced.stdout
+        assert mgr.status("zenko").services["replication"].resume_at is None
+    finally:
+        holder.close()
         mgr.close()

@@ -111,6 +111,22 @@ def away_notes(
     return out
 
 
+def handler_errors(
+    workers: Sequence[WorkerInfo], ids: Iterable[str], location: str, services: Iterable[str]
+) -> dict[str, str]:
+    """The last handler error each of ``ids`` published (``WorkerInfo.errors``) for one of
+    ``services`` at ``location`` (several joined with ``; ``), e.g. the Backbeat bridge's
+    ``its state node says paused: false; 0 subscriber(s) on backbeat-replication-zenko``."""
+    wanted = set(ids)
+    keys = [f"{location}/{s}" for s in services]
+    out: dict[str, str] = {}
+    for w in workers:
+        found = [w.errors[k] for k in keys if k in w.errors]
+        if w.worker_id in wanted and found:
+            out[w.worker_id] = "; ".join(found)
+    return out
+
+
 def settle_timeout(
     rec: LocationStatus,
     pending: Sequence[str],
@@ -121,7 +137,8 @@ def settle_timeout(
 ) -> SettleTimeout:
     """The :class:`SettleTimeout` of a wait for ``pending`` services of ``rec`` that ran out
     after ``timeout`` seconds: it names the lagging workers (and where a handler of theirs is
-    stuck, or that a standing registration's holder is away, :func:`away_note`), and the
+    stuck, or that a standing registration's holder is away, :func:`away_note`, and the last
+    error its handler published there, :func:`handler_errors`), and the
     clock's problem when it refused to count a lapsed lease (docs/time.md)."""
     location = rec.location
     lagging = sorted(
@@ -135,6 +152,9 @@ def settle_timeout(
     )
     stuck = stuck_handlers(workers, lagging, time_source.now())
     notes = {**away_notes(workers, lagging, time_source), **stuck}
+    errors = handler_errors(workers, lagging, location, pending)
+    for w, error in errors.items():
+        notes[w] = "; ".join(n for n in (notes.get(w), f"last handler error: {error}") if n)
     named = [w + (f" ({notes[w]})" if w in notes else "") for w in lagging]
     problem = time_source.problem()
     return SettleTimeout(

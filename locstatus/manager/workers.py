@@ -48,8 +48,9 @@ class WorkerStatus(WorkerInfo):
       is away (docs/agent.md "Standing registrations");
     - ``away``: a standing registration whose holder is away (its lease ran out, or on
       ZooKeeper no session holds it): ``lease_expires_at`` then says since when, where known;
-    - ``lagging``: each service of a location it applies whose current generation it has not
-      acknowledged (:class:`Lag`), by location and service;
+    - ``lagging``: each service in a transition (pausing, resuming) at a location it applies
+      whose current generation it has not acknowledged (:class:`Lag`), by location and
+      service; a settled service is never listed, as nothing waits for it (docs/fsm.md);
     - ``lag_unknown``: locations it may apply whose record cannot be read (corrupt), so its lag
       there cannot be told.
     """
@@ -80,7 +81,10 @@ def worker_statuses(core: Core) -> WorkerReport:
         lag: list[Lag] = []
         for rec in records:
             for svc, st in sorted(rec.services.items()):
-                if not w.applies(rec.location, svc):
+                # only a transition waits for acknowledgements (the settle rule, docs/fsm.md):
+                # a settled service lags nobody, whatever acknowledgement is stored (ZooKeeper's
+                # go with the session that wrote them), as /metrics and the check judge it
+                if not st.state.transitional or not w.applies(rec.location, svc):
                     continue
                 acked = acks.get(rec.location, {}).get(w.worker_id, {}).get(svc, 0)
                 if acked < st.generation:
