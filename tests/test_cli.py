@@ -652,6 +652,24 @@ def test_workers_shows_a_standing_registration_away_and_retire_ends_it(
     assert synced("workers", "retire").exit_code == 2
 
 
+def test_workers_retire_refuses_a_standing_registration_whose_holder_is_present(
+    synced: Cli
+) -> None:
+    """docs/agent.md "Standing registrations": its lease holds (the bridge runs): retiring it
+    would let a pause settle without the processor, so exit 1 naming the holder, nothing
+    removed; ``--force`` retires it."""
+    register(synced.url, "backbeat.replication.zenko", standing=True)
+    refused = synced("workers", "retire", "backbeat.replication.zenko")
+    assert refused.exit_code == 1, refused.stdout
+    assert "holder is present (host host-1, pid 4242)" in refused.stderr, refused.stderr
+    assert "--force" in refused.stderr
+    assert [w["worker_id"] for w in json.loads(synced.ok("workers", "--json").stdout)] == [
+        "backbeat.replication.zenko"]
+    done = synced.ok("workers", "retire", "backbeat.replication.zenko", "--force")
+    assert "retired the standing registration of backbeat.replication.zenko" in done.stdout
+    assert json.loads(synced.ok("workers", "--json").stdout) == []
+
+
 def test_workers_show_each_workers_clock_offset_to_the_backend(synced: Cli) -> None:
     """docs/time.md "What an operator sees": the offset each worker published (its host's
     clock minus the backend's), in --json and in the table, and this host's own below it."""

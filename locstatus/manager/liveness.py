@@ -11,7 +11,7 @@ the manager, the check job, the status page and the metrics all judge with these
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from locstatus.backends.base import AckMap
 from locstatus.clock import TimeSource
@@ -39,6 +39,25 @@ def holder_away(worker: WorkerInfo, time_source: TimeSource) -> bool:
         return False
     expires = worker.lease_expires_at
     return worker.away or (expires is not None and time_source.is_past(expires))
+
+
+def holder_present(worker: WorkerInfo, time_source: TimeSource) -> bool:
+    """True when ``worker`` is a standing registration whose holder is present beyond doubt:
+    on ZooKeeper its holder node exists, elsewhere its lease deadline is still ahead even at
+    the worst end of the clock's uncertainty. A lease its holder ended when it stopped (the
+    deadline it wrote is *now*) is not present, though it may not read as away yet
+    (:func:`holder_away` waits until it passed beyond doubt). What ``retire_worker`` refuses
+    without ``force``. Always False for an ordinary registration."""
+    if not worker.standing or holder_away(worker, time_source):
+        return False
+    expires = worker.lease_expires_at
+    if expires is None:
+        return True
+    try:
+        slack = max(0.0, time_source.uncertainty_seconds())
+    except Exception:  # a source that cannot say: judge on its estimate alone
+        slack = 0.0
+    return time_source.now() + timedelta(seconds=slack) < expires
 
 
 def away_note(worker: WorkerInfo, time_source: TimeSource) -> str | None:

@@ -16,11 +16,11 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from locstatus.errors import CorruptRecord, NotFound
+from locstatus.errors import CorruptRecord, HolderPresent, NotFound
 from locstatus.models import WorkerInfo
 
 from .core import Core
-from .liveness import holder_away, worker_live
+from .liveness import holder_away, holder_present, worker_live
 from .reads import listing
 
 audit = logging.getLogger("locstatus.audit")
@@ -105,23 +105,40 @@ def worker_statuses(core: Core) -> WorkerReport:
     return WorkerReport(out, corrupt)
 
 
-def retire_worker(core: Core, worker_id: str, actor: str | None = None) -> WorkerInfo:
-    """Remove ``worker_id``'s registration and its acknowledgements unconditionally: how a
-    standing registration ends (docs/agent.md "Standing registrations"; an ordinary one is
-    unregistered as its agent's ``stop()`` does). Returns the registration as it was listed
-    just before. Logged on ``locstatus.audit`` with ``actor`` and ``worker`` (no location's
-    history holds a registration). Raises :class:`~locstatus.errors.NotFound` for a worker
-    not registered, :class:`~locstatus.errors.BackendUnavailable`."""
+def retire_worker(
+    core: Core, worker_id: str, actor: str | None = None, *, force: bool = False
+) -> WorkerInfo:
+    """Remove ``worker_id``'s registration and its acknowledgements: how a standing
+    registration ends (docs/agent.md "Standing registrations"; an ordinary one is
+    unregistered as its agent's ``stop()`` does). A standing registration whose holder is
+    present (:func:`.liveness.holder_present`: its lease ahead beyond doubt, or on ZooKeeper
+    its holder node exists) is refused unless ``force``: its holder still applies what it
+    stands for, and a pause would settle without it (it registers again at its next
+    renewal). Returns the
+    registration as it was listed just before. Logged on ``locstatus.audit`` with ``actor``
+    and ``worker`` (no location's history holds a registration). Raises
+    :class:`~locstatus.errors.NotFound` for a worker not registered,
+    :class:`~locstatus.errors.HolderPresent` (nothing removed),
+    :class:`~locstatus.errors.BackendUnavailable`."""
     listed = {w.worker_id: w for w in core.backend.workers()}
     info = listed.get(worker_id)
+    if info is not None and not force and holder_present(info, core.time):
+        raise HolderPresent(
+            f"{worker_id} is a standing registration whose holder is present (host "
+            f"{info.host or '?'}, pid {info.pid}): retired now, a pause would settle without "
+            "what it stands for; stop its holder first (it is then away), or retire with "
+            "--force (docs/agent.md \"Standing registrations\")"
+        )
     if info is None or not core.backend.remove_worker(worker_id):
         names = sorted(listed)
         known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         raise NotFound(f"no worker {worker_id!r} is registered (registered: {known or 'none'})")
     audit.info(
-        "worker %s retired by %s (%s registration; services %s)",
+        "worker %s retired by %s (%s registration; services %s)%s",
         worker_id, actor or "an unnamed actor",
         "standing" if info.standing else "ordinary", ",".join(info.services) or "?",
+        " with --force, its holder present" if force and holder_present(info, core.time)
+        else "",
         extra={"worker": worker_id, "actor": actor or ""},
     )
     return info
