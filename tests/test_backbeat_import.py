@@ -9,6 +9,7 @@ side only are reported.
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -345,6 +346,9 @@ def test_an_unreachable_source_is_exit_2_and_writes_nothing(tmp_path: Any) -> No
             env=ENV, catch_exceptions=False)
         assert result.exit_code == 2, result.stdout
         assert "__locationStatusStore" in result.stderr
+        # one line naming what did not answer, not pymongo's topology description
+        assert result.stderr.strip().count("\n") == 0, result.stderr
+        assert "Topology" not in result.stderr and "no MongoDB server answered" in result.stderr
         assert mgr.status("zenko").version == version
     finally:
         mgr.close()
@@ -386,3 +390,24 @@ def test_after_the_bridge_took_over_the_import_refuses_unless_forced(
     finally:
         holder.close()
         mgr.close()
+
+
+@pytest.mark.parametrize(("command", "missing"), [
+    (["import", "backbeat", "--zookeeper", "127.0.0.1:1"], "kazoo"),
+    (["import", "backbeat", "--mongodb", "mongodb://127.0.0.1:1/"], "pymongo"),
+    (["bridge", "backbeat", "--zookeeper", "127.0.0.1:1", "--redis", "redis://127.0.0.1:1"],
+     "redis"),
+])
+def test_without_the_backbeat_extra_the_commands_say_what_to_install(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, command: list[str], missing: str
+) -> None:
+    """README "Extras": without the client library the command says which extra to install
+    (as the zk:// backend does), not an unexpected ModuleNotFoundError."""
+    url = f"sqlite:///{tmp_path}/ls.db"
+    Manager(open_backend(url)).close()
+    monkeypatch.setitem(sys.modules, missing, None)  # what an environment without it imports
+    result = CliRunner().invoke(app, ["--backend", url, *command], env=ENV,
+                                catch_exceptions=False)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "pip install 'locstatus[backbeat]'" in result.stderr, result.stderr
+    assert "unexpected" not in result.stderr

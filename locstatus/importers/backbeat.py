@@ -198,7 +198,7 @@ def read_mongodb(uri: str, database: str, timeout: float = TIMEOUT) -> list[Entr
         docs = list(client[database][STATUS_COLLECTION].find({}))
     except PyMongoError as exc:
         raise BackendUnavailable(
-            f"reading Backbeat's {database}.{STATUS_COLLECTION}: {exc}"
+            f"reading Backbeat's {database}.{STATUS_COLLECTION}: {mongo_reason(exc, timeout)}"
         ) from None
     finally:
         client.close()
@@ -223,6 +223,19 @@ def read_mongodb(uri: str, database: str, timeout: float = TIMEOUT) -> list[Entr
 
         out.append(_entry(name, "lifecycle", where, parse))
     return out
+
+
+def mongo_reason(exc: Exception, timeout: float) -> str:
+    """One line for a pymongo error: a server that did not answer is named with its first
+    reason (``127.0.0.1:27017: [Errno 111] Connection refused``), without the topology
+    description pymongo appends (several lines of every server's state)."""
+    from pymongo.errors import ServerSelectionTimeoutError
+
+    text = str(exc)
+    if isinstance(exc, ServerSelectionTimeoutError):
+        first = text.split(", Timeout:")[0].split(" (configured timeouts")[0]
+        return f"no MongoDB server answered within {timeout:g} s ({first})"
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _entry(name: str, service: str, where: str, parse: Any) -> Entry:

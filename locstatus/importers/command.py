@@ -9,6 +9,7 @@ command's handler (``error: ...`` and the error's exit code).
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Annotated, Protocol
@@ -36,6 +37,20 @@ def _manager(ctx: typer.Context) -> Manager:
         raise InvalidInput("locstatus import runs under the locstatus command")
     typed: _Root = root
     return typed.manager()
+
+
+def require_extra(command: str, *modules: str) -> None:
+    """Raise :class:`InvalidInput` (exit 2) naming the ``backbeat`` extra when one of
+    ``modules`` (``kazoo``, ``pymongo``, ``redis``) cannot be imported, as the ``zk://``
+    backend does for its own: ``pip install 'locstatus[backbeat]'`` (README, "Extras")."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise InvalidInput(
+                f"'locstatus {command}' needs the backbeat extra (kazoo, pymongo, redis): "
+                f"pip install 'locstatus[backbeat]' ({exc})"
+            ) from None
 
 
 def load_config(path: Path | None, **given: str | None) -> BackbeatConfig:
@@ -153,6 +168,8 @@ def backbeat(
                       ingestion_namespace=ingestion_namespace)
     if cfg.zookeeper is None and cfg.mongodb is None:
         raise InvalidInput("nothing to import from: give --config, --zookeeper or --mongodb")
+    require_extra("import backbeat", *(["kazoo"] if cfg.zookeeper is not None else []),
+                  *(["pymongo"] if cfg.mongodb is not None else []))
     mgr = _manager(ctx)
     if not force:
         refuse_after_bridge(mgr)
