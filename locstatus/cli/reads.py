@@ -180,7 +180,14 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     elif not infos:
         new_console().print("no workers registered")
     else:
-        new_console().print(workers_table(infos, now, mgr.time.offset_seconds()))
+        console = new_console()
+        console.print(workers_table(infos, now, mgr.time.offset_seconds()))
+        for w in infos:  # what to do about each holder that is away (docs/agent.md)
+            if w.standing and w.away:
+                console.print(plain(
+                    f"{w.worker_id}: its holder (host {w.host or '?'}, pid {w.pid}) is not "
+                    f"running; start it again, or retire it: locstatus workers retire "
+                    f"{w.worker_id}"), soft_wrap=True)
     report_corrupt_workers([w for w in infos if w.corrupt is not None], bool(corrupt))
     report_corrupt(corrupt)
 
