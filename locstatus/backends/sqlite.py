@@ -43,12 +43,15 @@ from datetime import UTC, datetime, timedelta
 
 from locstatus.backends import codec
 from locstatus.backends.base import (
+    AckItem,
     AckMap,
+    AckResult,
     Backend,
     CasItem,
     CasResult,
     CreateItem,
     HintCallback,
+    ReadResult,
     ScanItem,
     Unsubscribe,
     distinct_locations,
@@ -103,6 +106,8 @@ CREATE TRIGGER IF NOT EXISTS changes_prune AFTER INSERT ON changes WHEN NEW.seq 
     BEGIN DELETE FROM changes WHERE seq < NEW.seq - 10000; END;
 """
 _KEEP_CHANGES = 10_000
+_IN_CHUNK = 500
+"""Locations per ``IN (...)`` list of a batch read (SQLite allows 32 766 parameters)."""
 
 
 TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
@@ -270,6 +275,22 @@ class SQLiteBackend(Backend):
             raise NotFound(f"unknown location {location!r}")
         version, data = rows[0]
         return _decode_row(location, version, data)
+
+    def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
+        """One ``SELECT ... WHERE location IN (...)`` per :data:`_IN_CHUNK` locations."""
+        found: dict[str, ReadResult] = {}
+        for i in range(0, len(locations), _IN_CHUNK):
+            chunk = locations[i : i + _IN_CHUNK]
+            for loc, version, data in self._query(
+                "SELECT location, version, data FROM locations WHERE location IN "
+                f"({','.join('?' * len(chunk))})",
+                chunk,
+            ):
+                found[str(loc)] = _decode_row_or_error(str(loc), version, data)
+        return [
+            found[loc] if loc in found else NotFound(f"unknown location {loc!r}")
+            for loc in locations
+        ]
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
         return [
@@ -453,6 +474,39 @@ class SQLiteBackend(Backend):
                 "VALUES (?, ?, ?, ?)",
                 (location, worker_id, service, generation),
             )
+
+    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+        """One transaction: the versions of the conditional ones read in it (one ``SELECT``
+        per :data:`_IN_CHUNK`), then every acknowledgement still current written with one
+        ``executemany``. A failed transaction leaves every item its error (nothing written)."""
+        out: list[AckResult] = [None] * len(items)
+        try:
+            with self._write() as db:
+                checked = sorted({i.location for i in items if i.if_version is not None})
+                versions: dict[str, object] = {}
+                for k in range(0, len(checked), _IN_CHUNK):
+                    chunk = checked[k : k + _IN_CHUNK]
+                    versions.update(db.execute(
+                        "SELECT location, version FROM locations WHERE location IN "
+                        f"({','.join('?' * len(chunk))})",
+                        chunk,
+                    ).fetchall())
+                rows = []
+                for n, item in enumerate(items):
+                    if item.if_version is not None and versions.get(item.location) != (
+                        item.if_version
+                    ):
+                        out[n] = stale_ack(item.location, item.if_version)
+                        continue
+                    rows.append((item.location, worker_id, item.service, item.generation))
+                db.executemany(
+                    "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
+                    "VALUES (?, ?, ?, ?)",
+                    rows,
+                )
+        except BackendUnavailable as exc:
+            return [exc] * len(items)
+        return out
 
     def acks(self, location: str) -> AckMap:
         out: AckMap = {}

@@ -16,7 +16,14 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from locstatus.backends.base import AckMap, Backend, HintCallback, HistoryGaps, Unsubscribe
+from locstatus.backends.base import (
+    AckMap,
+    Backend,
+    HintCallback,
+    HistoryGaps,
+    ReadResult,
+    Unsubscribe,
+)
 from locstatus.backends.mongo.history import HistoryCopy
 from locstatus.backends.mongo.records import Records
 from locstatus.backends.mongo.store import Store
@@ -73,6 +80,10 @@ class MongoBackend(Backend):
 
     def read(self, location: str) -> LocationStatus:
         return self._records.read(location)
+
+    def read_many(self, locations: cabc.Sequence[str]) -> list[ReadResult]:
+        """See :meth:`Records.read_many` (``$in`` queries)."""
+        return self._records.read_many(locations)
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
         return self._records.read_all()

@@ -20,12 +20,15 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import Callback
 
 from locstatus.backends.base import (
+    AckItem,
     AckMap,
+    AckResult,
     Backend,
     CasItem,
     CasResult,
     CreateItem,
     HintCallback,
+    ReadResult,
     Unsubscribe,
 )
 from locstatus.backends.zookeeper.client import ZkClient
@@ -103,6 +106,10 @@ class ZooKeeperBackend(Backend):
     def read(self, location: str) -> LocationStatus:
         return self._records.read(location)
 
+    def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
+        """See :meth:`Records.read_many` (pipelined gets)."""
+        return self._records.read_many(locations)
+
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
         return self._records.read_all()
 
@@ -163,6 +170,10 @@ class ZooKeeperBackend(Backend):
     ) -> None:
         """Record an acknowledgement (ephemeral, held by this session); see :meth:`Workers.ack`."""
         self._workers.ack(worker_id, location, service, generation, if_version=if_version)
+
+    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+        """See :meth:`Workers.ack_many` (pipelined multi-ops)."""
+        return self._workers.ack_many(worker_id, items)
 
     def acks(self, location: str) -> AckMap:
         return self._workers.acks(location)

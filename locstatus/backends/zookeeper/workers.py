@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +39,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, stale_ack
+from locstatus.backends.base import AckItem, AckMap, AckResult, stale_ack
 from locstatus.backends.zookeeper.client import ZkClient
 from locstatus.backends.zookeeper.freshness import WorkersCopy
 from locstatus.backends.zookeeper.layout import (
@@ -287,6 +287,73 @@ class Workers:
         written = self._write_ack(location, worker_id, {service: generation}, at)
         if not written and if_version is not None:
             raise stale_ack(location, if_version)
+
+    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+        """Every acknowledgement whose node this client wrote last (its version and content
+        known, as :meth:`_write_ack`'s fast path) in its own multi-op, all pipelined on the
+        session (:meth:`ZkClient.commit_many`); the others, and any the server refused
+        for another reason than the record (a node changed by someone else) or whose answer
+        was lost, one at a time through :meth:`ack`. A record gone or not at ``if_version``
+        refuses only its own item, as :meth:`ack` would."""
+        pa, client = self.paths, self.client
+        out: list[AckResult] = [None] * len(items)
+        alone: list[int] = []
+        sent: list[tuple[int, tuple[str, str], int, dict[str, int]]] = []
+        txns: list[Transaction] = []
+        session = client.session_id
+        seen: set[str] = set()
+        for n, item in enumerate(items):
+            loc = item.location
+            try:
+                node, parent = pa.ack(loc, worker_id), pa.acks(loc)
+            except LocstatusError as exc:
+                out[n] = exc
+                continue
+            key = (loc, worker_id)
+            with self._lock:
+                known = self._ack_nodes.get(key)
+                if known is None or session is None or known[0] != session or loc in seen:
+                    alone.append(n)  # a read is needed (or a second service of one node)
+                    seen.add(loc)
+                    continue
+                del self._ack_nodes[key]  # in flight: a concurrent ack reads the node
+                content = {**self._my_acks.get(key, {}), item.service: item.generation}
+            seen.add(loc)
+            txn = client.transaction()
+            if item.if_version is None:
+                txn.check("location", pa.location(loc), -1)
+            else:
+                inc, seq = split_version(item.if_version)
+                txn.check("location", pa.history(loc), inc + 1)
+                txn.check("location", pa.location(loc), seq - 1)
+            txn.set_data("ack", node, encode_acks(content), known[1])
+            txn.set_data("parent", parent, ACKS_HINT)
+            txns.append(txn)
+            sent.append((n, key, known[1] + 1, content))
+        outcomes = client.commit_many(
+            lambda k: f"ack of {worker_id}/{items[sent[k][0]].location}", txns
+        )
+        for (n, key, version, content), outcome in zip(sent, outcomes, strict=True):
+            item = items[n]
+            match outcome:
+                case None:
+                    if session is not None:  # it is: only then was it sent
+                        with self._lock:
+                            self._ack_nodes[key] = (session, version)
+                            self._my_acks[key] = content
+                case Refusal("location"):
+                    if item.if_version is not None:
+                        out[n] = stale_ack(item.location, item.if_version)
+                case _:  # the node moved, or the answer was lost: alone, reading it
+                    alone.append(n)
+        for n in sorted(alone):
+            item = items[n]
+            try:
+                self.ack(worker_id, item.location, item.service, item.generation,
+                         if_version=item.if_version)
+            except LocstatusError as exc:
+                out[n] = exc
+        return out
 
     def _write_ack(
         self, location: str, worker_id: str, update: dict[str, int],
