@@ -22,8 +22,10 @@ Absolute targets (issue 21): pause all 100 000 on SQLite <= 3 s, on ZooKeeper <=
 100 000 on SQLite <= 10 s.
 
 Run: ``python bench/bulk.py [--backend sqlite|zk] [--locations 10000] [--rounds 5]
-[--only pause,resume,sync] [--json out.json]``; ZooKeeper starts a local server
-(tests/support/servers.py) unless ``--url`` names one.
+[--only pause,resume,sync,propagate] [--agents 16] [--processes] [--json out.json]``;
+ZooKeeper starts a local server (tests/support/servers.py) unless ``--url`` names one.
+``propagate`` (not run by default): a ``pause all`` until 16 agents acknowledged it, against
+the raw write (bench/burst.py).
 """
 
 from __future__ import annotations
@@ -239,6 +241,31 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
     return summary
 
 
+def propagate(backend: str, url: str | None, n: int, rounds: int, tmp: str,
+              progress: Callable[[str], None], *, agents: int, processes: bool
+              ) -> dict[str, Any]:
+    """bench/burst.py on two fresh stores of ``n`` locations (no worker registered)."""
+    import burst
+
+    stores = Stores(backend, url, tmp)
+    locations = names(n)
+    wanted = {loc: [SERVICE] for loc in locations}
+    ls_url, raw_url = stores.new(), stores.new()
+    for u in (ls_url, raw_url):
+        m = Manager(open_backend(u), services=(SERVICE,))
+        m.sync_locations(wanted)
+        m.backend.close()
+    raw = RAW[backend](raw_url)
+    try:
+        out = burst.run(ls_url, raw, locations, agents=agents, rounds=rounds,
+                        processes=processes, progress=progress)
+    finally:
+        raw.close()
+        _drop(backend, ls_url, raw_url)
+    out["load_average"] = os.getloadavg()[0]
+    return out
+
+
 def _checked(report: Any, n: int) -> None:
     assert len(report.items) == n and not report.failed, report.failed[:3]
 
@@ -273,7 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--url", help="a server's base URL (ZooKeeper: zk://host:port/prefix)")
     ap.add_argument("--locations", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", default="pause,resume,sync")
+    ap.add_argument("--only", default="pause,resume,sync", help="also: propagate")
+    ap.add_argument("--agents", type=int, default=16, help="propagate: agents")
+    ap.add_argument("--processes", action="store_true", help="propagate: one process each")
     ap.add_argument("--json", help="write the summary here")
     args = ap.parse_args(argv)
     if args.backend == "zk":
@@ -281,14 +310,25 @@ def main(argv: list[str] | None = None) -> None:
     only = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="locstatus-bulk-") as tmp, \
             server(args.backend, args.url, tmp) as base:
-        summary = run(args.backend, base, args.locations, args.rounds, only, tmp,
-                      lambda line: print(line, flush=True))
+        say = partial(print, flush=True)
+        summary = run(args.backend, base, args.locations, args.rounds, only - {"propagate"},
+                      tmp, say) if only - {"propagate"} else {"backend": args.backend}
+        if "propagate" in only:
+            summary["propagate"] = propagate(args.backend, base, args.locations, args.rounds,
+                                             tmp, say, agents=args.agents,
+                                             processes=args.processes)
     for k in ("pause", "resume", "sync"):
         if k in summary:
             s = summary[k]
             print(f"{k} all {args.locations} on {args.backend}: locstatus {s['locstatus_s']} s "
                   f"({s['locstatus_per_s']}/s), raw {s['raw_s']} s ({s['raw_per_s']}/s), "
                   f"ratio {s['ratio']}x (target >= 0.5x)")
+    if "propagate" in summary:
+        s = summary["propagate"]
+        print(f"propagate pause all {args.locations} to {s['agents']} agents ({s['mode']}) on "
+              f"{args.backend}: write {s['write_s']} s, then acknowledged in "
+              f"{s['propagate_s']} s (total {s['total_s']} s); raw write {s['raw_s']} s: "
+              f"ratio {s['ratio']}x, total {s['total_ratio']}x (target <= 2x)")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))

@@ -34,6 +34,7 @@ parameters ``timeout`` (seconds, busy timeout, more than 0 and at most 3600), ``
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -106,8 +107,9 @@ CREATE TRIGGER IF NOT EXISTS changes_prune AFTER INSERT ON changes WHEN NEW.seq 
     BEGIN DELETE FROM changes WHERE seq < NEW.seq - 10000; END;
 """
 _KEEP_CHANGES = 10_000
-_IN_CHUNK = 500
-"""Locations per ``IN (...)`` list of a batch read (SQLite allows 32 766 parameters)."""
+_JSONABLE = "(typeof(l.data) = 'text' AND typeof(l.version) != 'blob')"
+"""Rows whose columns a JSON value can carry (a blob cannot: :meth:`SQLiteBackend.read_many`
+reads the others row by row)."""
 
 
 TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
@@ -277,16 +279,27 @@ class SQLiteBackend(Backend):
         return _decode_row(location, version, data)
 
     def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
-        """One ``SELECT ... WHERE location IN (...)`` per :data:`_IN_CHUNK` locations."""
+        """One query for the batch, its rows gathered into one JSON value by SQLite itself
+        (``json_each`` in, ``json_group_array`` out): a row at a time, each step released and
+        took the interpreter lock again, and with many threads waiting for that lock a batch
+        read took seconds (docs/agent.md "Bursts")."""
+        if not locations:
+            return []
+        asked = (json.dumps(list(locations)),)
+        rows = self._query(
+            "SELECT json_group_array(json_array(l.location, l.version, l.data)) FROM locations l "
+            f"WHERE l.location IN (SELECT value FROM json_each(?)) AND {_JSONABLE}",
+            asked,
+        )
         found: dict[str, ReadResult] = {}
-        for i in range(0, len(locations), _IN_CHUNK):
-            chunk = locations[i : i + _IN_CHUNK]
-            for loc, version, data in self._query(
-                "SELECT location, version, data FROM locations WHERE location IN "
-                f"({','.join('?' * len(chunk))})",
-                chunk,
-            ):
-                found[str(loc)] = _decode_row_or_error(str(loc), version, data)
+        for loc, version, data in json.loads(str(rows[0][0])):
+            found[str(loc)] = _decode_row_or_error(str(loc), version, data)
+        for loc, version, data in self._query(  # a hand edit stored bytes: row by row
+            "SELECT location, version, data FROM locations l "
+            f"WHERE l.location IN (SELECT value FROM json_each(?)) AND NOT {_JSONABLE}",
+            asked,
+        ):
+            found[str(loc)] = _decode_row_or_error(str(loc), version, data)
         return [
             found[loc] if loc in found else NotFound(f"unknown location {loc!r}")
             for loc in locations
@@ -476,21 +489,27 @@ class SQLiteBackend(Backend):
             )
 
     def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
-        """One transaction: the versions of the conditional ones read in it (one ``SELECT``
-        per :data:`_IN_CHUNK`), then every acknowledgement still current written with one
-        ``executemany``. A failed transaction leaves every item its error (nothing written)."""
+        """One transaction of two statements whatever the batch's size: the versions of the
+        conditional ones read, then every acknowledgement still current written, the rows
+        passed and returned as one JSON value each (``json_each``, ``json_group_array``).
+        Row by row, a transaction took the interpreter lock again at every row while holding
+        the database's write lock, and sixteen workers in one process queued behind each
+        other for seconds (docs/agent.md "Bursts"). A failed transaction leaves every item
+        its error (nothing written)."""
         out: list[AckResult] = [None] * len(items)
+        if not items:
+            return out
+        checked = sorted({i.location for i in items if i.if_version is not None})
         try:
             with self._write() as db:
-                checked = sorted({i.location for i in items if i.if_version is not None})
                 versions: dict[str, object] = {}
-                for k in range(0, len(checked), _IN_CHUNK):
-                    chunk = checked[k : k + _IN_CHUNK]
-                    versions.update(db.execute(
-                        "SELECT location, version FROM locations WHERE location IN "
-                        f"({','.join('?' * len(chunk))})",
-                        chunk,
-                    ).fetchall())
+                if checked:
+                    (got,) = db.execute(
+                        "SELECT json_group_object(l.location, l.version) FROM locations l "
+                        "WHERE l.location IN (SELECT value FROM json_each(?))",
+                        (json.dumps(checked),),
+                    ).fetchone()
+                    versions = json.loads(got)
                 rows = []
                 for n, item in enumerate(items):
                     if item.if_version is not None and versions.get(item.location) != (
@@ -498,11 +517,12 @@ class SQLiteBackend(Backend):
                     ):
                         out[n] = stale_ack(item.location, item.if_version)
                         continue
-                    rows.append((item.location, worker_id, item.service, item.generation))
-                db.executemany(
+                    rows.append((item.location, item.service, item.generation))
+                db.execute(
                     "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
-                    "VALUES (?, ?, ?, ?)",
-                    rows,
+                    "SELECT json_extract(value, '$[0]'), ?, json_extract(value, '$[1]'), "
+                    "json_extract(value, '$[2]') FROM json_each(?)",
+                    (worker_id, json.dumps(rows)),
                 )
         except BackendUnavailable as exc:
             return [exc] * len(items)
