@@ -254,4 +254,3 @@ class Acker:
                 s.busy.discard(a.key[0])
                 s.queue.release(a.key[0])
             s.cond.notify_all()
-

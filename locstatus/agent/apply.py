@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from locstatus.agent.acker import Acker, Applied
+from locstatus.agent.guard import IDLE_WAKE
 from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers, handler_name
 from locstatus.agent.lives import ask_lives
 from locstatus.agent.queue import Key
@@ -136,14 +137,20 @@ class Applier:
         thread (True: the location stays busy until that is decided)."""
         s = self.state
         location, service = key
-        with s.lock:
+        with s.lock:  # one look at the shared state per key: a burst has thousands of them
             stop = key in s.fence.to_stop
-        if stop and not self._fence(key):
-            return False
-        with s.lock:
             rec = s.copy.records.get(location)
             purged = service == TOMBSTONE_ACK and location in s.copy.purged
             fenced = s.fence.fenced
+            applied, handled_at = s.copy.applied.get(key), s.copy.handled.get(key)
+        if stop:
+            if not self._fence(key):
+                return False
+            with s.lock:
+                rec = s.copy.records.get(location)
+                purged = service == TOMBSTONE_ACK and location in s.copy.purged
+                fenced = s.fence.fenced
+                applied, handled_at = s.copy.applied.get(key), s.copy.handled.get(key)
         if purged:
             self._apply_purge(key)  # stops consumers: safe while fenced too
             return False
@@ -156,10 +163,9 @@ class Applier:
         if rec.deleted or st is None:
             return False
         generation = st.generation
-        with s.lock:
-            if s.copy.applied.get(key) == generation:
-                return False
-            handled = s.copy.handled.get(key) == generation
+        if applied == generation:
+            return False
+        handled = handled_at == generation
         if not handled:
             handlers = self.handlers.for_state(service, paused=st.paused)
             if not self._run_handlers(key, handlers, st, generation):
@@ -322,7 +328,11 @@ class Applier:
                 return False
             was_stuck = s.running.get(key, run).stuck
             s.running[key] = run
-        s.guard_wake.set()
+        if self.deadline < IDLE_WAKE:
+            # A nearer deadline than the guard's next look at least every IDLE_WAKE seconds:
+            # wake it to count from now (else it finds this one in time; a burst starts
+            # thousands of handlers, and each wake-up takes the lock).
+            s.guard_wake.set()
         if was_stuck:
             s.beat_now.set()  # the previous handler of this key was reported: it returned
         return True
