@@ -68,6 +68,7 @@ from locstatus.errors import (
     BackendUnavailable,
     CorruptRecord,
     InvalidInput,
+    LocstatusError,
     NotFound,
     VersionConflict,
 )
@@ -489,8 +490,9 @@ class SQLiteBackend(Backend):
             )
 
     def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
-        """One transaction of two statements whatever the batch's size: the versions of the
-        conditional ones read, then every acknowledgement still current written, the rows
+        """One transaction of two statements whatever the batch's size: the records of the
+        batch read in it, each item judged against its record as :meth:`ack` judges it
+        (:func:`_ack_refusal`), then every acknowledgement still current written, the rows
         passed and returned as one JSON value each (``json_each``, ``json_group_array``).
         Row by row, a transaction took the interpreter lock again at every row while holding
         the database's write lock, and sixteen workers in one process queued behind each
@@ -499,25 +501,27 @@ class SQLiteBackend(Backend):
         out: list[AckResult] = [None] * len(items)
         if not items:
             return out
-        checked = sorted({i.location for i in items if i.if_version is not None})
+        asked = json.dumps(sorted({i.location for i in items}))
         try:
             with self._write() as db:
-                versions: dict[str, object] = {}
-                if checked:
-                    (got,) = db.execute(
-                        "SELECT json_group_object(l.location, l.version) FROM locations l "
-                        "WHERE l.location IN (SELECT value FROM json_each(?))",
-                        (json.dumps(checked),),
-                    ).fetchone()
-                    versions = json.loads(got)
+                (got,) = db.execute(
+                    "SELECT json_group_object(l.location, json_array(l.version, l.data)) "
+                    f"FROM locations l WHERE l.location IN (SELECT value FROM json_each(?)) "
+                    f"AND {_JSONABLE}",
+                    (asked,),
+                ).fetchone()
+                current: dict[str, list[object]] = json.loads(got)
+                for loc, version, data in db.execute(  # a hand edit stored bytes
+                    "SELECT location, version, data FROM locations l WHERE l.location IN "
+                    f"(SELECT value FROM json_each(?)) AND NOT {_JSONABLE}",
+                    (asked,),
+                ).fetchall():
+                    current[str(loc)] = [version, data]
                 rows = []
                 for n, item in enumerate(items):
-                    if item.if_version is not None and versions.get(item.location) != (
-                        item.if_version
-                    ):
-                        out[n] = stale_ack(item.location, item.if_version)
-                        continue
-                    rows.append((item.location, item.service, item.generation))
+                    out[n] = _ack_refusal(item, current.get(item.location))
+                    if out[n] is None:
+                        rows.append((item.location, item.service, item.generation))
                 db.execute(
                     "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
                     "SELECT json_extract(value, '$[0]'), ?, json_extract(value, '$[1]'), "
@@ -795,6 +799,15 @@ def _insert_history(
             location, f"the history already holds a write at version {version}, which this "
             "write would make: nothing written (see 'locstatus check')"
         ) from None
+
+
+def _ack_refusal(item: AckItem, row: list[object] | None) -> LocstatusError | None:
+    """Why :meth:`SQLiteBackend.ack` would refuse ``item`` against its record's row
+    (``[version, data]``, None: no record), read in the acknowledgement's transaction; None:
+    it is written."""
+    if item.if_version is not None and (row is None or row[0] != item.if_version):
+        return stale_ack(item.location, item.if_version)
+    return None
 
 
 def _decode_row(location: str, version: object, data: object) -> LocationStatus:
