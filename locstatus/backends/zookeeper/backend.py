@@ -38,7 +38,7 @@ from locstatus.backends.zookeeper.records import Records
 from locstatus.backends.zookeeper.url import parse_zk_url
 from locstatus.backends.zookeeper.watcher import Watcher
 from locstatus.backends.zookeeper.workers import Workers
-from locstatus.errors import BackendUnavailable, CorruptRecord
+from locstatus.errors import BackendUnavailable, CorruptRecord, InvalidInput, LocstatusError
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
 
 
@@ -172,8 +172,16 @@ class ZooKeeperBackend(Backend):
         self._workers.ack(worker_id, location, service, generation, if_version=if_version)
 
     def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
-        """See :meth:`Workers.ack_many` (pipelined multi-ops)."""
-        return self._workers.ack_many(worker_id, items)
+        """The records read with pipelined gets, then :meth:`Workers.ack_many` (pipelined
+        multi-ops, each checking its record is still the one read)."""
+        locations = list(dict.fromkeys(i.location for i in items))
+        try:
+            records = dict(zip(locations, self._records.read_many(locations), strict=True))
+        except InvalidInput:  # a name no record can have: each item alone says which
+            records = {}
+        except LocstatusError as exc:
+            return [exc] * len(items)
+        return self._workers.ack_many(worker_id, items, records)
 
     def acks(self, location: str) -> AckMap:
         return self._workers.acks(location)

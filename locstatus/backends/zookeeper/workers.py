@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +39,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckItem, AckMap, AckResult, stale_ack
+from locstatus.backends.base import AckItem, AckMap, AckResult, ReadResult, stale_ack
 from locstatus.backends.zookeeper.client import ZkClient
 from locstatus.backends.zookeeper.freshness import WorkersCopy
 from locstatus.backends.zookeeper.layout import (
@@ -51,7 +51,7 @@ from locstatus.backends.zookeeper.layout import (
 )
 from locstatus.backends.zookeeper.txn import Refusal, Transaction, refusal
 from locstatus.errors import AmbiguousCommit, BackendUnavailable, LocstatusError
-from locstatus.models import WorkerInfo
+from locstatus.models import LocationStatus, WorkerInfo
 
 log = logging.getLogger(__name__)
 
@@ -288,13 +288,17 @@ class Workers:
         if not written and if_version is not None:
             raise stale_ack(location, if_version)
 
-    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+    def ack_many(
+        self, worker_id: str, items: Sequence[AckItem], records: Mapping[str, ReadResult]
+    ) -> list[AckResult]:
         """Every acknowledgement whose node this client wrote last (its version and content
-        known, as :meth:`_write_ack`'s fast path) in its own multi-op, all pipelined on the
-        session (:meth:`ZkClient.commit_many`); the others, and any the server refused
-        for another reason than the record (a node changed by someone else) or whose answer
-        was lost, one at a time through :meth:`ack`. A record gone or not at ``if_version``
-        refuses only its own item, as :meth:`ack` would."""
+        known, as :meth:`_write_ack`'s fast path) judged against its record as read just
+        before (``records``, pipelined by the caller: :func:`_ack_refusal`), then written in
+        its own multi-op that checks the record is still the one judged (incarnation and
+        znode version), all pipelined on the session (:meth:`ZkClient.commit_many`). The
+        others, those whose record moved in between or does not read, any the server refused
+        for another reason (a node changed by someone else) and any whose answer was lost go
+        one at a time through :meth:`ack`. A refusal at one item never fails another."""
         pa, client = self.paths, self.client
         out: list[AckResult] = [None] * len(items)
         alone: list[int] = []
@@ -309,23 +313,27 @@ class Workers:
             except LocstatusError as exc:
                 out[n] = exc
                 continue
+            record = records.get(loc)
+            if not isinstance(record, LocationStatus) or loc in seen:
+                alone.append(n)  # ack() decides (or a second service of one node)
+                seen.add(loc)
+                continue
+            seen.add(loc)
+            if (refused := _ack_refusal(item, record)) is not None:
+                out[n] = refused
+                continue
             key = (loc, worker_id)
             with self._lock:
                 known = self._ack_nodes.get(key)
-                if known is None or session is None or known[0] != session or loc in seen:
-                    alone.append(n)  # a read is needed (or a second service of one node)
-                    seen.add(loc)
+                if known is None or session is None or known[0] != session:
+                    alone.append(n)  # the node must be read
                     continue
                 del self._ack_nodes[key]  # in flight: a concurrent ack reads the node
                 content = {**self._my_acks.get(key, {}), item.service: item.generation}
-            seen.add(loc)
             txn = client.transaction()
-            if item.if_version is None:
-                txn.check("location", pa.location(loc), -1)
-            else:
-                inc, seq = split_version(item.if_version)
-                txn.check("location", pa.history(loc), inc + 1)
-                txn.check("location", pa.location(loc), seq - 1)
+            inc, seq = split_version(record.version)
+            txn.check("location", pa.history(loc), inc + 1)
+            txn.check("location", pa.location(loc), seq - 1)
             txn.set_data("ack", node, encode_acks(content), known[1])
             txn.set_data("parent", parent, ACKS_HINT)
             txns.append(txn)
@@ -341,10 +349,9 @@ class Workers:
                         with self._lock:
                             self._ack_nodes[key] = (session, version)
                             self._my_acks[key] = content
-                case Refusal("location"):
-                    if item.if_version is not None:
-                        out[n] = stale_ack(item.location, item.if_version)
-                case _:  # the node moved, or the answer was lost: alone, reading it
+                case Refusal("location") if item.if_version is not None:
+                    out[n] = stale_ack(item.location, item.if_version)
+                case _:  # the record or the node moved, or the answer was lost: alone
                     alone.append(n)
         for n in sorted(alone):
             item = items[n]
@@ -473,3 +480,11 @@ class Workers:
             if acked is not None:
                 out.setdefault(loc, {})[worker] = acked
         return out
+
+
+def _ack_refusal(item: AckItem, record: LocationStatus) -> LocstatusError | None:
+    """Why :meth:`Workers.ack` would refuse ``item`` against ``record`` (read just before the
+    multi-op that checks it is still that record); None: it is written."""
+    if item.if_version is not None and record.version != item.if_version:
+        return stale_ack(item.location, item.if_version)
+    return None
