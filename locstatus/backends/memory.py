@@ -25,6 +25,7 @@ from locstatus.backends.base import (
     ReadResult,
     ScanItem,
     Unsubscribe,
+    check_ack,
     stale_ack,
 )
 from locstatus.backends.hints import Subscribers
@@ -34,6 +35,7 @@ from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
     CorruptRecord,
+    LocstatusError,
     NotFound,
     VersionConflict,
 )
@@ -251,11 +253,12 @@ class MemoryBackend(Backend):
         if_version: int | None = None,
     ) -> None:
         self._check_open()
-        with self._store.lock:
-            if if_version is not None:
-                current = self._store.records.get(location)
-                if current is None or current[0] != if_version:
-                    raise stale_ack(location, if_version)
+        with self._store.lock:  # judged and written under the store's one lock (invariant 13)
+            current = self._store.records.get(location)
+            if if_version is not None and (current is None or current[0] != if_version):
+                raise stale_ack(location, if_version)
+            record = None if current is None else self._decode(location)
+            check_ack(location, record, service, generation, if_version)
             per_worker = self._store.acks.setdefault(location, {}).setdefault(worker_id, {})
             per_worker[service] = generation
         self._notify(Hint(kind="acks", location=location))
@@ -271,6 +274,13 @@ class MemoryBackend(Backend):
                     current is None or current[0] != item.if_version
                 ):
                     out.append(stale_ack(item.location, item.if_version))
+                    continue
+                try:
+                    record = None if current is None else self._decode(item.location)
+                    check_ack(item.location, record, item.service, item.generation,
+                              item.if_version)
+                except LocstatusError as exc:  # corrupt, or a generation it does not have
+                    out.append(exc)
                     continue
                 acks = self._store.acks.setdefault(item.location, {})
                 acks.setdefault(worker_id, {})[item.service] = item.generation
