@@ -845,6 +845,11 @@ def _ack_refusal(item: AckItem, row: list[object] | None) -> LocstatusError | No
     it is written."""
     if item.if_version is not None and (row is None or row[0] != item.if_version):
         return stale_ack(item.location, item.if_version)
+    try:
+        record = None if row is None else _decode_row(item.location, row[0], row[1])
+        check_ack(item.location, record, item.service, item.generation, item.if_version)
+    except LocstatusError as exc:  # corrupt, or a generation the record does not have
+        return exc
     return None
 
 

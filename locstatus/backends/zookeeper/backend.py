@@ -185,7 +185,7 @@ class ZooKeeperBackend(Backend):
             records = {}
         except LocstatusError as exc:
             return [exc] * len(items)
-        return self._workers.ack_many(worker_id, items, records)
+        return self._workers.ack_many(worker_id, items, records, decode=self._records.decode)
 
     def acks(self, location: str) -> AckMap:
         return self._workers.acks(location)
