@@ -28,8 +28,8 @@ from support.kits import Kit
 from support.kits_mongo import mongo_server  # noqa: F401  (a fixture)
 from support.kits_zk import zk_server  # noqa: F401  (a fixture)
 
-# CI: a test with an explicit count runs ``suite.examples(full)`` (a quarter, at least 25),
-# the others hypothesis' default 100. The long suite: explicit counts in full, the others 1000.
+# Property tests without a max_examples of their own: hypothesis' default 100 in CI, 1000 in
+# the long suite (a test that sets one keeps it, or asks suite.sized for it).
 settings.register_profile("ci", max_examples=100)
 settings.register_profile("thorough", max_examples=1000)
 settings.load_profile(suite.hypothesis_profile())

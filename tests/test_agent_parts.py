@@ -49,8 +49,6 @@ from locstatus.models import (
     utcnow,
 )
 
-from support.suite import examples
-
 A = ("us-east-1", "replication")
 B = ("eu-west-1", "replication")
 SERVICES = ("replication", "lifecycle")
@@ -351,7 +349,7 @@ def test_a_record_whose_life_cannot_be_told_is_applied_again() -> None:
         assert state.queue.keys() == set()  # the same life: nothing to do
 
 
-@settings(max_examples=examples(200), deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -499,7 +497,7 @@ def test_a_re_read_counts_only_for_the_return_it_started_in() -> None:
     assert fence.ready(now=122.0)
 
 
-@settings(max_examples=examples(300), deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(
         st.one_of(

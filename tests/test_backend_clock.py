@@ -19,8 +19,6 @@ from locstatus.backends.memory import MemoryBackend
 from locstatus.clock import CallerClock
 from locstatus.errors import BackendUnavailable, InvalidInput
 
-from support.suite import examples
-
 EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
 
 
@@ -178,7 +176,7 @@ def test_a_tighter_estimate_is_not_replaced_by_a_slower_probe() -> None:
     assert ts.uncertainty_seconds() < 0.05
 
 
-@settings(max_examples=examples(300), deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     skew=st.floats(-86_400, 86_400),
     rate=st.floats(1 - DRIFT / 2, 1 + DRIFT / 2),

@@ -38,7 +38,6 @@ from locstatus.models import (
 
 from support import corrupt_shapes as shapes
 from support.kits import Kit
-from support.suite import examples
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -1094,7 +1093,7 @@ def test_two_racing_batches_give_each_location_exactly_one_winner(kit: Kit) -> N
 
 
 @settings(
-    max_examples=examples(12), deadline=None,
+    max_examples=12, deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(

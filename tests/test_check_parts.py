@@ -47,7 +47,6 @@ from locstatus.models import (
 )
 
 from support.fakeclock import FakeClock
-from support.suite import examples
 
 T0 = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 LOC = "us-east-1"
@@ -192,7 +191,7 @@ statuses = st.builds(
 )
 
 
-@settings(max_examples=examples(500), deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     services=st.dictionaries(st.sampled_from(["replication", "lifecycle"]), statuses,
                              min_size=1),

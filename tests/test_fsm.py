@@ -16,8 +16,6 @@ from locstatus.fsm import table as fsm_table
 from locstatus.fsm.diagram import docs, markdown_table, mermaid
 from locstatus.models import ServiceStatus, State
 
-from support.suite import examples
-
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(hours=2)
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,7 +162,7 @@ events = st.one_of(
 )
 
 
-@settings(max_examples=examples(400), deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.lists(events, min_size=1, max_size=60))
 def test_random_event_sequences_respect_the_table(seq: list[object]) -> None:
     status = ServiceStatus()
@@ -229,7 +227,7 @@ signed = st.tuples(
 )
 
 
-@settings(max_examples=examples(400), deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.lists(signed, min_size=1, max_size=40))
 def test_a_history_entry_names_only_its_own_actor_and_reason(seq: list[tuple]) -> None:  # type: ignore[type-arg]
     """Issue 15: whatever came before, an entry's actor and reason are those of its own event
@@ -261,7 +259,7 @@ def test_a_history_entry_names_only_its_own_actor_and_reason(seq: list[tuple]) -
         status = change.status
 
 
-@settings(max_examples=examples(200), deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(list(State)), st.integers(0, 50))
 def test_idempotent_events_write_nothing_when_repeated(state: State, gen: int) -> None:
     status = s(state, gen)

@@ -33,7 +33,6 @@ from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus
 from support.agent_worker import Partition
 from support.fakeclock import FakeClock
 from support.kits import Kit
-from support.suite import examples
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -650,7 +649,7 @@ _CALLS = st.tuples(
 )
 
 
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(_CALLS, min_size=1, max_size=25))
 def test_every_history_row_carries_exactly_what_its_own_call_passed(
     calls: list[tuple[str, str | None, str | None, str | None, int]],

@@ -33,7 +33,6 @@ from locstatus.models import HistoryEntry, LocationStatus
 from support.agent_worker import Partition
 from support.fakeclock import FakeClock
 from support.kits import Kit
-from support.suite import examples
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 LOCATIONS = {
@@ -280,7 +279,7 @@ _STATES = st.sampled_from(["running", "paused", "scheduled"])
 _OPS = st.sampled_from(["pause", "resume", "schedule", "cancel"])
 
 
-@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     start=st.dictionaries(
         st.sampled_from(["a-1", "b-1", "c-1", "d-1"]),

@@ -22,7 +22,6 @@ from locstatus.fsm.machine import Event, transition
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
 
 from support import corrupt_shapes as shapes
-from support.suite import examples
 
 PLUS_TWO = timezone(timedelta(hours=2))
 
@@ -182,7 +181,7 @@ def _dump(value: object, spaced: int, repeat: tuple[tuple[str, ...], int, int] |
     return "{" + comma.join(k + v for k, v in pairs) + "}"
 
 
-@settings(max_examples=examples(300), deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(rec=_RECORD, spaced=st.integers(0, len(_SEPARATORS) - 1), data=st.data())
 def test_a_stored_record_reads_back_as_written_and_a_key_twice_never_does(
     rec: LocationStatus, spaced: int, data: st.DataObject
@@ -239,7 +238,7 @@ class _Uncertain(CallerClock):
         return self.uncertainty
 
 
-@settings(max_examples=examples(200), deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     state=st.sampled_from(list(State)),
     offset=st.one_of(st.none(), st.integers(-7200, 7200)),
@@ -260,7 +259,7 @@ def test_a_resume_is_scheduled_exactly_where_the_fsm_would_fire_it(
     assert status.scheduled_resume == (at if fired else None)
 
 
-@settings(max_examples=examples(200), deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     state=st.sampled_from(list(State)),
     offset=st.one_of(st.none(), st.integers(-10_000, 10_000)),

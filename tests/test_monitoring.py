@@ -44,7 +44,6 @@ from locstatus.client import Client
 from locstatus.models import LocationStatus, ServiceStatus, State
 
 from support.servers import free_ports
-from support.suite import examples
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -355,7 +354,7 @@ _AGES = st.integers(min_value=0, max_value=10**6)
 _SERVICE = st.tuples(st.sampled_from(list(State)), _AGES)
 
 
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     locations=st.lists(st.lists(_SERVICE, min_size=1, max_size=3), min_size=0, max_size=40),
     limit=st.integers(min_value=0, max_value=50),

@@ -3,16 +3,17 @@
 The project keeps CI under 20 minutes (README, "Tests"). Rather than leaving the long tests out
 of CI, every test runs in both suites with the same assertions; only its size changes:
 
-- ``ci`` (``scripts/test.sh``, what ``.ci/run`` calls): hypothesis profile ``ci`` (each
-  property test's examples divided by :data:`CI_EXAMPLE_DIVISOR`, at least
-  :data:`CI_MIN_EXAMPLES`), the reliability scenarios at ``LOCSTATUS_RELIABILITY_SECONDS=120``,
-  the large-scale tests at their bounded sizes;
+- ``ci`` (``scripts/test.sh``, what ``.ci/run`` calls): hypothesis profile ``ci``, the
+  reliability scenarios at ``LOCSTATUS_RELIABILITY_SECONDS=120``, the large-scale tests at
+  their bounded sizes;
 - ``long`` (``scripts/long.sh``, ``LOCSTATUS_TEST_SUITE=long``): hypothesis profile
-  ``thorough`` (every property test at its full example count), the reliability scenarios at
-  ``LOCSTATUS_RELIABILITY_SECONDS=1200``, the large-scale tests at full size.
+  ``thorough``, the reliability scenarios at ``LOCSTATUS_RELIABILITY_SECONDS=1200``, the
+  large-scale tests at full size.
 
-A test asks :func:`sized` for a size (``sized(ci=150, long=500)``) and :func:`examples` for a
-hypothesis example count, so what a suite runs is read in the test itself.
+A test asks :func:`sized` for a size (``sized(ci=200, long=500)``), so what each suite runs is
+read in the test itself. A property test that sets its own ``max_examples`` keeps it in both
+profiles unless it is among the long ones and asks :func:`sized` for it; a cheap one stays at
+its full count in CI, where bounding it would save seconds and lose examples.
 """
 
 from __future__ import annotations
@@ -24,12 +25,6 @@ SUITE_ENV = "LOCSTATUS_TEST_SUITE"
 """Environment variable naming the suite: ``ci`` (default) or ``long``."""
 
 SUITES = ("ci", "long")
-
-CI_EXAMPLE_DIVISOR = 4
-"""The ``ci`` profile runs a quarter of a property test's full example count..."""
-
-CI_MIN_EXAMPLES = 25
-"""...but never fewer than this (nor more than the full count)."""
 
 T = TypeVar("T")
 
@@ -54,15 +49,6 @@ def is_long() -> bool:
 def sized(ci: T, long: T) -> T:
     """``long`` in the long suite, ``ci`` otherwise: the size of a large-scale test."""
     return long if is_long() else ci
-
-
-def examples(full: int) -> int:
-    """Hypothesis examples of a property test whose full count is ``full``: ``full`` in the
-    long suite (profile ``thorough``), ``max(CI_MIN_EXAMPLES, full // CI_EXAMPLE_DIVISOR)``
-    capped at ``full`` in CI (profile ``ci``)."""
-    if is_long():
-        return full
-    return min(full, max(CI_MIN_EXAMPLES, full // CI_EXAMPLE_DIVISOR))
 
 
 def hypothesis_profile() -> str:
