@@ -7,11 +7,21 @@ One Node.js stand-in for Backbeat's queue processor (``tests/node/legacy_process
 Backbeat's own npm clients) serves 32 sites: 16 bridged (locations in a locstatus SQLite store,
 followed by ``locstatus.bridge.Bridge``) and 16 raw (unknown to locstatus, driven by hand).
 Each round pauses all 16 of each kind (in alternating order between rounds), waits until every
-state node says paused, then resumes them all. A site's latency runs from just before its
-``mgr.pause`` call (or its ``PUBLISH``) to the moment this process's kazoo watch sees its node
-say ``paused: true``: the same observer for both.
+state node says paused, then resumes them all (and, for the bridged ones, waits until locstatus
+says they settled ``running``: the agents' last writes do not overlap the next round). A
+site's latency runs from just before its ``mgr.pause`` call (or its ``PUBLISH``) to the moment
+this process's kazoo watch sees its node say ``paused: true``: the same observer for both.
 
-    python bench/bridge.py [--rounds 20] [--store zk|sqlite] [--json]
+    python bench/bridge.py [--rounds 20] [--runs 5] [--store zk|sqlite] [--json [PATH]]
+                           [--trace]
+
+``--runs N`` repeats the whole run N times (fresh servers each; the machine's load moves the
+ratio, so a single run says little on a shared machine) and reports the medians of the runs'
+p50, p99 and ratios, each run's figures kept in the JSON.
+
+``--trace`` also times each stage of the bridged path (:data:`STAGES`) and, for the raw path,
+the processor's write and the observer, to find where the difference goes (p50 and p99 of
+each stage from the start, and of each step from the stage before).
 
 ZooKeeper (Debian's package, ``tests/support/servers.py``) and Redis (``redis-server``) are
 started locally in a temporary directory and stopped at the end; ``scripts/setup.sh`` installs
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -36,7 +47,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import redis  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 
-from locstatus import connect  # noqa: E402
+from locstatus import State, connect  # noqa: E402
 from locstatus.backbeat_state import BackbeatConfig  # noqa: E402
 from locstatus.bridge import Bridge, BridgeSettings  # noqa: E402
 
@@ -55,17 +66,21 @@ class Watcher:
         self.cond = threading.Condition()
         self.paused: dict[str, bool] = {}
         self.seen: dict[str, float] = {}
+        self.written: dict[str, float] = {}  # the node's mtime (ZooKeeper's clock), perf_counter
+        self._offset = time.time() - time.perf_counter()
         for site in sites:
             zk.DataWatch(f"{NS}/state/{site}", self._make(site))
 
     def _make(self, site: str) -> Any:
-        def changed(data: bytes | None, _stat: Any, _event: Any) -> None:
+        def changed(data: bytes | None, stat: Any, _event: Any) -> None:
             now = time.perf_counter()
             paused = bool(data) and json.loads(data).get("paused") is True
             with self.cond:
                 if self.paused.get(site) != paused:
                     self.paused[site] = paused
                     self.seen[site] = now
+                    if stat is not None:
+                        self.written[site] = stat.mtime / 1000 - self._offset
                 self.cond.notify_all()
         return changed
 
@@ -79,28 +94,154 @@ class Watcher:
                 self.cond.wait(left)
 
 
+STAGES = ("committed", "hinted", "queued", "handler", "published", "written", "seen")
+"""``--trace``: the path of one bridged site, in order: its compare-and-set returned, the
+hint reached the site's agent, the agent queued the work (after its read), the bridge's
+handler started, its ``PUBLISH`` returned, the processor's write of the node committed (its
+``mtime``: ZooKeeper's clock, the same host's, to the millisecond), the bench's observer saw
+the node say paused."""
+
+
+class Trace:
+    """``--trace``: the first time each stage is reached per site after :meth:`mark`, by
+    wrapping the functions of the path (the bench's own timing is unchanged: the same start
+    point and observer; the wrappers add one dictionary write per call)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.armed = False
+        self.at: dict[str, dict[str, float]] = {}
+        self.rows: list[dict[str, float]] = []
+        self.raw_rows: list[dict[str, float]] = []
+        self.counts: dict[str, int] = {}
+        self.cpu = {"locstatus": 0.0, "raw": 0.0}  # this process's CPU seconds, pause phases
+        self._cpu_at = 0.0
+
+    def mark(self) -> None:
+        self._cpu_at = time.process_time()
+        with self.lock:
+            self.at = {}
+            self.armed = True
+
+    def mark_raw(self) -> None:
+        self._cpu_at = time.process_time()
+
+    def hit(self, site: str | None, stage: str) -> None:
+        now = time.perf_counter()
+        if site is None or not self.armed:
+            return
+        with self.lock:
+            self.counts[stage] = self.counts.get(stage, 0) + 1
+            self.at.setdefault(site, {}).setdefault(stage, now)
+
+    def collect(self, start: dict[str, float], seen: dict[str, float],
+                written: dict[str, float]) -> None:
+        self.cpu["locstatus"] += time.process_time() - self._cpu_at
+        with self.lock:
+            self.armed = False
+            for site, t0 in start.items():
+                got = self.at.get(site, {})
+                row = {st: got[st] - t0 for st in STAGES[:-2] if st in got}
+                if site in written:
+                    row["written"] = written[site] - t0
+                row["seen"] = seen[site] - t0
+                self.rows.append(row)
+
+    def install(self, backend: Any) -> None:
+        from locstatus.agent.queue import DueQueue
+        from locstatus.agent.watch import Watcher as AgentWatcher
+        from locstatus.bridge import bridge as bridge_mod
+        from locstatus.bridge.legacy import Publisher
+
+        trace = self
+
+        def wrap(owner: Any, name: str, site_of: Any, stage: str, after: bool = False) -> None:
+            orig = getattr(owner, name)
+
+            def wrapped(*a: Any, **kw: Any) -> Any:
+                if not after:
+                    trace.hit(site_of(*a, **kw), stage)
+                out = orig(*a, **kw)
+                if after:
+                    trace.hit(site_of(*a, **kw), stage)
+                return out
+
+            setattr(owner, name, wrapped)
+
+        wrap(type(backend), "compare_and_set", lambda _self, rec, *a, **kw: rec.location,
+             "committed", after=True)
+
+        def hinted(self: Any, hint: Any) -> str | None:
+            locs = self.locations
+            if hint.location is not None and (locs is None or hint.location in locs):
+                return str(hint.location)
+            return None
+
+        wrap(AgentWatcher, "on_hint", hinted, "hinted")
+        wrap(DueQueue, "schedule", lambda _self, key, *a, **kw: key[0], "queued")
+        wrap(bridge_mod.Bridge, "_converge", lambda _self, proc, paused: proc.location,
+             "handler")
+        wrap(Publisher, "publish",
+             lambda _self, channel, action: None if action == "resumeService"
+             else channel.removeprefix("backbeat-replication-"),
+             "published", after=True)
+
+    def collect_raw(self, start: dict[str, float], seen: dict[str, float],
+                    written: dict[str, float]) -> None:
+        self.cpu["raw"] += time.process_time() - self._cpu_at
+        for site, t0 in start.items():
+            row = {"seen": seen[site] - t0}
+            if site in written:
+                row["written"] = written[site] - t0
+            self.raw_rows.append(row)
+
+    def report(self, raw: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        prev = None
+        rows = self.raw_rows if raw else self.rows
+        for stage in ("written", "seen") if raw else STAGES:
+            vals = [r[stage] for r in rows if stage in r]
+            step = [r[stage] - r[prev] for r in rows if stage in r and prev in r] \
+                if prev else vals
+            out[stage] = {"n": len(vals),
+                          "p50_ms": round(statistics.median(vals) * 1000, 2) if vals else None,
+                          "p99_ms": round(pct(vals, 0.99) * 1000, 2) if vals else None,
+                          "step_p50_ms": round(statistics.median(step) * 1000, 2)
+                          if step else None,
+                          "step_p99_ms": round(pct(step, 0.99) * 1000, 2) if step else None}
+            prev = stage
+        return out
+
+
+def settled(mgr: Any, sites: list[str], timeout: float = 30.0) -> None:
+    """Wait until every site's replication reads ``running`` (resumed and settled)."""
+    deadline = time.monotonic() + timeout
+    while any(mgr.status(s).services["replication"].state is not State.RUNNING for s in sites):
+        if time.monotonic() > deadline:
+            raise RuntimeError("bridged sites not settled running in time")
+        time.sleep(0.005)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    ap.add_argument("--store", choices=["sqlite", "zk"], default="sqlite",
-                    help="locstatus's own store: a SQLite file (the default store; hints "
-                    "polled every 50 ms), or the same ZooKeeper under /locstatus (watches)")
-    args = ap.parse_args()
+def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]:
+    """One run: fresh servers, a warm-up round of each path, then ``rounds`` interleaved
+    rounds; the figures of this run."""
+    load_start = list(os.getloadavg())
     bridged = [f"site-{i:02d}" for i in range(SITES)]
     raw = [f"raw-{i:02d}" for i in range(SITES)]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         zk_server = start_zookeeper(tmp / "zk")
         redis_server = RedisServer(tmp / "redis").start()
-        store = (f"zk://{zk_server.hosts}/locstatus" if args.store == "zk"
+        store = (f"zk://{zk_server.hosts}/locstatus" if store_kind == "zk"
                  else f"sqlite:///{tmp}/ls.db")
         mgr = connect(store)
+        if trace is not None:
+            trace.install(mgr.backend)
         zk = KazooClient(hosts=zk_server.hosts)
         zk.start(timeout=15)
         proc = LegacyProcessor(zk_server.hosts, f"127.0.0.1:{redis_server.port}",
@@ -115,34 +256,62 @@ def main() -> int:
             with Bridge(mgr, cfg, services=["replication"], settings=settings):
                 samples: dict[str, list[float]] = {"locstatus": [], "raw": []}
 
+                def applied(sites: list[str], event: str, since: int) -> None:
+                    # The processor writes its node, then (in the write's callback) flips its
+                    # consumer: an order that arrives in between is ignored ("not paused").
+                    # Outside the timed window: the next order waits for the flip.
+                    for s in sites:
+                        proc.wait_for(event, site=s, since=since, timeout=30)
+
                 def via_locstatus() -> None:
                     start = {}
+                    mark = proc.mark()
+                    if trace is not None:
+                        trace.mark()
                     for s in bridged:
                         start[s] = time.perf_counter()
                         mgr.pause(s, "replication")
                     watcher.wait(bridged, True)
                     samples["locstatus"] += [watcher.seen[s] - start[s] for s in bridged]
+                    if trace is not None:
+                        trace.collect(start, watcher.seen, watcher.written)
+                    applied(bridged, "paused", mark)
+                    mark = proc.mark()
                     for s in bridged:
                         mgr.resume(s, "replication")
                     watcher.wait(bridged, False)
+                    settled(mgr, bridged)  # the agents' acks and settles end before the raw
+                    # round starts: they would load the machine under the raw path's timing
+                    applied(bridged, "resumed", mark)
 
                 def via_redis() -> None:
                     start = {}
+                    mark = proc.mark()
+                    if trace is not None:
+                        trace.mark_raw()
                     for s in raw:
                         start[s] = time.perf_counter()
                         publisher.publish(f"backbeat-replication-{s}",
                                           json.dumps({"action": "pauseService"}))
                     watcher.wait(raw, True)
                     samples["raw"] += [watcher.seen[s] - start[s] for s in raw]
+                    if trace is not None:
+                        trace.collect_raw(start, watcher.seen, watcher.written)
+                    applied(raw, "paused", mark)
+                    mark = proc.mark()
                     for s in raw:
                         publisher.publish(f"backbeat-replication-{s}",
                                           json.dumps({"action": "resumeService"}))
                     watcher.wait(raw, False)
+                    applied(raw, "resumed", mark)
 
                 via_locstatus()  # warm-up round of each, not counted
                 via_redis()
                 samples = {"locstatus": [], "raw": []}
-                for r in range(args.rounds):
+                if trace is not None:
+                    trace.rows, trace.raw_rows, trace.counts = [], [], {}
+                    trace.cpu = {"locstatus": 0.0, "raw": 0.0}
+                for r in range(rounds):
                     for run in ((via_locstatus, via_redis) if r % 2 == 0
                                 else (via_redis, via_locstatus)):
                         run()
@@ -154,23 +323,84 @@ def main() -> int:
             mgr.close()
             redis_server.close()
             zk_server.close()
-    result: dict[str, Any] = {"sites": SITES, "rounds": args.rounds, "store": args.store}
+    result: dict[str, Any] = {"sites": SITES, "rounds": rounds, "store": store_kind,
+                              "loadavg_start": load_start, "loadavg_end": list(os.getloadavg())}
     for name, values in samples.items():
         result[name] = {"n": len(values), "p50_ms": round(statistics.median(values) * 1000, 2),
                         "p99_ms": round(pct(values, 0.99) * 1000, 2),
                         "max_ms": round(max(values) * 1000, 2)}
     result["p99_ratio"] = round(result["locstatus"]["p99_ms"] / result["raw"]["p99_ms"], 2)
     result["p50_ratio"] = round(result["locstatus"]["p50_ms"] / result["raw"]["p50_ms"], 2)
-    if args.json:
+    if trace is not None:
+        result["trace"] = trace.report()
+        result["trace_raw"] = trace.report(raw=True)
+        result["trace_calls_per_site"] = {k: round(v / max(1, len(trace.rows)), 2)
+                                          for k, v in trace.counts.items()}
+        result["trace_cpu_ms_per_site"] = {
+            k: round(v * 1000 / max(1, len(trace.rows)), 2) for k, v in trace.cpu.items()}
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=1,
+                    help="separate runs (fresh servers each); the summary gives their medians")
+    ap.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                    help="write the result as JSON to PATH (default: print it)")
+    ap.add_argument("--store", choices=["sqlite", "zk"], default="sqlite",
+                    help="locstatus's own store: a SQLite file (the default store), or the "
+                    "same ZooKeeper under /locstatus")
+    ap.add_argument("--trace", action="store_true",
+                    help="also time each stage of the bridged path (see STAGES)")
+    args = ap.parse_args()
+    runs = []
+    for _ in range(args.runs):
+        runs.append(measure(args.store, args.rounds, Trace() if args.trace else None))
+        if args.json != "-":
+            show(runs[-1])
+    result = runs[0] if len(runs) == 1 else summary(runs)
+    if args.json == "-":
         print(json.dumps(result, indent=2))
-    else:
-        for name in ("locstatus", "raw"):
-            st = result[name]
-            print(f"{name:9s} n={st['n']} p50 {st['p50_ms']} ms  p99 {st['p99_ms']} ms  "
-                  f"max {st['max_ms']} ms")
-        print(f"p99 ratio {result['p99_ratio']}x (target <= 2x), p50 ratio "
-              f"{result['p50_ratio']}x")
+    elif args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    if len(runs) > 1 and args.json != "-":
+        print(f"median of {len(runs)} runs: p99 ratio {result['p99_ratio']}x (runs "
+              f"{result['p99_ratios']}; target <= 2x), p50 ratio {result['p50_ratio']}x; "
+              f"locstatus p99 {result['locstatus']['p99_ms']} ms, raw p99 "
+              f"{result['raw']['p99_ms']} ms")
     return 0
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The medians of several runs (each run's figures under ``runs``)."""
+    med = lambda xs: round(statistics.median(xs), 2)  # noqa: E731
+    out: dict[str, Any] = {"sites": SITES, "rounds": runs[0]["rounds"],
+                           "store": runs[0]["store"], "runs": runs,
+                           "p99_ratios": [r["p99_ratio"] for r in runs],
+                           "p99_ratio": med([r["p99_ratio"] for r in runs]),
+                           "p50_ratio": med([r["p50_ratio"] for r in runs])}
+    for name in ("locstatus", "raw"):
+        out[name] = {k: med([r[name][k] for r in runs]) for k in ("p50_ms", "p99_ms", "max_ms")}
+        out[name]["n"] = sum(r[name]["n"] for r in runs)
+    return out
+
+
+def show(result: dict[str, Any]) -> None:
+    for name in ("locstatus", "raw"):
+        st = result[name]
+        print(f"{name:9s} n={st['n']} p50 {st['p50_ms']} ms  p99 {st['p99_ms']} ms  "
+              f"max {st['max_ms']} ms")
+    print(f"p99 ratio {result['p99_ratio']}x (target <= 2x), p50 ratio "
+          f"{result['p50_ratio']}x; load average {result['loadavg_start'][0]:.2f} at start, "
+          f"{result['loadavg_end'][0]:.2f} at end")
+    for name in ("trace", "trace_raw"):
+        for stage, st in result.get(name, {}).items():
+            print(f"{name[6:] or 'ls':3s}  {stage:9s} at p50 {st['p50_ms']} p99 {st['p99_ms']} "
+                  f"ms;  step p50 {st['step_p50_ms']} p99 {st['step_p99_ms']} ms  (n={st['n']})")
+    if "trace_calls_per_site" in result:
+        print(f"calls per site (pause phase): {result['trace_calls_per_site']}; this "
+              f"process's CPU ms per site: {result['trace_cpu_ms_per_site']}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -32,6 +33,7 @@ from locstatus.backends.zookeeper import parse_zk_url  # noqa: E402
 
 PER_MULTI = 10
 IN_FLIGHT = 100
+READS = 1000
 
 
 def _bulk() -> ModuleType:
@@ -73,16 +75,24 @@ class RawZk:
                 failed = [r for r in results if isinstance(r, Exception)]
                 assert not failed, failed[:3]
 
+    def _read_all(self, base: str, names: list[str]) -> Iterator[tuple[str, bytes, Any]]:
+        """Every node, pipelined ``get_async``, ``READS`` in flight at a time (100 000 sent at
+        once queue the session's pings behind them: the connection drops)."""
+        for start in range(0, len(names), READS):
+            chunk = names[start:start + READS]
+            reads = [self.client.get_async(f"{base}/{n}") for n in chunk]
+            for name, pending in zip(chunk, reads, strict=True):
+                data, stat = pending.get(timeout=30)
+                yield name, data, stat
+
     def flip(self, event: str) -> None:
         bulk = _bulk()
         op_id = uuid.uuid4().hex
         state = bulk.STATES[event]
         base = f"{self.root}/locations"
         names = self.client.get_children(base)
-        reads = [self.client.get_async(f"{base}/{n}") for n in names]
         ops: list[list[tuple[str, Any]]] = []
-        for name, pending in zip(names, reads, strict=True):
-            data, stat = pending.get(timeout=30)
+        for name, data, stat in self._read_all(base, names):
             doc = json.loads(data)
             doc["services"][bulk.SERVICE]["state"] = state
             doc["services"][bulk.SERVICE]["op_id"] = op_id

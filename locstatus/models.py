@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -171,6 +171,50 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
 
+_Model = TypeVar("_Model", bound=_Frozen)
+_setattr = object.__setattr__
+
+
+def copy_with(model: _Model, update: dict[str, Any]) -> _Model:
+    """``model.model_copy(update=update)``: a copy of a frozen model with these fields replaced,
+    not validated (the caller passes values of the fields' types, as with ``model_copy``),
+    without pydantic's generic copy (which copies each of the model's internals with
+    :func:`copy.copy`: 2.6 against 1.6 us a call). Every write makes several (the new service
+    status, the new record, the history entry's and the stored record's version), so a bulk
+    operation of 100 000 locations makes 400 000 (docs/benchmarks.md, "Bulk operations"). The
+    models forbid extra fields and have no private attributes, so both are None in a copy."""
+    cls = type(model)
+    new = cls.__new__(cls)
+    fields = model.__dict__.copy()
+    fields.update(update)
+    _setattr(new, "__dict__", fields)
+    _setattr(new, "__pydantic_extra__", None)
+    _setattr(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
+    _setattr(new, "__pydantic_private__", None)
+    return new
+
+
+def with_version(record: LocationStatus, version: int) -> LocationStatus:
+    """``record`` at ``version``: itself when it is already (a write planned from the record
+    it replaces carries the version it produces), else a copy (:func:`copy_with`)."""
+    return record if record.version == version else copy_with(record, {"version": version})
+
+
+def built_from(cls: type[_Model], fields: dict[str, Any]) -> _Model:
+    """``cls.model_construct(**fields)`` for values that are already of the fields' types and
+    normalised (names checked, datetimes aware UTC): an instance not validated again. Only for
+    what is built from validated parts in a hot path (a transition's history entry, from the
+    validated status and event); ``fields`` must give every field (the defaults are not
+    filled in). pydantic's ``model_construct`` fills defaults field by field and measured
+    slower than validating; this takes 1 us."""
+    new = cls.__new__(cls)
+    _setattr(new, "__dict__", fields)
+    _setattr(new, "__pydantic_extra__", None)
+    _setattr(new, "__pydantic_fields_set__", set(fields))
+    _setattr(new, "__pydantic_private__", None)
+    return new
+
+
 class ServiceStatus(_Frozen):
     """Status of one service at one location."""
 
@@ -320,6 +364,17 @@ class WorkerInfo(_Frozen):
     stuck: dict[str, StuckHandler] = Field(default_factory=dict)
     """Handlers running past the worker's handler deadline, per ``location/service``
     (docs/agent.md "Handlers"); cleared when they return."""
+    standing: bool = False
+    """A standing registration (docs/agent.md "Standing registrations"): a participant that
+    stays counted while whoever holds it is away. It counts as live for every settle whatever
+    its lease (:func:`~locstatus.manager.liveness.worker_live`); its lease (or, on ZooKeeper,
+    its holder's session, :attr:`away`) only tells whether its holder is present. No backend
+    drops it when its lease lapses; it ends only when retired (``Manager.retire_worker``).
+    Stored only when true, so an ordinary registration is stored exactly as before."""
+    away: bool = False
+    """Set by a backend only, never stored: a standing registration no session holds any more
+    (ZooKeeper: its holder's ephemeral node is gone). Heartbeat backends tell the same by the
+    lease having lapsed (:func:`~locstatus.manager.liveness.holder_away`)."""
     corrupt: str | None = None
     """Set by a backend only, never stored: the stored registration of ``worker_id`` does not
     parse or validate (what is wrong). Such a worker is listed as a live worker that applies

@@ -156,6 +156,37 @@ def test_start_applies_the_current_state_and_acknowledges_it(
     assert info.alive(mgr.clock())
 
 
+def test_a_standing_agent_stopped_keeps_counting_and_a_restarted_one_takes_over(
+    mgr: Manager, agents: list[Agent]
+) -> None:
+    """docs/agent.md "Standing registrations": stop() leaves the registration standing, away
+    from then on; a pause made while it is away stays pausing; the same worker id started
+    again takes the registration over, applies the pause, acknowledges, and it settles. An
+    ordinary agent stopped beside it unregisters as before."""
+    calls: list[tuple[str, str, int]] = []
+    first = make_agent(mgr, agents, "bb.1", calls, services=[SVC], standing=True).start()
+    plain = make_agent(mgr, agents, "plain", services=[SVC]).start()
+    assert [(w.worker_id, w.standing) for w in mgr.workers()] == [("bb.1", True), ("plain", False)]
+    first.stop()
+    plain.stop()
+    (left,) = mgr.workers()
+    assert left.worker_id == "bb.1" and left.standing
+    eventually(lambda: [w.away for w in mgr.worker_statuses().workers] == [True])
+    rec = mgr.pause(LOC, SVC)
+    time.sleep(0.3)
+    assert svc_state(mgr) is State.PAUSING and mgr.lagging(LOC, SVC) == ["bb.1"]
+    with pytest.raises(SettleTimeout, match=r"bb\.1 \(standing registration, holder away since"):
+        mgr.wait_settled(LOC, SVC, timeout=0.2)
+    calls.clear()
+    again = make_agent(mgr, agents, "bb.1", calls, services=[SVC], standing=True).start()
+    assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
+    assert ("pause", f"{LOC}/{SVC}", rec.services[SVC].generation) in calls
+    assert [(w.worker_id, w.away) for w in mgr.worker_statuses().workers] == [("bb.1", False)]
+    again.stop()
+    mgr.retire_worker("bb.1", actor="test")
+    assert mgr.workers() == []
+
+
 def test_pause_is_pausing_until_the_worker_applied_it_then_settles(
     mgr: Manager, agents: list[Agent]
 ) -> None:

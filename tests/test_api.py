@@ -688,8 +688,15 @@ def test_history_workers_fsm(http: httpx.Client, mgr: Manager, clock: FakeClock)
                                       lease_expires_at=clock() + timedelta(seconds=30)))
     mgr.backend.put_worker(WorkerInfo(worker_id="w2", services=("lifecycle",),
                                       lease_expires_at=clock() - timedelta(seconds=1)))
+    mgr.backend.put_worker(WorkerInfo(worker_id="w3", services=("lifecycle",), standing=True,
+                                      lease_expires_at=clock() - timedelta(seconds=1)))
     workers = {w["worker_id"]: w for w in http.get("/v1/workers").json()}
     assert workers["w1"]["alive"] is True and workers["w2"]["alive"] is False
+    # standing (docs/agent.md "Standing registrations"): counts, its holder away since then
+    assert [(workers[w]["standing"], workers[w]["away"], workers[w]["alive"])
+            for w in ("w1", "w2", "w3")] == [(False, False, True), (False, False, False),
+                                             (True, True, True)]
+    assert workers["w3"]["lease_expires_at"] is not None
     r = http.get("/v1/fsm")
     assert r.status_code == 200 and r.text == mermaid()
     assert r.headers["content-type"].startswith("text/plain")

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from locstatus import State, connect
+from locstatus import SettleTimeout, State, connect
 from locstatus.backbeat_state import BackbeatConfig, js_date, parse_node
 from locstatus.bridge import Bridge, BridgeSettings
 from locstatus.client import Client
@@ -198,6 +198,34 @@ def test_a_lost_message_is_published_again(site: Site) -> None:
         wait_state(site, "zenko", State.PAUSED)
         assert len(proc.find("dropped", site="zenko")) == 1
         assert proc.find("paused", site="zenko")
+
+
+def test_a_burst_of_pauses_publishes_each_order_once(site: Site) -> None:
+    """The loop can see an agent's copy flip before that agent's handler starts, and both
+    published: each processor then got ``pauseService`` twice and read and wrote its node
+    twice before it got to the next site's (bench/bridge.py). One order per pause now (the
+    republish interval is long here: any second message is a duplicate, not a republish)."""
+    burst = [f"burst-{i}" for i in range(8)]
+    for loc in burst:
+        site.mgr.add_location(loc, ["replication"])
+    settings = BridgeSettings(ack_wait=10.0, republish_interval=10.0, tick=0.02,
+                              lease_seconds=6)
+    cfg = BackbeatConfig(zookeeper=site.zk_hosts, redis=site.redis.url)
+    with site.processor(burst) as proc, Bridge(site.mgr, cfg, services=["replication"],
+                                               settings=settings):
+        for _ in range(3):
+            mark = proc.mark()
+            for loc in burst:
+                site.mgr.pause(loc, "replication")
+            for loc in burst:
+                wait_state(site, loc, State.PAUSED)
+            sent = {loc: len(proc.find("message", since=mark, site=loc, action="pauseService"))
+                    for loc in burst}
+            assert sent == dict.fromkeys(burst, 1)
+            for loc in burst:
+                site.mgr.resume(loc, "replication")
+            for loc in burst:
+                wait_state(site, loc, State.RUNNING)
 
 
 def test_a_cut_redis_connection_and_a_redis_restart(site: Site) -> None:
@@ -378,3 +406,145 @@ def test_the_bridge_command_refuses_what_it_cannot_bridge(tmp_path: Path) -> Non
                                       "lifecycle", "--zookeeper", "127.0.0.1:1"], env=env)
     assert result.exit_code == 2
     assert "needs Backbeat's MongoDB" in result.stderr
+
+
+def test_a_refused_bridge_command_leaves_the_process_signal_handlers_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """Run in-process (CliRunner), a bridge command refused after it set its SIGINT/SIGTERM
+    handlers once left them behind: every later Ctrl-C of the process only set the dead
+    command's event, so tests/test_bulk_interrupts.py's real SIGINTs raised nothing when they
+    ran after this file."""
+    import signal
+
+    from typer.testing import CliRunner
+
+    from locstatus.cli import app
+
+    url = f"sqlite:///{tmp_path}/ls.db"
+    connect(url).close()
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    env = {"LOCSTATUS_BACKEND": None, "LOCSTATUS_SERVICES": None}
+    result = CliRunner().invoke(app, ["--backend", url, "bridge", "backbeat"], env=env)
+    assert result.exit_code == 2 and "nothing to bridge" in result.stderr
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# -- the bridge away: its processors' registrations stand (docs/backbeat.md, "2. The bridge") --
+
+LEASE = 3.0
+"""The bridge subprocesses' lease (``LOCSTATUS_LEASE_SECONDS``), short so "well past the
+lease" is a few seconds."""
+
+
+def _bridge_process(site: Site, url: str) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+    env["LOCSTATUS_LEASE_SECONDS"] = str(LEASE)
+    cmd = [sys.executable, "-m", "locstatus", "--backend", url, "bridge", "backbeat",
+           "--zookeeper", site.zk_hosts, "--redis", site.redis.url,
+           "--service", "replication", "--ack-wait", "1", "--republish-interval", "0.3"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 30
+    while not any(w.worker_id == "backbeat.replication.zenko" and not w.away
+                  and w.pid == proc.pid for w in site.mgr.worker_statuses().workers):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the bridge never registered its processors"
+        time.sleep(0.1)
+    return proc
+
+
+def _check_json(url: str) -> dict[str, Any]:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "locstatus", "--backend", url, "check", "--json",
+         "--stuck-after", "1s"],
+        capture_output=True, env=env, timeout=60, check=False)
+    assert done.returncode == 1, done  # findings
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_a_pause_made_while_the_bridge_is_down_settles_only_once_a_bridge_is_back(
+    site: Site, tmp_path: Path, how: str
+) -> None:
+    """The bridge SIGKILLed (its leases lapse) or stopped cleanly (SIGTERM): the processors'
+    registrations stand, so a pause made then stays ``pausing`` well past the lease while
+    Backbeat's consumer runs on; ``wait=``, ``locstatus workers`` and the check say the
+    bridge is away; a bridge started again takes them over, the processor writes
+    ``paused`` and only then does the location settle."""
+    import signal
+
+    url = f"sqlite:///{tmp_path}/ls.db"  # the store of site.mgr
+    with site.processor(["zenko"]) as proc, Invariant(site, ["zenko"]) as inv:
+        bridge = _bridge_process(site, url)
+        try:
+            bridge.send_signal(signal.SIGKILL if how == "killed" else signal.SIGTERM)
+            bridge.wait(30)
+            assert bridge.returncode == (-signal.SIGKILL if how == "killed" else 0)
+            mark = proc.mark()
+            site.mgr.pause("zenko", "replication")
+            time.sleep(LEASE * 2)  # the leases (if any were left) ran out long ago
+            settled = site.mgr.settle("zenko")  # what any wait, agent or check would do
+            assert settled.services["replication"].state is State.PAUSING
+            assert site.node("zenko") == {"paused": False}  # the consumer still runs
+            assert not proc.find("paused", since=mark, site="zenko")
+            views = {w.worker_id: w for w in site.mgr.worker_statuses().workers}
+            held = views["backbeat.replication.zenko"]
+            assert held.standing and held.away and held.live and held.pid == bridge.pid
+            with pytest.raises(SettleTimeout) as info:
+                site.mgr.wait_settled("zenko", "replication", timeout=0.5)
+            assert ("backbeat.replication.zenko (standing registration, holder away since "
+                    in str(info.value)), str(info.value)
+            assert f"pid {bridge.pid}) is not running" in str(info.value)
+            report = _check_json(url)
+            stuck = [f for f in report["findings"] if f["kind"] == "stuck_transition"
+                     and f["location"] == "zenko"]
+            assert stuck and "holder away since" in stuck[0]["message"], report["findings"]
+            assert "locstatus workers retire" in stuck[0]["repair"]["description"]
+            assert not [f for f in report["findings"] if f["kind"] == "expired_worker"]
+
+            bridge = _bridge_process(site, url)  # takes the registrations over
+            wait_state(site, "zenko", State.PAUSED)
+            assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+            assert proc.find("paused", since=mark, site="zenko")
+        finally:
+            if bridge.poll() is None:
+                bridge.send_signal(signal.SIGTERM)
+                bridge.wait(30)
+    assert inv.violations == [] and inv.samples > 50
+
+
+def test_the_bridge_retires_the_registration_of_a_processor_whose_location_is_gone(
+    site: Site,
+) -> None:
+    """A location removed from locstatus: nothing stands for its processor any more, so the
+    bridge retires its standing registration: while running (its rescan), and at start for
+    one an earlier bridge left."""
+    settings = BridgeSettings(ack_wait=1.0, republish_interval=0.3, tick=0.2,
+                              lease_seconds=6, rescan_interval=0.3)
+    cfg = BackbeatConfig(zookeeper=site.zk_hosts, redis=site.redis.url)
+
+    def ids() -> list[str]:
+        return sorted(w.worker_id for w in site.mgr.workers())
+
+    with Bridge(site.mgr, cfg, services=["replication"], settings=settings):
+        assert ids() == ["backbeat.replication.aws-location", "backbeat.replication.zenko"]
+        site.mgr.sync_locations({k: v for k, v in LOCATIONS.items() if k != "aws-location"})
+        deadline = time.monotonic() + 10
+        while ids() != ["backbeat.replication.zenko"]:
+            assert time.monotonic() < deadline, ids()
+            time.sleep(0.05)
+    assert ids() == ["backbeat.replication.zenko"]  # stopped: left standing
+    site.mgr.sync_locations({k: v for k, v in LOCATIONS.items() if k not in ("aws-location", "zenko")})
+    with Bridge(site.mgr, cfg, services=["replication"], settings=settings):
+        assert ids() == []

@@ -6,6 +6,7 @@ kit (memory, SQLite, ZooKeeper, MongoDB); a backend joins by adding a kit, never
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -28,12 +29,14 @@ from locstatus.errors import (
 )
 from locstatus.models import (
     MAX_STORED_INT,
+    TOMBSTONE_ACK,
     Hint,
     HistoryEntry,
     LocationStatus,
     ServiceStatus,
     State,
     WorkerInfo,
+    tombstone_generation,
 )
 
 from support import corrupt_shapes as shapes
@@ -582,6 +585,91 @@ def test_a_conditional_ack_is_written_only_at_the_given_version(b: Backend) -> N
         b.ack("w-1", "no-such-loc", "replication", 1, if_version=v2)
 
 
+def test_an_ack_ahead_of_the_record_is_refused_with_nothing_written(b: Backend) -> None:
+    """Invariant 13, whoever calls ``ack()`` (an agent, the sidecar, a script): a generation
+    above the service's, or with ``if_version`` another than the one at that version, a
+    service or a record that does not exist, a removal not made: refused, nothing written. An
+    acknowledgement ahead of the record counts for a pause not made yet, which then settles
+    without the worker (docs/agent.md "Acknowledge only what was applied")."""
+    b.put_worker(worker("w-1", None))
+    v = b.create(record("g-loc", State.PAUSING, 2), []).version
+    b.ack("w-1", "g-loc", "replication", 1)  # behind the record: harmless, written
+    b.ack("w-1", "g-loc", "lifecycle", 0)
+    acked = {"w-1": {"replication": 1, "lifecycle": 0}}
+    assert b.acks("g-loc") == acked
+    for service, gen, if_version in (
+        ("replication", 3, None), ("replication", MAX_STORED_INT, None), ("lifecycle", 1, None),
+        ("replication", 3, v), ("replication", 1, v),  # with if_version: exactly the one at v
+        ("ingestion", 0, None), ("ingestion", 0, v),  # a service the record does not have
+        (TOMBSTONE_ACK, 0, None), (TOMBSTONE_ACK, 0, v),  # a removal not made
+    ):
+        with pytest.raises(VersionConflict, match="not acknowledged"):
+            b.ack("w-1", "g-loc", service, gen, if_version=if_version)
+        assert b.acks("g-loc") == acked, (service, gen, if_version)
+    with pytest.raises(VersionConflict, match="does not exist"):
+        b.ack("w-1", "no-such-loc", "replication", 0)
+    assert b.acks("no-such-loc") == {}
+    b.ack("w-1", "g-loc", "replication", 2, if_version=v)
+    assert b.acks("g-loc") == {"w-1": {"replication": 2, "lifecycle": 0}}
+
+    at = T0 + timedelta(hours=1)
+    gone = b.compare_and_set(record("g-loc", State.PAUSED, 2).model_copy(
+        update={"deleted_at": at}), v, [])
+    removal = tombstone_generation(at)
+    for gen, if_version in ((removal + 1, None), (removal + 1, gone.version),
+                            (removal - 1, gone.version), (3, None)):
+        service = "replication" if gen == 3 else TOMBSTONE_ACK
+        with pytest.raises(VersionConflict, match="not acknowledged"):
+            b.ack("w-1", "g-loc", service, gen, if_version=if_version)
+    b.ack("w-1", "g-loc", TOMBSTONE_ACK, removal, if_version=gone.version)
+    assert b.acks("g-loc") == {
+        "w-1": {"replication": 2, "lifecycle": 0, TOMBSTONE_ACK: removal}
+    }
+
+
+def test_an_ack_is_judged_against_the_record_at_its_write_not_as_read_before(
+    b: Backend, kit: Kit
+) -> None:
+    """Invariant 13 under races: a caller read generation 3, and the location was purged and
+    created again (generation 0) before its acknowledgement of 3 (no ``if_version``) was
+    written: judged on the record it read, that acknowledgement would be ahead of the new one
+    and count for its first three pauses. Then the same with the purge and the re-creation
+    made by another client at the same moment as the acknowledgement: whichever lands first,
+    the new life never holds an acknowledgement ahead of it (an acknowledgement of the old
+    life is dropped by the purge or refused). (A stress test: SQLite judging on a read made
+    just before its write transaction lost a round in 2 runs of 3 of 30 rounds here.)"""
+    b.put_worker(worker("w-1", None))
+    v = b.create(record("race", State.PAUSED, 3), []).version
+    seen = b.read("race").services["replication"].generation
+    b.delete("race", v)
+    again = b.create(record("race"), [])
+    with pytest.raises(VersionConflict, match="not acknowledged"):
+        b.ack("w-1", "race", "replication", seen)
+    assert b.acks("race") == {}
+
+    other = kit.open()
+    current = again.version
+    for i in range(50):
+        current = b.compare_and_set(record("race", State.PAUSED, 3), current, []).version
+        start = threading.Barrier(2)
+
+        def purge_and_create(v: int = current, start: threading.Barrier = start) -> None:
+            start.wait()
+            other.delete("race", v)
+            other.create(record("race"), [])
+
+        t = threading.Thread(target=purge_and_create)
+        t.start()
+        start.wait()
+        with contextlib.suppress(VersionConflict):
+            b.ack("w-1", "race", "replication", 3)
+        t.join()
+        now = b.read("race")
+        assert now.services["replication"].generation == 0
+        assert b.acks("race") == {}, f"round {i}: ahead of the record"
+        current = now.version
+
+
 def test_workers_register_renew_and_unregister(b: Backend) -> None:
     lease = datetime.now(UTC) + timedelta(seconds=30)
     b.put_worker(worker("w-2", lease))
@@ -607,15 +695,15 @@ def test_an_expired_lease_does_not_count_as_alive(b: Backend) -> None:
 
 def test_acks_are_per_worker_location_and_service(b: Backend) -> None:
     lease = datetime.now(UTC) + timedelta(seconds=30)
-    b.create(record("loc-a"), [])
-    b.create(record("loc-b"), [])
+    b.create(record("loc-a", State.PAUSED, 4), [])
+    b.create(record("loc-b", State.PAUSED, 7), [])
     b.put_worker(worker("w-1", lease))
     b.put_worker(worker("w-2", lease))
     b.ack("w-1", "loc-a", "replication", 3)
     b.ack("w-1", "loc-a", "replication", 4)
-    b.ack("w-2", "loc-a", "lifecycle", 1)
+    b.ack("w-2", "loc-a", "lifecycle", 0)
     b.ack("w-1", "loc-b", "replication", 7)
-    assert b.acks("loc-a") == {"w-1": {"replication": 4}, "w-2": {"lifecycle": 1}}
+    assert b.acks("loc-a") == {"w-1": {"replication": 4}, "w-2": {"lifecycle": 0}}
     assert b.acks("loc-b") == {"w-1": {"replication": 7}}
     assert b.acks("loc-c") == {}
     all_acks = b.all_acks()
@@ -625,7 +713,7 @@ def test_acks_are_per_worker_location_and_service(b: Backend) -> None:
 
 def test_unregistering_a_worker_drops_its_acks(b: Backend) -> None:
     lease = datetime.now(UTC) + timedelta(seconds=30)
-    b.create(record("loc-a"), [])
+    b.create(record("loc-a", State.PAUSED, 2), [])
     b.put_worker(worker("w-1", lease))
     b.put_worker(worker("w-2", lease))
     b.ack("w-1", "loc-a", "replication", 2)
@@ -642,7 +730,7 @@ def test_removing_an_expired_worker_is_conditional_on_the_lease_seen_expired(
     restarted worker registering again (another client: another session on ZooKeeper), is
     kept with its acknowledgements (model/README.md, finding remove_race)."""
     expired = datetime.now(UTC) - timedelta(seconds=5)
-    b.create(record("loc-a"), [])
+    b.create(record("loc-a", State.PAUSED, 2), [])
     b.put_worker(worker("w-renew", expired))
     b.put_worker(worker("w-restart", expired))
     b.put_worker(worker("w-dead", expired))
@@ -702,9 +790,86 @@ def test_a_conditional_removal_never_drops_a_worker_renewing_at_the_same_time(
         assert listed[0].lease_expires_at != old
 
 
+def standing(worker_id: str, lease: datetime | None, host: str = "h") -> WorkerInfo:
+    return WorkerInfo(worker_id=worker_id, services=("replication",), lease_expires_at=lease,
+                      host=host, pid=1, standing=True)
+
+
+def test_a_standing_registration_outlives_its_holder_until_it_is_retired(kit: Kit) -> None:
+    """Invariant 6, standing registrations (docs/agent.md "Standing registrations"): one whose
+    holder goes away without unregistering (its backend closed: on ZooKeeper its session ends)
+    stays listed, standing, with the lease it had (away on ZooKeeper); the check's conditional
+    removal never drops it; a new holder takes it over; only an unconditional removal ends
+    it. An ordinary registration beside it keeps today's behaviour."""
+    holder = kit.open()
+    holder.create(record("loc", State.PAUSED, 4), [])
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    holder.put_worker(standing("w-standing", past))
+    holder.put_worker(worker("w-plain", past))
+    holder.ack("w-standing", "loc", "replication", 3)
+    holder.ack("w-plain", "loc", "replication", 3)
+    session = holder.session_leases
+    holder.close()  # gone without unregistering
+
+    reader = kit.open()
+    listed = {w.worker_id: w for w in reader.workers()}
+    kept = listed["w-standing"]
+    assert kept.standing and kept.lease_expires_at == past and kept.services == ("replication",)
+    assert kept.away is session  # ZooKeeper: no session holds it any more
+    if session:
+        assert "w-plain" not in listed  # its ephemeral node went with the session
+        assert reader.acks("loc") == {}  # acknowledgements stay the session's
+    else:
+        assert listed["w-plain"].lease_expires_at == past and not listed["w-plain"].standing
+        assert reader.acks("loc") == {"w-standing": {"replication": 3},
+                                      "w-plain": {"replication": 3}}
+        assert reader.remove_worker("w-plain", if_expires=past) is True  # as before
+    assert reader.remove_worker("w-standing", if_expires=past) is False  # the check's removal
+    assert [w.worker_id for w in reader.workers()] == ["w-standing"]
+
+    taker = kit.open()
+    later = datetime.now(UTC) + timedelta(seconds=60)
+    taker.put_worker(standing("w-standing", None if session else later, host="h2"))
+    taker.ack("w-standing", "loc", "replication", 4)
+    back = reader.workers()
+    assert [(w.worker_id, w.standing, w.away, w.host) for w in back] == [
+        ("w-standing", True, False, "h2")]
+    assert back[0].lease_expires_at == (None if session else later)
+    assert reader.acks("loc") == {"w-standing": {"replication": 4}}
+
+    assert reader.remove_worker("w-standing") is True  # retired
+    assert reader.workers() == [] and reader.acks("loc") == {}
+    taker.close()
+    assert kit.open().workers() == []
+
+
+def test_an_ordinary_registration_of_a_standing_id_replaces_it_and_the_reverse(kit: Kit) -> None:
+    """Registering the id again decides what it is: standing or not, as last written."""
+    b = kit.open()
+    lease = datetime.now(UTC) + timedelta(seconds=60)
+    b.put_worker(standing("w-1", lease))
+    b.put_worker(worker("w-1", lease))
+    assert [(w.worker_id, w.standing) for w in b.workers()] == [("w-1", False)]
+    b.put_worker(standing("w-1", lease))
+    assert [(w.worker_id, w.standing, w.away) for w in b.workers()] == [("w-1", True, False)]
+    assert b.remove_worker("w-1") is True and b.workers() == []
+
+
+def test_an_ordinary_registration_is_stored_without_the_standing_field(kit: Kit) -> None:
+    """So a version from before standing registrations still reads an ordinary one (its
+    models refuse a field they do not know)."""
+    b = kit.open()
+    lease = datetime.now(UTC) + timedelta(seconds=60)
+    info = worker("w-1", lease)
+    assert '"standing"' not in codec.encode_worker(info)
+    assert '"standing":true' in codec.encode_worker(standing("w-2", lease))
+    b.put_worker(info)
+    assert b.workers() == [info]
+
+
 def test_purging_a_location_drops_its_acks(b: Backend) -> None:
     lease = datetime.now(UTC) + timedelta(seconds=30)
-    v = b.create(record("loc-a"), []).version
+    v = b.create(record("loc-a", State.PAUSED, 2), []).version
     b.put_worker(worker("w-1", lease))
     b.ack("w-1", "loc-a", "replication", 2)
     b.delete("loc-a", v)
@@ -802,8 +967,8 @@ def test_an_unreadable_acknowledgement_acknowledges_nothing_and_hides_no_other(k
     (MongoDB raised a KeyError, SQLite a ValueError, memory returned the bad value)."""
     b = kit.open()
     lease = datetime.now(UTC) + timedelta(seconds=30)
-    b.create(record("loc-a"), [])
-    b.create(record("loc-b"), [])
+    b.create(record("loc-a", State.PAUSED, 5), [])
+    b.create(record("loc-b", State.PAUSED, 4), [])
     b.put_worker(worker("w-1", lease))
     b.put_worker(worker("w-2", lease))
     b.ack("w-1", "loc-a", "replication", 3)

@@ -36,11 +36,6 @@ from locstatus.manager import BulkInterrupted, Operation, Outcome
 N = 2500  # three SQLite batches of 1000
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="order-dependent: passes alone and with this file, failed once after the rest of the "
-    "suite (not yet understood)",
-)
 def test_ctrl_c_inside_a_batchs_encoding_is_an_interrupt_with_the_report(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/locstatus.db"
     names = [f"loc-{i:05d}" for i in range(N)]
@@ -142,11 +137,6 @@ def test_ctrl_c_while_the_table_is_drawn_still_prints_what_was_done(fleet: str) 
     assert f"pause all: {FLEET} changed" in out, out[-2000:]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="order-dependent: passes alone and with this file, failed once after the rest of the "
-    "suite (not yet understood)",
-)
 def test_ctrl_c_before_a_batchs_settle_says_those_locations_are_left_pausing(
     fleet: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

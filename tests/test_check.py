@@ -511,6 +511,32 @@ def test_expired_worker_is_removed_only_if_still_expired(
     back.close()
 
 
+def test_a_standing_registration_away_is_never_expired_and_names_itself_in_a_stuck_pause(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    """docs/agent.md "Standing registrations": its holder gone (its client closed, its lease
+    run out), the check reports no ``expired_worker`` and ``--repair`` keeps it; the pause it
+    holds up is a ``stuck_transition`` naming it as away, with no repair but retiring it."""
+    holder = kit.open()
+    holder.put_worker(WorkerInfo(
+        worker_id="bb.zenko", services=("replication",), host="bridge-host", pid=7,
+        lease_expires_at=None if holder.session_leases else clock() + timedelta(seconds=10),
+        standing=True))
+    holder.close()
+    mgr.pause("us-east-1", "replication")
+    clock.advance(minutes=10)
+    report = run_check(mgr, repair=True)
+    assert kinds(report) == [("stuck_transition", "us-east-1", "replication")]
+    stuck = only(report, "stuck_transition")
+    assert "bb.zenko (standing registration, holder away " in stuck.message, stuck.message
+    assert stuck.repair.action is None and "locstatus workers retire" in stuck.repair.description
+    assert [w.worker_id for w in mgr.workers()] == ["bb.zenko"]
+    assert mgr.status("us-east-1").services["replication"].state is State.PAUSING
+    mgr.retire_worker("bb.zenko", actor="ops")
+    report = run_check(mgr, repair=True)
+    assert mgr.status("us-east-1").services["replication"].state is State.PAUSED
+
+
 class RenewAfterReread(Partition):
     """The real backend; right after the repair re-read the worker list (and found the worker
     still expired), the worker renews its lease with its own client: between the re-read and

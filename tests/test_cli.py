@@ -5,6 +5,7 @@ in a real process to prove the console entry and its exit codes."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -131,6 +132,32 @@ def test_sync_removes_missing_locations_unless_kept_and_dry_run_writes_nothing(
     # a removed location refuses operator events: unknown location (exit 1)
     result = synced("pause", "dr-site-a")
     assert result.exit_code == 1 and "dr-site-a" in result.stderr
+
+
+def test_a_large_sync_shows_a_summary_and_details_shows_every_location(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # a table of every location took rich minutes at 100 000 (docs/cli.md, "Importing
+    # locations"): above 50 locations the default is a summary, as for a bulk operation
+    listing = tmp_path / "fleet.txt"
+    listing.write_text("".join(f"site-{i:03d}\n" for i in range(200)))
+    out = cli.ok("locations", "sync", str(listing)).stdout
+    lines = out.splitlines()
+    assert lines[0] == "locations sync: 200 added"
+    assert lines[1] == "  added: " + ", ".join(f"site-{i:03d}" for i in range(10)) + " and 190 more"
+    assert lines[-1] == "(200 locations: --details shows one row per location)"
+    assert "site-150" not in out and len(lines) == 3
+    listing.write_text("".join(f"site-{i:03d}\n" for i in range(100, 205)))
+    plan = cli.ok("locations", "sync", str(listing), "--dry-run").stdout.splitlines()
+    assert plan[0] == ("locations sync (dry run: nothing written): 5 added, 100 removed, "
+                       "100 unchanged")
+    assert plan[1] == "  added: site-200, site-201, site-202, site-203, site-204"
+    assert plan[2].startswith("  removed: site-000, site-001,") and plan[2].endswith(" and 90 more")
+    table = cli.ok("locations", "sync", str(listing), "--details").stdout
+    for i in (0, 99, 100, 204):
+        assert f"site-{i:03d}" in table
+    assert table.count("removed") == 100 and table.count("added") == 5
+    assert table.count("unchanged") == 100
 
 
 def test_sync_dry_run_reports_exactly_what_the_sync_then_does(synced: Cli, tmp_path: Path) -> None:
@@ -588,6 +615,41 @@ def test_workers_shows_lease_state_lag_and_handler_errors(synced: Cli) -> None:
     human = synced.ok("workers").stdout
     for text in ("worker-a", "alive", "expired", "dr-site-a/replication (0<1)", "disk full"):
         assert text in human, text
+
+
+def test_workers_shows_a_standing_registration_away_and_retire_ends_it(
+    synced: Cli, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/cli.md "Reading state", docs/agent.md "Standing registrations": away since its
+    lease ran out yet alive (it counts), a pause waits for it; ``workers retire`` ends it
+    (exit 0, audit line), an unknown worker is exit 1, a bad id or no id exit 2."""
+    register(synced.url, "backbeat.replication.zenko", alive=False, standing=True)
+    register(synced.url, "worker-b", alive=False)
+    rows = {w["worker_id"]: w for w in json.loads(synced.ok("workers", "--json").stdout)}
+    bb = rows["backbeat.replication.zenko"]
+    assert (bb["standing"], bb["away"], bb["alive"]) == (True, True, True)
+    assert (rows["worker-b"]["standing"], rows["worker-b"]["away"]) == (False, False)
+    human = synced.ok("workers").stdout
+    assert "standing, away since" in human and "expired" in human
+    result = synced("pause", "dr-site-a", "--wait", "0.3")
+    assert result.exit_code == 1
+    assert "backbeat.replication.zenko (standing registration, holder away since" in result.stderr
+    caplog.set_level(logging.INFO, logger="locstatus.audit")
+    done = synced.ok("workers", "retire", "backbeat.replication.zenko", "--actor", "ops")
+    assert "retired the standing registration of backbeat.replication.zenko" in done.stdout
+    assert [(r.getMessage().split(" (")[0], getattr(r, "actor", None)) for r in caplog.records
+            if r.name == "locstatus.audit"] == [
+        ("worker backbeat.replication.zenko retired by ops", "ops")]
+    assert [w["worker_id"] for w in json.loads(synced.ok("workers", "--json").stdout)] == [
+        "worker-b"]
+    assert synced.status("dr-site-a").services["replication"].state is State.PAUSING
+    synced.ok("pause", "dr-site-a", "--wait", "5")  # worker-b's lease ran out: settles now
+    assert synced.status("dr-site-a").services["replication"].state is State.PAUSED
+    unknown = synced("workers", "retire", "backbeat.replication.zenko")
+    assert unknown.exit_code == 1
+    assert "no worker 'backbeat.replication.zenko' is registered" in unknown.stderr
+    assert synced("workers", "retire", "a/b").exit_code == 2
+    assert synced("workers", "retire").exit_code == 2
 
 
 def test_workers_show_each_workers_clock_offset_to_the_backend(synced: Cli) -> None:

@@ -14,7 +14,7 @@ from locstatus.errors import InvalidInput, InvalidTransition
 from locstatus.fsm import Event, transition
 from locstatus.fsm import table as fsm_table
 from locstatus.fsm.diagram import docs, markdown_table, mermaid
-from locstatus.models import ServiceStatus, State
+from locstatus.models import HistoryEntry, ServiceStatus, State
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(hours=2)
@@ -212,6 +212,12 @@ def test_random_event_sequences_respect_the_table(seq: list[object]) -> None:
         # the history entry records exactly this change
         assert (change.entry.from_state, change.entry.to_state) == (status.state, new.state)
         assert change.entry.generation == new.generation
+        # built without validation from validated parts: exactly what validation builds
+        assert change.entry == HistoryEntry.model_validate(change.entry.model_dump())
+        assert change.entry.model_dump_json() == HistoryEntry.model_validate_json(
+            change.entry.model_dump_json()
+        ).model_dump_json()
+        assert new == ServiceStatus.model_validate(new.model_dump())
         status = new
 
 

@@ -441,6 +441,41 @@ def test_a_worker_whose_lease_expired_stops_blocking(mgr: Manager, clock: FakeCl
     assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
 
 
+def test_a_standing_registration_whose_holder_is_away_keeps_a_pause_pausing_until_retired(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    """docs/agent.md "Standing registrations": its holder gone (backend closed, lease run
+    out), it still counts; the wait names it as away, since when; retiring it settles."""
+    holder = kit.open()
+    lease = clock.now + timedelta(seconds=10)
+    holder.put_worker(WorkerInfo(worker_id="bb.zenko", services=("replication",),
+                                 lease_expires_at=None if holder.session_leases else lease,
+                                 host="bridge-host", pid=42, standing=True))
+    holder.close()
+    clock.advance(seconds=11)
+    _until(lambda: [w.worker_id for w in mgr.workers()] == ["bb.zenko"])
+    assert mgr.pause("us-east-1", "replication").services["replication"].state is State.PAUSING
+    assert mgr.lagging("us-east-1", "replication") == ["bb.zenko"]
+    with pytest.raises(SettleTimeout) as info:
+        mgr.pause("us-east-1", "replication", wait=0.2)
+    since = "(no session holds it)" if mgr.backend.session_leases else "since 2026-03-01T09:00:10Z"
+    assert f"bb.zenko (standing registration, holder away {since}: its holder (host " \
+           "bridge-host, pid 42) is not running; start it again, or retire it: locstatus " \
+           "workers retire bb.zenko)" in str(info.value), str(info.value)
+    assert info.value.lagging == ["bb.zenko"]
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSING
+    [view] = mgr.worker_statuses().workers
+    assert view.standing and view.away and view.live
+    retired = mgr.retire_worker("bb.zenko", actor="ops")
+    assert retired.worker_id == "bb.zenko" and retired.standing
+    assert mgr.workers() == []
+    assert mgr.settle("us-east-1").services["replication"].state is State.PAUSED
+    with pytest.raises(NotFound, match=r"no worker 'bb\.zenko' is registered"):
+        mgr.retire_worker("bb.zenko")
+    with pytest.raises(InvalidInput, match="invalid worker id"):
+        mgr.retire_worker("a/b")
+
+
 def test_a_worker_for_other_locations_does_not_block(mgr: Manager, clock: FakeClock) -> None:
     mgr.backend.put_worker(
         WorkerInfo(
@@ -827,3 +862,34 @@ def test_adding_a_location_purged_meanwhile_creates_it(kit: Kit, clock: FakeCloc
     report = Manager(_PurgedAfterCreateRefused(kit.open()), clock=clock).sync_locations(
         ["synced-meanwhile"], remove_missing=False)
     assert report.added == ["synced-meanwhile"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    standing=st.booleans(),
+    away=st.booleans(),
+    lease=st.one_of(st.none(), st.integers(min_value=-100, max_value=100)),
+    acked=st.integers(min_value=-1, max_value=3),
+)
+def test_a_standing_registration_is_always_live_and_an_ordinary_one_judged_by_its_lease(
+    standing: bool, away: bool, lease: int | None, acked: int
+) -> None:
+    """The settle rule with standing registrations (docs/agent.md "Standing registrations"):
+    standing counts whatever its lease or session; an ordinary registration exactly as before
+    (alive while its deadline has not passed); away is only ever a standing one's."""
+    from locstatus.clock import CallerClock
+    from locstatus.manager import away_note, holder_away, lagging_workers, worker_live
+
+    now = START
+    ts = CallerClock(lambda: now)
+    w = WorkerInfo.model_construct(
+        worker_id="w", services=("replication",), locations=None, host="h", pid=1,
+        lease_expires_at=None if lease is None else now + timedelta(seconds=lease),
+        errors={}, stuck={}, standing=standing, away=away and standing, corrupt=None,
+        started_at=None, clock_offset_seconds=None)
+    lease_holds = lease is None or lease > 0  # a deadline reached is past
+    assert worker_live(w, ts) is (standing or lease_holds)
+    assert holder_away(w, ts) is (standing and (away or not lease_holds))
+    assert (away_note(w, ts) is not None) is holder_away(w, ts)
+    lagging = lagging_workers("loc", "replication", 2, [w], {"w": {"replication": acked}}, ts)
+    assert lagging == (["w"] if acked < 2 and (standing or lease_holds) else [])

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from locstatus import (
@@ -288,16 +288,35 @@ _OPS = st.sampled_from(["pause", "resume", "schedule", "cancel"])
     ),
     op=_OPS,
     service=st.sampled_from([None, "replication", "lifecycle"]),
+    workers=st.lists(
+        st.tuples(  # the services a live worker applies, at every location (None) or these
+            st.sets(st.sampled_from(["replication", "lifecycle"]), min_size=1),
+            st.none() | st.sets(st.sampled_from(["a-1", "b-1", "c-1", "d-1"]), min_size=1),
+        ),
+        max_size=2,
+    ),
+)
+@example(  # a worker applying the service at one location only: the other is settled
+    start={"a-1": ("running", False), "b-1": ("running", True)}, op="pause",
+    service="replication", workers=[({"replication"}, {"a-1"}), ({"lifecycle"}, None)],
 )
 def test_the_report_tells_each_location_what_the_single_call_would_have_done(
-    start: dict[str, tuple[str, bool]], op: str, service: str | None
+    start: dict[str, tuple[str, bool]], op: str, service: str | None,
+    workers: list[tuple[set[str], set[str] | None]],
 ) -> None:
     """Property: per location, the bulk outcome and record are what the single-location call
     makes of the same record (changed iff it wrote, skipped iff it has none of the services or
-    nothing to schedule), every location reported once."""
+    nothing to schedule; settled iff no live worker applies it), every location reported
+    once."""
     clock = FakeClock(START)
     twins = [Manager(MemoryBackend(), clock=clock) for _ in range(2)]
     for m in twins:
+        for n, (services, where) in enumerate(workers):
+            m.backend.put_worker(WorkerInfo(
+                worker_id=f"w-{n}", services=tuple(sorted(services)),
+                locations=None if where is None else tuple(sorted(where)),
+                lease_expires_at=START + timedelta(days=1),
+            ))
         m.sync_locations({loc: ["replication"] + (["lifecycle"] if lc else []) for loc, (_, lc)
                           in start.items()})
         for loc, (state, _) in start.items():

@@ -19,7 +19,15 @@ from locstatus.backends.codec import decode_record, encode_record
 from locstatus.clock import CallerClock
 from locstatus.errors import CorruptRecord
 from locstatus.fsm.machine import Event, transition
-from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State, WorkerInfo
+from locstatus.models import (
+    HistoryEntry,
+    LocationStatus,
+    ServiceStatus,
+    State,
+    WorkerInfo,
+    copy_with,
+    with_version,
+)
 
 from support import corrupt_shapes as shapes
 
@@ -302,3 +310,21 @@ def test_transitional_and_desired_paused_states() -> None:
     assert {s for s in State if s.transitional} == {State.PAUSING, State.RESUMING}
     assert {s for s in State if s.desired_paused} == {State.PAUSING, State.PAUSED}
     assert [ServiceStatus(state=s).paused for s in State] == [s.desired_paused for s in State]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rec=_RECORD, version=st.integers(0, 2**50), data=st.data())
+def test_copy_with_is_model_copy(rec: LocationStatus, version: int, data: st.DataObject) -> None:
+    # the hot path's copy (locstatus.models.copy_with) is model_copy(update=) without its cost
+    services = data.draw(st.dictionaries(st.sampled_from(["replication", "lifecycle"]), _STATUS))
+    update = data.draw(st.sampled_from([{}, {"version": version}, {"services": services},
+                                        {"services": services, "version": version}]))
+    copied, expected = copy_with(rec, update), rec.model_copy(update=update)
+    assert copied == expected
+    assert copied.model_dump_json() == expected.model_dump_json()
+    assert copied.model_fields_set == expected.model_fields_set
+    assert encode_record(copied) == encode_record(expected)
+    assert copied is not rec and rec == rec.model_copy()  # the original is left as it was
+    at = with_version(rec, version)
+    assert at == rec.model_copy(update={"version": version})
+    assert (at is rec) == (rec.version == version)

@@ -263,7 +263,8 @@ def test_writes_are_versioned_find_and_modify_and_never_upsert_with_a_version(
         assert "version" in c["query"] and not c.get("upsert"), c
         assert set(c["update"]) <= {"$set", "$inc", "$push"} and c["update"]["$inc"] == {"version": 1}
     inserts = [c for name, c in sent if name == "insert" and c["insert"] == COLLECTION]
-    assert len(inserts) == 3  # loc-a, loc-b, loc-b again: creation is insert_one
+    # loc-a and loc-b in one unordered insert (a batch of creates), loc-b again alone
+    assert [len(c["documents"]) for c in inserts] == [2, 1]
     for name, c in sent:
         for stmt in c.get("updates", []) + ([c] if name == "findAndModify" else []):
             if stmt.get("upsert"):
@@ -536,14 +537,22 @@ def test_the_ttl_index_removes_a_dead_worker_document_after_its_grace(
         b.put_worker(WorkerInfo(worker_id="w-live", services=("replication",),
                                 lease_expires_at=now + timedelta(minutes=10)))
         b.put_worker(WorkerInfo(worker_id="w-session", services=("replication",)))
+        # standing (docs/agent.md "Standing registrations"): outlives its lease, never swept
+        b.put_worker(WorkerInfo(worker_id="w-standing", services=("replication",),
+                                lease_expires_at=now - timedelta(seconds=5), standing=True))
+        b.create(record("loc", State.PAUSED, 1), [])
         b.ack("w-dead", "loc", "replication", 1)
         assert "w-dead" in [w.worker_id for w in b.workers()]
 
         def swept() -> bool:
             time.sleep(0.5)
-            return [w.worker_id for w in b.workers()] == ["w-live", "w-session"]
+            return [w.worker_id for w in b.workers()] == ["w-live", "w-session", "w-standing"]
 
         assert wait_for(swept, 30 if lowered else 150)
+        kept = raw[db_name][f"{COLLECTION}_workers"].find_one({"_id": "w-standing"})
+        assert kept is not None and "expires_at" not in kept  # the TTL field: none
+        assert [w.lease_expires_at for w in b.workers() if w.standing] == [
+            now - timedelta(seconds=5)]  # kept in the registration itself
     finally:
         if lowered:
             _lower_ttl_monitor_interval(raw, 60)

@@ -9,6 +9,10 @@ readable.
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,7 @@ import pytest
 from locstatus import CorruptRecord, Manager
 from locstatus.backends.sqlite import SQLiteBackend
 from locstatus.check import run_check
+from locstatus.models import Hint
 
 
 @pytest.mark.parametrize(
@@ -161,3 +166,74 @@ def test_a_history_write_ahead_of_the_record_is_reported_and_refuses_the_next_wr
     assert mgr.status("loc-a").version == 5
     assert mgr.status("loc-a").services["lifecycle"].state.value == "paused"
     mgr.close()
+
+
+def _hints_of(backend: SQLiteBackend) -> tuple[list[tuple[float, Hint]], threading.Condition]:
+    got: list[tuple[float, Hint]] = []
+    cond = threading.Condition()
+
+    def on_hint(hint: Hint) -> None:
+        with cond:
+            got.append((time.monotonic(), hint))
+            cond.notify_all()
+
+    backend.subscribe(on_hint)
+    return got, cond
+
+
+def _wait_location_hint(got: list[tuple[float, Hint]], cond: threading.Condition,
+                        location: str, timeout: float) -> float | None:
+    deadline = time.monotonic() + timeout
+    with cond:
+        while True:
+            for at, hint in got:
+                if hint.kind == "location" and hint.location == location:
+                    return at
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            cond.wait(left)
+
+
+def test_a_write_from_another_process_is_hinted_without_waiting_for_the_poll(
+    tmp_path: Path,
+) -> None:
+    """The poller reads the change log as soon as the WAL file is written (inotify), not only
+    every ``poll_interval`` (locstatus/backends/walwatch.py): with a 60 s interval, another
+    process's pause is hinted within a second of that process's exit."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    Manager(SQLiteBackend(url)).sync_locations({"a": ["replication"]})
+    backend = SQLiteBackend(f"{url}?poll_interval=60")
+    try:
+        got, cond = _hints_of(backend)
+        time.sleep(0.2)  # the poller is started and watching
+        subprocess.run(
+            [sys.executable, "-c",
+             "import sys; from locstatus import connect; "
+             "connect(sys.argv[1]).pause('a', 'replication')", url],
+            check=True, timeout=60,
+        )
+        exited = time.monotonic()
+        at = _wait_location_hint(got, cond, "a", timeout=5.0)
+        assert at is not None, [h for _, h in got]
+        assert at - exited < 1.0
+    finally:
+        backend.close()
+
+
+def test_without_inotify_the_change_log_is_still_polled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "inotify_simple", None)  # import fails: poll only
+    url = f"sqlite:///{tmp_path}/s.db"
+    writer = Manager(SQLiteBackend(url))
+    writer.sync_locations({"a": ["replication"]})
+    backend = SQLiteBackend(f"{url}?poll_interval=0.05")
+    try:
+        got, cond = _hints_of(backend)
+        time.sleep(0.2)
+        writer.pause("a", "replication")
+        assert _wait_location_hint(got, cond, "a", timeout=5.0) is not None
+    finally:
+        backend.close()
+        writer.close()

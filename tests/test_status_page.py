@@ -130,3 +130,39 @@ def test_status_page_in_a_headless_browser(mgr: Manager, tmp_path: Path) -> None
     assert sorted(parsed.svg_states) == sorted(table.STATES)
     assert '<noscript><meta http-equiv="refresh" content="5"></noscript>' in dom  # no script
     assert "<b>cost</b>" not in dom
+
+
+def test_the_workers_table_shows_a_standing_registration_away_since_its_lease_ran_out(
+    mgr: Manager,
+) -> None:
+    """docs/agent.md "Standing registrations": listed alive (it counts), its holder away since
+    its lease ran out; an ordinary registration beside it reads as before. Served HTML (the
+    table is rendered by the server; the browser test above covers the script)."""
+    import httpx
+
+    gone = NOW - timedelta(minutes=3)
+    mgr.backend.put_worker(WorkerInfo(worker_id="bb.zenko", services=("replication",),
+                                      lease_expires_at=gone, standing=True))
+    mgr.backend.put_worker(WorkerInfo(worker_id="bb.here", services=("replication",),
+                                      lease_expires_at=NOW + timedelta(minutes=1), standing=True))
+    mgr.backend.put_worker(WorkerInfo(worker_id="w-old", services=("replication",),
+                                      lease_expires_at=gone))
+    with BackgroundServer(create_app(mgr)) as srv:
+        page = httpx.get(srv.url + "/", timeout=10).text
+
+    class Workers(_Table):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            a = {k: v or "" for k, v in attrs}
+            if self.inside and tag == "tr" and "data-worker" in a:
+                self.rows.append((a, []))
+            else:
+                super().handle_starttag(tag, attrs)
+
+    parsed = Workers("workers")
+    parsed.feed(page)
+    rows = {a["data-worker"]: (cells[5], cells[6]) for a, cells in parsed.rows}
+    assert rows == {
+        "bb.zenko": ("standing, holder away since 2030-03-01T07:57:00Z", "yes"),
+        "bb.here": ("2030-03-01T08:01:00Z (standing)", "yes"),
+        "w-old": ("2030-03-01T07:57:00Z", "no"),
+    }

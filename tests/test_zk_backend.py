@@ -258,7 +258,7 @@ def test_a_corrupt_history_node_is_named(backend: ZooKeeperBackend, raw: KazooCl
 
 
 def test_an_unreadable_ack_counts_as_no_ack(backend: ZooKeeperBackend, raw: KazooClient, chroot: str) -> None:
-    backend.create(record("loc"), [])
+    backend.create(record("loc", State.PAUSED, 3), [])
     backend.ack("w-1", "loc", "replication", 3)
     backend.ack("w-2", "loc", "replication", 3)
     raw.set(f"{chroot}/acks/loc/w-2", b"three")
@@ -385,7 +385,10 @@ def test_an_ack_written_again_by_a_restarted_worker_outlives_the_old_session(
 ) -> None:
     url = zk_url(zk_server.hosts, chroot)
     old, new = opened(url), opened(url)
-    old.create(record("loc"), [])
+    both = record("loc", State.PAUSED, 4)
+    old.create(both.model_copy(update={"services": {
+        **both.services, "lifecycle": ServiceStatus(state=State.PAUSED, generation=3, updated_at=T0),
+    }}), [])
     old.ack("w-1", "loc", "replication", 3)
     old.ack("w-1", "loc", "lifecycle", 3)
     new.ack("w-1", "loc", "replication", 4)
@@ -400,7 +403,7 @@ def test_removing_a_worker_from_another_process_drops_its_registration_and_acks(
     url = zk_url(zk_server.hosts, chroot)
     w, checker = opened(url), opened(url)
     for loc in ("a", "b"):
-        w.create(record(loc), [])
+        w.create(record(loc, State.PAUSED, 2), [])
     w.put_worker(worker("w-1"))
     w.ack("w-1", "a", "replication", 1)
     w.ack("w-1", "b", "replication", 2)
@@ -409,10 +412,11 @@ def test_removing_a_worker_from_another_process_drops_its_registration_and_acks(
     assert w.acks("a") == {} and w.acks("b") == {}
 
 
-def test_an_ack_for_a_purged_location_is_dropped(backend: ZooKeeperBackend, raw: KazooClient, chroot: str) -> None:
+def test_an_ack_for_a_purged_location_is_refused(backend: ZooKeeperBackend, raw: KazooClient, chroot: str) -> None:
     v = backend.create(record("gone"), []).version
     backend.delete("gone", v)
-    backend.ack("w-1", "gone", "replication", 5)
+    with pytest.raises(VersionConflict, match="does not exist"):  # contract invariant 13
+        backend.ack("w-1", "gone", "replication", 0)
     assert backend.acks("gone") == {}
     assert raw.exists(f"{chroot}/acks/gone") is None
     again = backend.create(record("gone"), [])
@@ -438,7 +442,7 @@ def test_hints_for_locations_acks_and_workers_arrive_from_watches(
     (carried,) = [h.record for h in got if h.location == "w-loc" and h.record is not None]
     assert carried.version == v + 1
     assert carried.services["replication"].state is State.PAUSING
-    writer.create(record("new-loc"), [])
+    writer.create(record("new-loc", State.PAUSED, 1), [])
     wait_until(lambda: seen("location", "new-loc"), 10, what="new location")
     writer.put_worker(worker("w-1"))
     wait_until(lambda: seen("workers"), 10, what="workers hint")
@@ -454,7 +458,7 @@ def test_acknowledgements_are_watched_only_for_subscribers_that_want_them(
     worker); a ``wait=`` in the same process subscribes with them later and gets them."""
     url = zk_url(zk_server.hosts, chroot)
     writer, watcher = opened(url), opened(url)
-    v = writer.create(record("k-loc"), []).version
+    v = writer.create(record("k-loc", State.PAUSED, 1), []).version
     quiet: list[Hint] = []
     watcher.subscribe(quiet.append, kinds=("location", "workers", "resync"))
     writer.ack("w-1", "k-loc", "replication", 1)
@@ -532,7 +536,7 @@ def test_a_real_session_expiry_drops_ephemerals_the_backend_re_registers_and_say
     generation back (a location then stayed pausing for good). The resync hint says
     session_lost, and agents acknowledge again (next test, and test_agent)."""
     b = opened(zk_url(proxy.hosts, chroot, timeout=20, session_timeout=2))
-    b.create(record("loc"), [])
+    b.create(record("loc", State.PAUSED, 4), [])
     b.put_worker(worker("w-1"))
     b.ack("w-1", "loc", "replication", 4)
     got: list[Hint] = []
@@ -552,9 +556,38 @@ def test_a_real_session_expiry_drops_ephemerals_the_backend_re_registers_and_say
     assert json.loads(raw.get(f"{chroot}/acks/loc/w-1")[0]) == {"replication": 4}
     got.clear()
     writer = opened(zk_url(zk_server.hosts, chroot))
-    writer.compare_and_set(record("loc", State.PAUSING, 1), writer.read("loc").version, [])
+    writer.compare_and_set(record("loc", State.PAUSING, 5), writer.read("loc").version, [])
     wait_until(lambda: any(h.kind == "location" and h.location == "loc" for h in got), 10,
                what="watches re-armed")
+
+
+def test_a_standing_registration_survives_a_real_session_expiry_and_is_held_again(
+    proxy: TcpProxy, zk_server: ZkServer, chroot: str, raw: KazooClient,
+    opened: Callable[[str], ZooKeeperBackend],
+) -> None:
+    """docs/agent.md "Standing registrations": a persistent node, whose ephemeral ``holder``
+    child goes with the session; listed ``away`` meanwhile (a pause waits for it), held again
+    once the backend's new session re-registers it. Its acknowledgements were the session's."""
+    b = opened(zk_url(proxy.hosts, chroot, timeout=20, session_timeout=2))
+    b.create(record("loc", State.PAUSED, 2), [])
+    b.put_worker(worker("w-s", standing=True))
+    b.ack("w-s", "loc", "replication", 2)
+    holder = f"{chroot}/workers/w-s/holder"
+    owner = raw.exists(holder).ephemeralOwner
+    reader = opened(zk_url(zk_server.hosts, chroot))
+    proxy.freeze()
+    wait_until(lambda: raw.exists(holder) is None, 30, what="the server to expire the session")
+    node = raw.exists(f"{chroot}/workers/w-s")
+    assert node is not None and node.ephemeralOwner == 0  # persistent: still there
+    assert [(w.worker_id, w.standing, w.away) for w in reader.workers()] == [("w-s", True, True)]
+    assert reader.acks("loc") == {}
+    proxy.thaw()
+    wait_until(lambda: (raw.exists(holder) or _NO).ephemeralOwner not in (0, owner), 30,
+               what="the holder taken again on the new session")
+    wait_until(lambda: [w.away for w in reader.workers()] == [False], 10,
+               what="the reader to see it held again")
+    assert reader.remove_worker("w-s") is True
+    assert raw.exists(f"{chroot}/workers/w-s") is None
 
 
 class _NoStat:

@@ -115,6 +115,7 @@ class Lease:
         lease_seconds: float,
         margin: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
+        standing: bool = False,
     ) -> None:
         self.manager = manager
         self.backend = manager.backend
@@ -125,6 +126,8 @@ class Lease:
         self.window = lease_window(self.backend, lease_seconds)
         """Seconds a successful renewal keeps the registration alive (see the module)."""
         self.margin = margin
+        self.standing = standing
+        """A standing registration (docs/agent.md "Standing registrations")."""
         self._monotonic = monotonic
         self.started_at: datetime | None = None
         self.connected = True
@@ -154,6 +157,7 @@ class Lease:
             errors=dict(errors),
             clock_offset_seconds=_rounded(self.manager.time.offset_seconds()),
             stuck=dict(stuck or {}),
+            standing=self.standing,
         )
 
     def register(self, errors: Mapping[str, str]) -> None:
@@ -230,6 +234,21 @@ class Lease:
                 self.worker_id,
                 wait,
             )
+
+    def leave(self) -> None:
+        """Leave a standing registration standing, its holder away from now: written once more
+        with its lease ending now (the backend's time), so every reader shows since when (on
+        ZooKeeper too, where the holder's session may outlive this agent). A failure is only
+        logged: the registration stays standing either way, and its lease lapses alone."""
+        if self._registered is None:
+            return
+        try:
+            self.backend.put_worker(
+                self._registered.model_copy(update={"lease_expires_at": self.manager.clock()})
+            )
+        except LocstatusError as exc:
+            log.warning("agent %s: could not mark its standing registration away: %s",
+                        self.worker_id, exc)
 
     def _unregister(self) -> None:
         try:

@@ -84,14 +84,19 @@ class Watcher:
         s = self.state
         with s.lock:
             s.metrics["hints"] += 1
+            if (hint.kind in ("location", "acks") and hint.location is not None
+                    and self.locations is not None and hint.location not in self.locations):
+                # Another worker's location: nothing to read or settle, and no wake-up of
+                # the watch thread (16 agents in one process each woke for every hint of
+                # the others' locations, bench/bridge.py).
+                return False
             if hint.kind == "location" and hint.location is not None:
-                if self.locations is None or hint.location in self.locations:
-                    # read by the backend: no read of our own, unless the record may be of
-                    # another life (then it is marked dirty: the watch thread asks)
-                    rec = hint.record
-                    if rec is not None and rec.location == hint.location and s.store_locked(rec):
-                        return False
-                    s.dirty.add(hint.location)
+                # read by the backend: no read of our own, unless the record may be of
+                # another life (then it is marked dirty: the watch thread asks)
+                rec = hint.record
+                if rec is not None and rec.location == hint.location and s.store_locked(rec):
+                    return False
+                s.dirty.add(hint.location)
             elif hint.kind == "acks" and hint.location is not None:
                 # Others are still acknowledging: put off this worker's settle until they are
                 # done (debounce); the settler tries again after each later acknowledgement.

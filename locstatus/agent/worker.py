@@ -68,6 +68,7 @@ class AgentSettings(TypedDict, total=False):
     handler_deadline: float
     fence_margin: float | None
     fire_scheduled_resumes: bool
+    standing: bool
     loop: asyncio.AbstractEventLoop | None
 
 
@@ -97,6 +98,11 @@ class Agent:
       :data:`HANDLER_DEADLINE`.
     - ``fire_scheduled_resumes``: fire due scheduled resumes of watched locations (any number
       of processes may do this, exactly one transition happens). Default True.
+    - ``standing``: register a standing registration (docs/agent.md "Standing
+      registrations"): it keeps counting for settle while this process is away (stopped,
+      killed, its lease lapsed), and :meth:`stop` leaves it standing; a process started
+      again with the same ``worker_id`` takes it over and acknowledges again. It ends only
+      when retired (``Manager.retire_worker``, ``locstatus workers retire``). Default False.
     - ``loop``: an event loop (running in another thread) to run coroutine handlers on; by
       default they run to completion on a private loop in the agent's apply thread.
 
@@ -141,6 +147,7 @@ class Agent:
         handler_deadline: float = HANDLER_DEADLINE,
         fence_margin: float | None = None,
         fire_scheduled_resumes: bool = True,
+        standing: bool = False,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         try:
@@ -226,7 +233,9 @@ class Agent:
             self.locations,
             lease_seconds=lease,
             margin=self.fence_margin,
+            standing=bool(standing),
         )
+        self.standing = bool(standing)
         self._watcher = Watcher(
             self._state,
             manager,
@@ -454,9 +463,10 @@ class Agent:
         hangs holds the start up for about ``handler_deadline`` seconds, not for good.
         Idempotent while running.
 
-        Raises :class:`BackendUnavailable` (nothing is left registered) when the backend
-        cannot be reached. An unregistration an earlier :meth:`stop` left pending (backend
-        slow or down) lands first, so it can never remove this registration.
+        Raises :class:`BackendUnavailable` (nothing is left registered; a ``standing``
+        registration is left standing, away) when the backend cannot be reached. An
+        unregistration an earlier :meth:`stop` left pending (backend slow or down) lands
+        first, so it can never remove this registration.
         """
         if self._started:
             return self
@@ -502,7 +512,8 @@ class Agent:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the threads (waiting up to ``timeout`` seconds for a running handler) and
         unregister the worker, which drops its acknowledgements so it stops counting for
-        settle at once. Idempotent.
+        settle at once. Idempotent. A ``standing`` agent's registration is left standing
+        instead, marked away from now on (its lease ends now), and keeps counting.
 
         Returns within about ``timeout`` seconds (plus at most :data:`UNREGISTER_GRACE`) even
         when the backend does not answer: an unregistration still pending then goes on in the
@@ -529,11 +540,15 @@ class Agent:
         self._teardown_registration(max(UNREGISTER_GRACE, deadline - time.monotonic()))
 
     def _teardown_registration(self, wait: float | None = None) -> None:
-        """Unsubscribe and unregister (see :meth:`Lease.unregister` for ``wait``)."""
+        """Unsubscribe and unregister (see :meth:`Lease.unregister` for ``wait``); a standing
+        registration is left standing (:meth:`Lease.leave`)."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        self._lease.unregister(wait)
+        if self.standing:
+            self._lease.leave()
+        else:
+            self._lease.unregister(wait)
 
     def __enter__(self) -> Agent:
         return self.start()

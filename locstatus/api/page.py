@@ -28,7 +28,7 @@ from datetime import datetime
 from locstatus.clock import TimeSource
 from locstatus.errors import CorruptRecord, LocstatusError
 from locstatus.fsm import table
-from locstatus.manager import Manager, lagging_workers, worker_live
+from locstatus.manager import Manager, holder_away, lagging_workers, worker_live
 from locstatus.models import LocationStatus, WorkerInfo, utcnow
 
 from .problems import redact
@@ -234,6 +234,21 @@ def _corrupt_row(bad: CorruptRecord) -> str:
     )
 
 
+def _lease_text(w: WorkerInfo, time_source: TimeSource) -> str:
+    """The lease column: its deadline (or ``session``); for a standing registration
+    (docs/agent.md "Standing registrations") ``standing`` and, while its holder is away, since
+    when."""
+    lease = _iso(w.lease_expires_at) if w.lease_expires_at else "session"
+    if not w.standing:
+        return lease
+    if holder_away(w, time_source):
+        since = w.lease_expires_at
+        return "standing, holder away" + (
+            f" since {_iso(since)}" if since is not None and time_source.is_past(since) else ""
+        )
+    return f"{lease} (standing)"
+
+
 def _workers_table(workers: list[WorkerInfo], time_source: TimeSource) -> str:
     rows = [
         '<h2>Workers</h2><table id="workers"><thead><tr><th>Worker</th><th>Services</th>'
@@ -251,9 +266,7 @@ def _workers_table(workers: list[WorkerInfo], time_source: TimeSource) -> str:
             + _cell("all" if w.locations is None else ", ".join(w.locations), "locations")
             + _cell(w.host, "host")
             + _cell(w.pid or None, "pid")
-            + _cell(
-                _iso(w.lease_expires_at) if w.lease_expires_at else "session", "lease"
-            )
+            + _cell(_lease_text(w, time_source), "lease")
             + _cell("yes" if worker_live(w, time_source) else "no", "alive")
             + "</tr>"
         )

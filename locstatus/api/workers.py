@@ -171,44 +171,52 @@ def _registration(mgr: Manager, worker_id: str) -> WorkerInfo:
     )
 
 
-def _check_generation(mgr: Manager, loc: str, svc: str, body: AckBody) -> None:
-    """Refuse an acknowledgement of a generation the record does not have: one ahead of the
-    service's current generation (or, for ``_tombstone``, of the record's removal generation)
-    would count for pauses not yet made, which would then settle without the worker
-    (docs/agent.md "Acknowledge only what was applied"). With ``if_version`` the generation
-    must be the record's at that version; the conditional write then makes the check hold at
-    the write. Without it the check holds too: generations only grow.
-
-    Raises :class:`VersionConflict` (the record moved on or is gone: the caller answers 409
-    with the record), :class:`ProblemError` (409 ``urn:locstatus:unknown-generation`` with the
-    record: a generation it does not have, nothing written), :class:`InvalidInput` (the record
-    has no such service), :class:`BackendUnavailable`, :class:`CorruptRecord`."""
+def _refused(mgr: Manager, loc: str, svc: str, body: AckBody) -> Exception:
+    """The answer to an acknowledgement the backend refused (:meth:`Backend.ack` judges it
+    against the record inside its write, docs/http.md "Workers over HTTP"), told apart on the
+    record as it is now: :class:`ProblemError` 409 ``urn:locstatus:unknown-generation`` with
+    the record (a generation it does not have: ahead of the service's current one, for
+    ``_tombstone`` of the removal generation, or with ``if_version`` not the one at that
+    version: it would count for pauses not yet made, which would then settle without the
+    worker, docs/agent.md "Acknowledge only what was applied"), :class:`InvalidInput` (the
+    record has no such service), else 409 ``urn:locstatus:version-conflict`` with the record
+    (moved on, gone, not removed). Raises :class:`BackendUnavailable`, :class:`CorruptRecord`
+    when the record cannot be read again."""
+    current: LocationStatus | None
     try:
-        record = mgr.backend.read(loc)
+        current = mgr.status(loc)
     except NotFound:
-        raise VersionConflict(f"{loc} does not exist") from None
-    if body.if_version is not None and record.version != body.if_version:
-        raise VersionConflict(f"{loc} is not at version {body.if_version}")
+        current = None
+    conflict = ProblemError(
+        409, "version conflict",
+        f"{loc} is no longer at version {body.if_version}: apply the record under "
+        "'record', then acknowledge again",
+        type_="urn:locstatus:version-conflict",
+        record=None if current is None else current.model_dump(mode="json"),
+    )
+    if current is None or (body.if_version is not None and current.version != body.if_version):
+        return conflict
     if svc == TOMBSTONE_ACK:
-        if record.deleted_at is None:
-            raise VersionConflict(f"{loc} is not removed")
-        have = tombstone_generation(record.deleted_at)
+        if current.deleted_at is None:
+            return conflict
+        have = tombstone_generation(current.deleted_at)
         what = "the removal generation"
     else:
-        status = record.services.get(svc)
+        status = current.services.get(svc)
         if status is None:
-            raise InvalidInput(f"{loc} has no service {svc}: nothing to acknowledge")
+            return InvalidInput(f"{loc} has no service {svc}: nothing to acknowledge")
         have = status.generation
         what = f"the generation of {svc}"
     if body.generation > have or (body.if_version is not None and body.generation != have):
-        at = f" at version {record.version}" if body.if_version is not None else ""
-        raise ProblemError(
+        at = f" at version {current.version}" if body.if_version is not None else ""
+        return ProblemError(
             409, "unknown generation",
             f"generation {body.generation} is not one {loc} has: {what}{at} is {have}; "
             "apply the record under 'record', then acknowledge the generation applied",
             type_="urn:locstatus:unknown-generation",
-            record=record.model_dump(mode="json"),
+            record=current.model_dump(mode="json"),
         )
+    return conflict  # it moved on between the refused write and this read
 
 
 WorkerPath = Annotated[
@@ -370,22 +378,10 @@ def acknowledge(
             f"worker {wid!r} does not apply {svc} at {loc!r} (its registration says so)"
         )
     try:
-        _check_generation(mgr, loc, svc, body)
-        with hub.local_writes:
+        with hub.local_writes:  # the generation is judged in the backend's write
             mgr.backend.ack(wid, loc, svc, body.generation, if_version=body.if_version)
     except VersionConflict:
-        current: LocationStatus | None
-        try:
-            current = mgr.status(loc)
-        except NotFound:
-            current = None
-        raise ProblemError(
-            409, "version conflict",
-            f"{loc} is no longer at version {body.if_version}: apply the record under "
-            "'record', then acknowledge again",
-            type_="urn:locstatus:version-conflict",
-            record=None if current is None else current.model_dump(mode="json"),
-        ) from None
+        raise _refused(mgr, loc, svc, body) from None
     if svc != TOMBSTONE_ACK:
         hub.settle_soon(loc)
     return Acked(worker_id=wid, location=loc, service=svc, generation=body.generation)

@@ -28,6 +28,12 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    registration whose lease the caller saw run out, checked in the same atomic step as the
    removal: a worker that renewed or registered again after the caller's read is kept, with
    its acknowledgements.
+   **A standing registration** (``WorkerInfo.standing``, docs/agent.md "Standing
+   registrations") outlives its holder: it stays listed, standing, with its last lease, after
+   that lease lapsed or its holder's session ended (nothing drops it: MongoDB's TTL index
+   never matches it, ZooKeeper keeps it in a persistent node and lists it ``away`` while no
+   session holds it); a conditional removal never removes it; a new holder's ``put_worker``
+   takes it over; only an unconditional removal ends it.
    **An unreadable registration never lets a transition settle without its worker**: a stored
    registration that does not parse or validate (a hand edit, a field a newer version wrote,
    another worker's id) may belong to a running worker, so :meth:`workers` lists it, in its
@@ -76,6 +82,14 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    another. How the items travel (one SQLite transaction, pipelined ZooKeeper requests, one
    MongoDB ``bulk_write``) is the backend's; the default is one call per item.
 
+13. **An acknowledgement never runs ahead of its record.** :meth:`Backend.ack` stores a
+   generation only if the record has it *as it is at the write* (judged inside the write's
+   transaction, multi-op, or, on MongoDB, against the record's life the acknowledgement is
+   stamped with): at most the service's current generation (for ``_tombstone``, the removal
+   generation of a removed record), exactly it with ``if_version``. An acknowledgement ahead
+   of the record would count for a transition not made yet, which would then settle without
+   that worker (docs/agent.md "Acknowledge only what was applied").
+
 History of the design: one record per location (not per service) so that a bulk pause of every
 service of a location is one compare-and-set, and so that a tombstone is one field.
 """
@@ -95,7 +109,14 @@ from locstatus.errors import (
     LocstatusError,
     VersionConflict,
 )
-from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
+from locstatus.models import (
+    TOMBSTONE_ACK,
+    Hint,
+    HistoryEntry,
+    LocationStatus,
+    WorkerInfo,
+    tombstone_generation,
+)
 
 HintCallback = Callable[[Hint], None]
 Unsubscribe = Callable[[], None]
@@ -110,6 +131,47 @@ def stale_ack(location: str, if_version: int) -> VersionConflict:
     return VersionConflict(
         f"location {location!r} is not at version {if_version}: not acknowledged"
     )
+
+
+def check_ack(
+    location: str,
+    record: LocationStatus | None,
+    service: str,
+    generation: int,
+    if_version: int | None,
+) -> None:
+    """Judge an acknowledgement against ``record``, the record as it is at the
+    acknowledgement's write (None: there is none), for :meth:`Backend.ack` (invariant 13).
+    ``if_version`` is the caller's: a backend compares the stored version itself, in its own
+    terms, before calling this.
+
+    Raises :class:`VersionConflict` (nothing may be written) when there is no record, when
+    ``service`` is ``_tombstone`` and the record is not removed, when the record has no
+    ``service``, or when ``generation`` is not one the record has: above the service's
+    generation (the removal generation for ``_tombstone``), or, with ``if_version``, not
+    exactly it (the worker applied the record at that version, so its generation). The caller
+    reads the record again and applies it, as after any refused conditional write."""
+    if record is None:
+        raise VersionConflict(f"location {location!r} does not exist: not acknowledged")
+    if service == TOMBSTONE_ACK:
+        if record.deleted_at is None:
+            raise VersionConflict(
+                f"location {location!r} is not removed: its removal is not acknowledged"
+            )
+        have, what = tombstone_generation(record.deleted_at), "the removal generation"
+    else:
+        status = record.services.get(service)
+        if status is None:
+            raise VersionConflict(
+                f"location {location!r} has no service {service!r}: not acknowledged"
+            )
+        have, what = status.generation, f"the generation of {service}"
+    if generation > have or (if_version is not None and generation != have):
+        at = f" at version {if_version}" if if_version is not None else ""
+        raise VersionConflict(
+            f"generation {generation} is not one location {location!r} has: {what}{at} is "
+            f"{have}: not acknowledged"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,13 +483,24 @@ class Backend(ABC):
     ) -> None:
         """Record that ``worker_id`` applied ``generation`` of ``service`` at ``location``.
 
+        ``generation``: one the record has at the write (invariant 13, :func:`check_ack`): at
+        most the service's current generation, for ``_tombstone`` (``service``) the removal
+        generation of a removed record; else :class:`VersionConflict`, nothing written (also
+        when the record does not exist or has no such service). An acknowledgement ahead of
+        the record would count for a pause not made yet (docs/agent.md "Acknowledge only what
+        was applied").
+
         ``if_version``: only if the record is still at that version (the one whose state the
-        worker applied); otherwise raise :class:`VersionConflict` (also when the record is gone)
-        and write nothing. This is how an agent acknowledges "still current after my handler
-        ran" in one write instead of a read and a write (docs/design.md §3.4). SQLite, memory and
-        ZooKeeper check it in the same transaction / multi-op as the write (ZooKeeper compares
-        the znode version of the record's current life); MongoDB reads the record just before
-        writing the acknowledgement."""
+        worker applied), and then ``generation`` must be exactly the one it has there;
+        otherwise raise :class:`VersionConflict` and write nothing. This is how an agent
+        acknowledges "still current after my handler ran" in one write instead of a read and a
+        write (docs/design.md §3.4). SQLite and memory judge both in the write's transaction,
+        ZooKeeper in its multi-op (a check of the record's znode version, and of its
+        incarnation with ``if_version``, at the content it judged); MongoDB judges the record
+        it reads just before the write and stamps the acknowledgement with that record's life,
+        which is the only one it counts for (generations only grow within a life).
+        Raises :class:`VersionConflict`, :class:`CorruptRecord` (the record does not read: its
+        generations cannot be judged, nothing written), :class:`BackendUnavailable`."""
 
     @abstractmethod
     def acks(self, location: str) -> AckMap:

@@ -32,6 +32,7 @@ from locstatus.models import (
     ServiceStatus,
     UTCDateTime,
     WorkerInfo,
+    copy_with,
 )
 from locstatus.names import SERVICE_ALIASES
 
@@ -337,8 +338,9 @@ def _covered(pending: set[str], entries: list[HistoryEntry]) -> bool:
 
 
 def stamp(entries: Sequence[HistoryEntry], version: int) -> list[HistoryEntry]:
-    """Entries with ``version`` set to the version their write produced."""
-    return [e.model_copy(update={"version": version}) for e in entries]
+    """Entries with ``version`` set to the version their write produced (an entry planned
+    with it already is kept as it is)."""
+    return [e if e.version == version else copy_with(e, {"version": version}) for e in entries]
 
 
 MAX_REGISTRATION_BYTES = 1_000_000
@@ -387,7 +389,7 @@ def bounded_worker(
     errors = info.errors
     kept = {k: errors[k][:MAX_ERROR_CHARS] for k in sorted(errors)[:MAX_WORKER_ERRORS]}
     if kept == errors:
-        text = info.model_dump_json(exclude=WORKER_NOT_STORED)
+        text = info.model_dump_json(exclude=not_stored(info))
         if len(text.encode()) <= max_bytes:
             return info, text
     while True:
@@ -398,7 +400,7 @@ def bounded_worker(
                 f"{cut} more errors not shown (of {len(errors)}; see the worker's own log)"
             )
         bounded = info.model_copy(update={"errors": shown})
-        text = bounded.model_dump_json(exclude=WORKER_NOT_STORED)
+        text = bounded.model_dump_json(exclude=not_stored(info))
         size = len(text.encode())
         if size <= max_bytes:
             return bounded, text
@@ -416,8 +418,15 @@ def bounded_worker(
     )
 
 
-WORKER_NOT_STORED: set[str] = {"corrupt"}
+WORKER_NOT_STORED: set[str] = {"corrupt", "away"}
 """Fields of :class:`WorkerInfo` a backend sets when it reads, never part of what it stores."""
+
+
+def not_stored(info: WorkerInfo) -> set[str]:
+    """The fields of ``info`` left out of its stored form: :data:`WORKER_NOT_STORED`, and
+    ``standing`` unless true (an ordinary registration is stored as it was before standing
+    registrations existed, so an older version still reads it)."""
+    return WORKER_NOT_STORED if info.standing else WORKER_NOT_STORED | {"standing"}
 
 _LEASE: TypeAdapter[UTCDateTime | None] = TypeAdapter(UTCDateTime | None)
 
@@ -437,8 +446,9 @@ def decode_worker(worker_id: str, raw: str | bytes | dict[str, Any] | object) ->
         return corrupt_worker(
             worker_id, raw, f"worker_id: the registration names {info.worker_id!r}"
         )
-    if info.corrupt is not None:
-        return corrupt_worker(worker_id, raw, "corrupt: not a field of a stored registration")
+    if info.corrupt is not None or info.away:
+        field = "corrupt" if info.corrupt is not None else "away"
+        return corrupt_worker(worker_id, raw, f"{field}: not a field of a stored registration")
     return info
 
 
@@ -476,10 +486,15 @@ def ack_generation(raw: object) -> int | None:
 
 def is_registration(worker_id: str, raw: object, if_expires: datetime | None) -> bool:
     """Whether the registration stored under ``worker_id`` may be removed by
-    ``remove_worker(if_expires=)``: always when ``if_expires`` is None; else only while its
-    lease deadline, as :func:`decode_worker` lists it (an unreadable one's stand-in carries the
+    ``remove_worker(if_expires=)``: always when ``if_expires`` is None; never when it is a
+    standing registration (it outlives its lease, docs/agent.md "Standing registrations": only
+    an unconditional removal, ``Manager.retire_worker``, ends it); else only while its lease
+    deadline, as :func:`decode_worker` lists it (an unreadable one's stand-in carries the
     lease that still reads in it, or none), is exactly ``if_expires``."""
-    return if_expires is None or decode_worker(worker_id, raw).lease_expires_at == if_expires
+    if if_expires is None:
+        return True
+    info = decode_worker(worker_id, raw)
+    return not info.standing and info.lease_expires_at == if_expires
 
 
 def _short(exc: BaseException, root: str = "record") -> str:

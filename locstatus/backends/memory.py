@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, Backend, HintCallback, ScanItem, Unsubscribe, stale_ack
+from locstatus.backends.base import (
+    AckMap,
+    Backend,
+    HintCallback,
+    ScanItem,
+    Unsubscribe,
+    check_ack,
+    stale_ack,
+)
 from locstatus.backends.hints import Subscribers
 from locstatus.backends.history import HistoryPage
 from locstatus.backends.versions import LIVES
@@ -229,11 +237,12 @@ class MemoryBackend(Backend):
         if_version: int | None = None,
     ) -> None:
         self._check_open()
-        with self._store.lock:
-            if if_version is not None:
-                current = self._store.records.get(location)
-                if current is None or current[0] != if_version:
-                    raise stale_ack(location, if_version)
+        with self._store.lock:  # judged and written under the store's one lock (invariant 13)
+            current = self._store.records.get(location)
+            if if_version is not None and (current is None or current[0] != if_version):
+                raise stale_ack(location, if_version)
+            record = None if current is None else self._decode(location)
+            check_ack(location, record, service, generation, if_version)
             per_worker = self._store.acks.setdefault(location, {}).setdefault(worker_id, {})
             per_worker[service] = generation
         self._notify(Hint(kind="acks", location=location))

@@ -51,6 +51,7 @@ from locstatus.backends.base import (
     HintCallback,
     ScanItem,
     Unsubscribe,
+    check_ack,
     distinct_locations,
     stale_ack,
 )
@@ -58,6 +59,7 @@ from locstatus.backends.hints import HintBatch, Subscribers
 from locstatus.backends.history import HistoryPage
 from locstatus.backends.urls import Number, query_params, split_url
 from locstatus.backends.versions import LIVES
+from locstatus.backends.walwatch import RETRY_DELAYS, WATCHED_POLL, WalWatch, open_wal_watch
 from locstatus.errors import (
     AlreadyExists,
     BackendFull,
@@ -67,7 +69,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo
+from locstatus.models import Hint, HistoryEntry, LocationStatus, WorkerInfo, copy_with, with_version
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS locations (
@@ -163,6 +165,7 @@ class SQLiteBackend(Backend):
         self._subscribers = Subscribers(url)
         self._sub_lock = threading.Lock()  # starts the poller once
         self._poller: threading.Thread | None = None
+        self._watch: WalWatch | None = None
         self._stop = threading.Event()
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
@@ -303,7 +306,7 @@ class SQLiteBackend(Backend):
                 )
             if history:
                 _insert_history(db, loc, version, history)
-        return record.model_copy(update={"version": version})
+        return with_version(record, version)
 
     batch_size = 1000
     """Locations per bulk write (:meth:`compare_and_set_many`, one transaction and one fsync):
@@ -441,13 +444,14 @@ class SQLiteBackend(Backend):
         *,
         if_version: int | None = None,
     ) -> None:
-        with self._write() as db:
-            if if_version is not None:
-                row = db.execute(
-                    "SELECT version FROM locations WHERE location = ?", (location,)
-                ).fetchone()
-                if row is None or row[0] != if_version:
-                    raise stale_ack(location, if_version)
+        with self._write() as db:  # judged in the write's transaction (invariant 13)
+            row = db.execute(
+                "SELECT version, data FROM locations WHERE location = ?", (location,)
+            ).fetchone()
+            if if_version is not None and (row is None or row[0] != if_version):
+                raise stale_ack(location, if_version)
+            record = None if row is None else _decode_row(location, row[0], row[1])
+            check_ack(location, record, service, generation, if_version)
             db.execute(
                 "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
                 "VALUES (?, ?, ?, ?)",
@@ -484,9 +488,10 @@ class SQLiteBackend(Backend):
                 # Start from the log's current end now, so a write right after subscribe()
                 # is hinted (not swallowed by the poller's first tick).
                 start = int(self._query("SELECT COALESCE(MAX(seq), 0) FROM changes")[0][0])  # type: ignore[call-overload]
+                self._watch = open_wal_watch(self.path)
                 self._poller = threading.Thread(
                     target=self._poll_changes,
-                    args=(start,),
+                    args=(start, self._watch),
                     name="locstatus-sqlite-hints",
                     daemon=True,
                 )
@@ -496,33 +501,64 @@ class SQLiteBackend(Backend):
     def _emit(self, hint: Hint) -> None:
         self._subscribers.emit(hint)
 
-    def _poll_changes(self, start: int | None = None) -> None:
+    def _poll_changes(self, start: int | None = None, watch: WalWatch | None = None) -> None:
+        """The poller: read the change log as soon as the WAL file was written, where inotify
+        reports it (:mod:`locstatus.backends.walwatch`; a reported write that shows nothing
+        new yet is looked at again shortly), and every ``poll_interval`` seconds otherwise
+        (every ``WATCHED_POLL`` seconds at least while the watch works)."""
         last: int | None = start
-        while not self._stop.wait(self._poll):
-            try:
-                if last is None:
-                    last = int(self._query("SELECT COALESCE(MAX(seq), 0) FROM changes")[0][0])  # type: ignore[call-overload]
-                    continue
-                rows = self._query(
-                    "SELECT seq, kind, location FROM changes WHERE seq > ? ORDER BY seq LIMIT ?",
-                    (last, _KEEP_CHANGES),
-                )
-                if not rows:
-                    continue
-                oldest = int(self._query("SELECT COALESCE(MIN(seq), 0) FROM changes")[0][0])  # type: ignore[call-overload]
-                if int(rows[0][0]) > last + 1 and oldest > last + 1:  # type: ignore[call-overload]
-                    self._emit(Hint(kind="resync"))
+        pending: list[float] = []  # looks still due after a reported write found nothing
+        try:
+            while not self._stop.is_set():
+                watching = watch is not None and watch.alive
+                poll = max(self._poll, WATCHED_POLL) if watching else self._poll
+                timeout = min(pending[0], poll) if pending else poll
+                if watch is not None and watching:
+                    written = watch.wait(timeout)
+                    if self._stop.is_set():
+                        return
                 else:
-                    batch = HintBatch()  # one hint per kind and location, in log order
-                    for _, kind, loc in rows:
-                        batch.add(Hint(kind=str(kind), location=None if loc is None else str(loc)))
-                    for hint in batch.take():
-                        self._emit(hint)
-                last = int(rows[-1][0])  # type: ignore[call-overload]
-            except BackendUnavailable:
-                # keep ``last``: missed changes are hinted after recovery (or a resync fires
-                # when they were pruned meanwhile)
+                    written = False
+                    if self._stop.wait(timeout):
+                        return
+                last, found = self._read_changes(last)
+                if found:
+                    pending = []
+                elif written:
+                    pending = list(RETRY_DELAYS)
+                elif pending:
+                    pending.pop(0)
+        finally:
+            if watch is not None:
+                watch.close()
+
+    def _read_changes(self, last: int | None) -> tuple[int | None, bool]:
+        """Hint the changes logged after ``last``; return the new ``last`` and whether there
+        were any."""
+        try:
+            if last is None:
+                return int(self._query("SELECT COALESCE(MAX(seq), 0) FROM changes")[0][0]), False  # type: ignore[call-overload]
+            rows = self._query(
+                "SELECT seq, kind, location FROM changes WHERE seq > ? ORDER BY seq LIMIT ?",
+                (last, _KEEP_CHANGES),
+            )
+            if not rows:
+                return last, False
+            oldest = int(self._query("SELECT COALESCE(MIN(seq), 0) FROM changes")[0][0])  # type: ignore[call-overload]
+            if int(rows[0][0]) > last + 1 and oldest > last + 1:  # type: ignore[call-overload]
                 self._emit(Hint(kind="resync"))
+            else:
+                batch = HintBatch()  # one hint per kind and location, in log order
+                for _, kind, loc in rows:
+                    batch.add(Hint(kind=str(kind), location=None if loc is None else str(loc)))
+                for hint in batch.take():
+                    self._emit(hint)
+            return int(rows[-1][0]), True  # type: ignore[call-overload]
+        except BackendUnavailable:
+            # keep ``last``: missed changes are hinted after recovery (or a resync fires
+            # when they were pruned meanwhile)
+            self._emit(Hint(kind="resync"))
+            return last, False
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -556,6 +592,8 @@ class SQLiteBackend(Backend):
 
     def close(self) -> None:
         self._stop.set()
+        if self._watch is not None:
+            self._watch.interrupt()
         if self._poller is not None and self._poller is not threading.current_thread():
             self._poller.join(timeout=2)
         self._closed = True
@@ -657,7 +695,7 @@ def _create_in(
         "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)",
         (loc, version, codec.encode_record(record)),
     )
-    return record.model_copy(update={"version": version})
+    return copy_with(record, {"version": version})
 
 
 def _cas_one(
@@ -684,7 +722,7 @@ def _cas_one(
         (version, data, loc, item.expected_version),
     )
     if cur.rowcount == 1:
-        return item.record.model_copy(update={"version": version})
+        return with_version(item.record, version)
     if history is not None:  # ours: inserted just above, where none was
         db.execute("DELETE FROM history WHERE location = ? AND version = ?", (loc, version))
     refused = _stored_version(db, loc, item.expected_version)

@@ -1,5 +1,5 @@
-"""The bridge: each Backbeat processor is a locstatus worker whose lease the bridge holds
-(docs/backbeat.md, "2. The bridge").
+"""The bridge: each Backbeat processor is a locstatus worker, a standing registration the
+bridge holds (docs/backbeat.md, "2. The bridge").
 
 Why it is shaped so:
 
@@ -22,6 +22,11 @@ Why it is shaped so:
 - **Scheduled resumes stay locstatus data.** The agents fire due resumes; the bridge publishes
   a plain ``resumeService`` then, never a date (a date arms the processor's own timer), and
   disarms a timer a processor still has (``deleteScheduledResumeService``).
+- **Standing registrations.** The processors' workers are standing (docs/agent.md "Standing
+  registrations"): while the bridge is stopped or killed they stay counted, so a pause made
+  then stays ``pausing`` until a bridge is back and the processor wrote ``paused``; Backbeat's
+  consumers run on while the bridge is away, and locstatus says so. A processor whose location
+  (or its service) is gone from locstatus has its registration retired by the bridge.
 - **Self-fence.** When the bridge cannot renew its leases it does nothing to the processors
   (``on_fence`` is a no-op): pausing every Backbeat consumer because locstatus's store is
   unreachable would be an outage of its own; changes made meanwhile reach them once the
@@ -40,7 +45,8 @@ from typing import Any
 from locstatus.agent import Agent, HandlerRetry
 from locstatus.backbeat_state import BackbeatConfig, node_path
 from locstatus.client import Client
-from locstatus.errors import HandlerPending, InvalidInput, NotFound
+from locstatus.errors import HandlerPending, InvalidInput, LocstatusError, NotFound
+from locstatus.models import LocationStatus
 
 from .legacy import LifecycleDocuments, NodeState, Publisher, StateNodes, action_for, agrees
 
@@ -98,6 +104,9 @@ class _Processor:
     agent: Agent
     sent: tuple[str, float] | None = None
     subscribers: int | None = None
+    changed: threading.Event = field(default_factory=threading.Event)
+    """Set when this processor's state node changed (or every node may have): wakes its
+    handler only, not the handlers of the other processors."""
 
 
 @dataclass
@@ -152,6 +161,7 @@ class Bridge:
         self.services = wanted
         self._wake = _Wake()
         self._processors: dict[tuple[str, str], _Processor] = {}
+        self._by_path: dict[str, _Processor] = {}
         self._lifecycle: Agent | None = None
         self._nodes: StateNodes | None = None
         self._publisher: Publisher | None = None
@@ -174,7 +184,7 @@ class Bridge:
                 assert self.config.zookeeper and self.config.redis
                 self._publisher = Publisher(self.config.redis)
                 self._publisher.probe()
-                self._nodes = StateNodes(self.config.zookeeper, self._kick)
+                self._nodes = StateNodes(self.config.zookeeper, self._node_changed)
             if "lifecycle" in self.services:
                 assert self.config.mongodb
                 self._docs = LifecycleDocuments(self.config.mongodb,
@@ -188,9 +198,11 @@ class Bridge:
         return self
 
     def stop(self) -> None:
-        """Stop the loop and every agent (unregistering the processors' workers). Idempotent."""
+        """Stop the loop and every agent. The processors' registrations are left standing
+        (docs/agent.md "Standing registrations"): they keep counting while no bridge runs, and
+        the next bridge takes them over. Idempotent."""
         self._stop.set()
-        self._kick()
+        self._node_changed(None)
         if self._thread is not None:
             self._thread.join(timeout=10)
         agents = [p.agent for p in self._processors.values()]
@@ -210,7 +222,7 @@ class Bridge:
 
     @property
     def workers(self) -> list[str]:
-        """The worker ids the bridge holds leases for."""
+        """The worker ids the bridge holds (standing registrations)."""
         ids = [p.agent.worker_id for p in self._processors.values()]
         return ids + ([self._lifecycle.worker_id] if self._lifecycle is not None else [])
 
@@ -222,11 +234,14 @@ class Bridge:
             lease_seconds=self.settings.lease_seconds,
             handler_retry=HandlerRetry(base=0.2, cap=self.settings.republish_interval * 2),
             handler_deadline=max(30.0, self.settings.ack_wait * 3),
+            standing=True,
         )
 
     def _rescan(self) -> None:
-        """Give every (location, service) locstatus has a processor, once."""
+        """Give every (location, service) locstatus has a processor, once, and retire the
+        standing registration of a processor whose location (or service) is gone."""
         records = [r for r in self.client.statuses() if not r.deleted]
+        self._retire_gone(records)
         for service in self.services:
             if service == "lifecycle":
                 continue
@@ -239,6 +254,7 @@ class Bridge:
                     continue
                 with self._lock:
                     self._processors[(service, rec.location)] = proc
+                    self._by_path[proc.path] = proc
                 self._nodes.watch(proc.path)
                 proc.agent.start()
         if "lifecycle" in self.services and self._lifecycle is None:
@@ -246,6 +262,7 @@ class Bridge:
                 "backbeat.lifecycle", services=["lifecycle"],
                 lease_seconds=self.settings.lease_seconds,
                 handler_retry=HandlerRetry(base=0.2, cap=self.settings.republish_interval * 2),
+                standing=True,
             )
             agent.on_pause("lifecycle")(_named(
                 lambda loc: self._lifecycle_apply(loc, True), "pause_lifecycle_document"))
@@ -254,6 +271,36 @@ class Bridge:
             agent.on_fence("lifecycle")(_named(lambda loc: None, "fence_lifecycle_noop"))
             self._lifecycle = agent
             agent.start()
+
+    def _retire_gone(self, records: list[LocationStatus]) -> None:
+        """Retire ``backbeat.<service>.<location>`` (a standing registration, this bridge's or
+        one left by an earlier run) for every bridged service whose location is gone from
+        locstatus or no longer has that service: nothing stands for that processor any more.
+        A failure is logged; the next rescan tries again."""
+        have = {(svc, r.location) for r in records for svc in r.services}
+        bridged = [s for s in self.services if s in ZK_SERVICES]
+        try:
+            listed = self.client.workers()
+        except LocstatusError as exc:
+            log.warning("bridge: could not list workers to retire gone processors: %s", exc)
+            return
+        for w in listed:
+            parts = w.worker_id.split(".", 2)
+            if not (w.standing and len(parts) == 3 and parts[0] == "backbeat"
+                    and parts[1] in bridged and (parts[1], parts[2]) not in have):
+                continue
+            with self._lock:
+                proc = self._processors.pop((parts[1], parts[2]), None)
+            if proc is not None:
+                proc.agent.stop()
+            try:
+                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat")
+            except NotFound:
+                continue  # retired meanwhile
+            except LocstatusError as exc:
+                log.warning("bridge: could not retire %s: %s", w.worker_id, exc)
+                continue
+            log.info("bridge: retired %s: its location is gone from locstatus", w.worker_id)
 
     def _processor(self, service: str, location: str) -> _Processor | None:
         worker = f"backbeat.{service}.{location}"
@@ -279,12 +326,18 @@ class Bridge:
 
     def _converge(self, proc: _Processor, paused: bool) -> None:
         """The handler: have the processor apply ``paused``; return once its state node,
-        read afresh, says so (or the desired state moved on). Raises :class:`NotApplied`."""
+        read afresh, says so (or the desired state moved on). Raises :class:`NotApplied`.
+
+        It publishes unless the loop has just published the same order (the loop may see the
+        agent's copy flip before this handler starts): a second ``pauseService`` makes the
+        processor read and write its node a second time before it gets to the next site's
+        (bench/bridge.py). It waits on its own processor's node changes only."""
         assert self._nodes is not None
-        self._kick(force_one=proc, paused=paused)
+        self._publish(proc, paused)
         deadline = time.monotonic() + self.settings.ack_wait
         node: NodeState | None = None
         while not self._stop.is_set():
+            proc.changed.clear()  # before the look at the cache: a change after it wakes us
             node = self._nodes.cached(proc.path)
             if agrees(node, paused):
                 node = self._nodes.read(proc.path)  # the cache lags: read before trusting it
@@ -295,8 +348,7 @@ class Bridge:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            with self._wake.cond:
-                self._wake.cond.wait(min(left, 0.05))
+            proc.changed.wait(min(left, 0.05))
         what = node.describe() if node is not None else "its state node cannot be read"
         listeners = ("" if proc.subscribers is None else
                      f"; {proc.subscribers} subscriber(s) on {proc.channel}")
@@ -312,9 +364,18 @@ class Bridge:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def _kick(self, force_one: _Processor | None = None, paused: bool | None = None) -> None:
-        if force_one is not None and paused is not None:
-            self._publish(force_one, paused, force=True)
+    def _node_changed(self, path: str | None) -> None:
+        """A state node changed (``path``), or every one may have (None: a reconnection):
+        wake that processor's handler (every one's for None) and the loop. Kazoo's thread:
+        records and returns."""
+        with self._lock:
+            procs = (list(self._by_path.values()) if path is None
+                     else [p] if (p := self._by_path.get(path)) is not None else [])
+        for proc in procs:
+            proc.changed.set()
+        self._kick()
+
+    def _kick(self) -> None:
         with self._wake.cond:
             self._wake.pending = True
             self._wake.cond.notify_all()
@@ -326,12 +387,18 @@ class Bridge:
             return
         action = action_for(node, paused)
         now = time.monotonic()
-        if (not force and proc.sent is not None and proc.sent[0] == action
-                and now - proc.sent[1] < self.settings.republish_interval):
-            return
-        count = self._publisher.publish(proc.channel, action)
-        if count is not None:
+        with self._lock:  # the loop and the handler may both get here: one publishes
+            before = proc.sent
+            if (not force and before is not None and before[0] == action
+                    and now - before[1] < self.settings.republish_interval):
+                return
             proc.sent = (action, now)
+        count = self._publisher.publish(proc.channel, action)
+        if count is None:
+            with self._lock:  # not sent: the next look publishes again
+                if proc.sent == (action, now):
+                    proc.sent = before
+        else:
             proc.subscribers = count
 
     def _loop(self) -> None:

@@ -81,8 +81,10 @@ def backbeat(
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # The process's handlers are put back however the command ends (a refused configuration
+    # too): run in-process (CliRunner, an embedding program), a handler left behind would turn
+    # every later Ctrl-C of that process into a call that sets this dead command's event.
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         bridge = Bridge(client, cfg, services=service or None,
                         settings=BridgeSettings(ack_wait=ack_wait, republish_interval=republish))
@@ -91,5 +93,7 @@ def backbeat(
                        "Backbeat worker(s)", err=True)
             stop.wait()
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         client.close()
 

@@ -100,12 +100,14 @@ class Publisher:
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self.url = url
         self.healthy = False
-        self._lock = threading.Lock()
 
     def publish(self, channel: str, action: str) -> int | None:
+        """Publish ``action`` on ``channel``. Thread-safe without a lock of its own: redis-py
+        gives each concurrent caller a connection of its pool, so the handlers of several
+        processors publish at once instead of queueing behind one round trip each
+        (bench/bridge.py)."""
         try:
-            with self._lock:
-                count = int(self._redis.publish(channel, message(action)))
+            count = int(self._redis.publish(channel, message(action)))
         except self._errors as exc:
             if self.healthy:
                 log.warning("Redis at %s: %s", self.url, exc)
@@ -118,8 +120,7 @@ class Publisher:
         """Ping; True when Redis answers again after a failure (or for the first time)."""
         was = self.healthy
         try:
-            with self._lock:
-                self._redis.ping()
+            self._redis.ping()
         except self._errors:
             self.healthy = False
             return False
@@ -132,10 +133,13 @@ class Publisher:
 
 class StateNodes:
     """The processors' ZooKeeper state nodes, watched (kazoo ``DataWatch``) and cached.
-    ``on_change()`` is called (from kazoo's thread: it must only record and return) on every
-    change of a watched node and on every reconnection; :meth:`read` reads a node afresh."""
+    ``on_change(path)`` is called (from kazoo's thread: it must only record and return) after
+    each change of a watched node has been cached, with its path, and with None on every
+    reconnection (every node may have changed); :meth:`read` reads a node afresh."""
 
-    def __init__(self, hosts: str, on_change: Callable[[], None], timeout: float = 10.0) -> None:
+    def __init__(
+        self, hosts: str, on_change: Callable[[str | None], None], timeout: float = 10.0
+    ) -> None:
         from kazoo.client import KazooClient, KazooState
         from kazoo.handlers.threading import KazooTimeoutError
 
@@ -149,7 +153,7 @@ class StateNodes:
         def listener(state: Any) -> None:
             if state == KazooState.CONNECTED:
                 self.reconnected.set()
-                on_change()
+                on_change(None)
 
         self._client.add_listener(listener)
         try:
@@ -176,7 +180,7 @@ class StateNodes:
         def changed(data: bytes | None, _stat: Any, _event: Any) -> None:
             with self._lock:
                 self._cache[path] = self._parse(path, data)
-            self._on_change()
+            self._on_change(path)
 
         self._client.DataWatch(path, changed)
 

@@ -59,8 +59,9 @@ class Findings:
         """``stuck_transition``: ``svc`` has been transitional since ``since``; ``lagging``: the
         workers that apply it and have not acknowledged its generation, ``alive`` whether each
         one's lease holds, ``acks`` the location's acknowledgements, ``stuck`` where a live
-        worker's handler is stuck (docs/agent.md "Handlers"). Settled only when no live worker
-        lags."""
+        worker's handler is stuck (docs/agent.md "Handlers") or, for a standing registration,
+        that its holder is away (docs/agent.md "Standing registrations"). Settled only when no
+        live worker lags."""
         loc = rec.location
         live = [w.worker_id for w in lagging if alive[w.worker_id]]
         evidence = {
@@ -85,9 +86,17 @@ class Findings:
                 f"live workers not acknowledged: "
                 + ", ".join(w + (f" ({stuck[w]})" if w in stuck else "") for w in live)
             )
+            away = [w for w in live if "holder away" in stuck.get(w, "")]
             plan = RepairPlan(
                 action=None,
                 description=(
+                    f"none while {', '.join(away)} "
+                    + ("is a standing registration" if len(away) == 1
+                       else "are standing registrations")
+                    + " whose holder is away: start the holder again (it acknowledges), or retire "
+                    "what is gone for good with 'locstatus workers retire WORKER_ID' "
+                    "(docs/agent.md \"Standing registrations\")"
+                ) if away else (
                     f"none while {', '.join(live)} {'lags' if len(live) == 1 else 'lag'} "
                     "with a live lease: fix or stop "
                     f"{'that worker' if len(live) == 1 else 'those workers'} "

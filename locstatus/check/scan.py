@@ -32,7 +32,7 @@ from locstatus.check.screen import Newest, Screen
 from locstatus.check.tombstones import readiness
 from locstatus.clock import TimeSource
 from locstatus.errors import CorruptRecord, NotFound
-from locstatus.manager import Manager, stuck_handlers, worker_live
+from locstatus.manager import Manager, away_notes, stuck_handlers, worker_live
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
 
 HISTORY_PAGES = (1, 8, 64, 512)
@@ -207,7 +207,10 @@ class Scan:
         ]
         alive = {w.worker_id: worker_live(w, self.time) for w in lagging}
         live = [w.worker_id for w in lagging if alive[w.worker_id]]
-        stuck = stuck_handlers(lagging, live, self.now)
+        stuck = {  # where a handler is stuck, or a standing registration's holder is away
+            **away_notes(lagging, live, self.time),
+            **stuck_handlers(lagging, live, self.now),
+        }
         self.found.stuck(rec, svc, st, since, lagging, alive, acks, stuck)
 
     def _tombstone(self, rec: LocationStatus) -> None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 import typer
@@ -17,6 +18,7 @@ from locstatus.errors import (
     InvalidInput,
 )
 from locstatus.locations import load_locations, load_sample
+from locstatus.manager import SyncReport
 from locstatus.names import (
     MAX_ACTOR,
 )
@@ -33,6 +35,7 @@ from .parsing import (
 )
 from .rendering import (
     STATUS_LIST,
+    escaped,
     iso,
     new_console,
     print_json,
@@ -82,6 +85,13 @@ def locations_sync(
     ] = False,
     actor: ActorOpt = None,
     as_json: JsonOpt = False,
+    details: Annotated[
+        bool,
+        typer.Option(
+            "--details",
+            help=f"One row per location (the default above {SUMMARY_OVER} is a summary).",
+        ),
+    ] = False,
 ) -> None:
     """Make the stored locations match a location list: add missing locations and services,
     restore removed ones, and remove (tombstone) locations the list no longer has."""
@@ -123,16 +133,33 @@ def locations_sync(
             )
         )
         return
-    table = Table(
-        title="locations sync" + (" (dry run: nothing written)" if dry_run else ""),
-        title_justify="left",
-    )
+    title = "locations sync" + (" (dry run: nothing written)" if dry_run else "")
+    if details or len(wanted) + len(report.removed) <= SUMMARY_OVER:
+        _sync_table(title, wanted, report)
+    else:
+        _sync_summary(title, wanted, report)
+    if report.kept:
+        new_console().print(Text(f"kept (not in the list): {', '.join(report.kept)}"))
+
+
+SUMMARY_OVER = 50
+"""Above this many locations a sync shows a summary unless ``--details`` is given, as a bulk
+operation does (docs/cli.md, "Importing locations"): a table of 100 000 rows takes rich
+minutes to draw."""
+
+FIRST = 10
+"""How many locations of each change a summary names."""
+
+
+def _sync_table(title: str, wanted: Mapping[str, Sequence[str]], report: SyncReport) -> None:
+    table = Table(title=title, title_justify="left")
     for col in ("Location", "Services", "Change"):
         table.add_column(col)
+    added, restored = set(report.added), set(report.restored)  # a lookup per row
     for loc, svcs in wanted.items():
-        if loc in report.added:
+        if loc in added:
             change = Text("added", style="green")
-        elif loc in report.restored:
+        elif loc in restored:
             change = Text("restored", style="green")
         elif loc in report.services_added:
             change = Text("services added: " + ", ".join(report.services_added[loc]), style="green")
@@ -142,8 +169,28 @@ def locations_sync(
     for loc in report.removed:
         table.add_row(Text(loc), "", Text("removed", style="yellow"))
     new_console().print(table)
-    if report.kept:
-        new_console().print(Text(f"kept (not in the list): {', '.join(report.kept)}"))
+
+
+def _sync_summary(title: str, wanted: Mapping[str, Sequence[str]], report: SyncReport) -> None:
+    """One line of counts, then the first :data:`FIRST` locations of each change."""
+    changes = {
+        "added": report.added,
+        "restored": report.restored,
+        "services added": list(report.services_added),
+        "removed": report.removed,
+        "unchanged": report.unchanged,
+    }
+    counts = [f"{len(locs)} {change}" for change, locs in changes.items() if locs]
+    typer.echo(f"{title}: {', '.join(counts) or 'nothing to do'}")
+    for change, locs in changes.items():
+        if not locs or change == "unchanged":
+            continue
+        shown = ", ".join(escaped(loc) for loc in locs[:FIRST])
+        more = f" and {len(locs) - FIRST} more" if len(locs) > FIRST else ""
+        typer.echo(f"  {change}: {shown}{more}")
+    typer.echo(
+        f"({len(wanted) + len(report.removed)} locations: --details shows one row per location)"
+    )
 
 
 @locations_app.command("list")

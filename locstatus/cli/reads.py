@@ -16,17 +16,21 @@ from locstatus.errors import (
     CorruptRecord,
 )
 from locstatus.names import (
+    MAX_ACTOR,
     check_location,
 )
 
 from .app import (
     ALL,
+    ActorOpt,
     JsonOpt,
     app,
     options_of,
 )
 from .fit import Col, fitted
 from .parsing import (
+    check_option_text,
+    default_actor,
     parse_number,
 )
 from .rendering import (
@@ -149,14 +153,25 @@ _HISTORY_COLS = (
 _HISTORY_PRIORITY = (0, 2, 3, 4, 6, 1, 8, 7, 5)
 
 
-@app.command()
+workers_app = typer.Typer(
+    help="List registered workers; 'workers retire' ends a registration.",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+)
+app.add_typer(workers_app, name="workers")
+
+
+@workers_app.callback()
 def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List registered workers: lease, clock offset, services, location filter, lag, stuck
     handlers (past the agent's handler deadline) and handler errors. A lease counts as expired
     only once it passed by the backend's time beyond doubt; the clock offset is the one each
-    worker published (its host's clock minus the backend's). A record that cannot be read is
-    named where its lag is unknown, and a registration that cannot be read is listed as the
-    live worker it counts as; both are errors (exit 2)."""
+    worker published (its host's clock minus the backend's). A standing registration is shown
+    away while its holder is (docs/agent.md "Standing registrations"). A record that cannot be
+    read is named where its lag is unknown, and a registration that cannot be read is listed as
+    the live worker it counts as; both are errors (exit 2)."""
+    if ctx.invoked_subcommand is not None:
+        return
     mgr = options_of(ctx).manager()
     now = mgr.clock()
     infos, corrupt = mgr.worker_statuses()
@@ -170,3 +185,22 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     report_corrupt(corrupt)
 
 
+
+
+@workers_app.command("retire")
+def retire(
+    ctx: typer.Context,
+    worker_id: Annotated[
+        str, typer.Argument(metavar="WORKER_ID", help="The registration to end.")
+    ],
+    actor: ActorOpt = None,
+) -> None:
+    """End a worker's registration and drop its acknowledgements, so it no longer counts for
+    settle: how a standing registration (the Backbeat bridge's processors) ends when what it
+    stands for is gone for good (docs/agent.md "Standing registrations"). Exit 0 done, 1 no
+    such worker, 2 bad input or backend unavailable."""
+    check_option_text("--actor", actor, MAX_ACTOR)
+    mgr = options_of(ctx).manager()
+    info = mgr.retire_worker(worker_id, actor=actor or default_actor())
+    kind = "standing registration" if info.standing else "registration"
+    new_console().print(plain(f"retired the {kind} of {worker_id}"))

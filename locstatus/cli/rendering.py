@@ -258,12 +258,21 @@ def workers_table(
         table.add_column(col)
     for w in rows:
         alive = w.live
-        if w.lease_expires_at is None:
+        if w.standing and w.away:
+            since = w.lease_expires_at
+            lease = Text(
+                "standing, away"
+                + ("" if since is None else f" since {iso(since)} ({ago(since, now)})"),
+                style="bold yellow",
+            )
+        elif w.lease_expires_at is None:
             lease = Text("alive (session)", style="green") if alive else Text("expired")
         elif alive:
             lease = Text(f"alive ({ago(w.lease_expires_at, now)})", style="green")
         else:
             lease = Text(f"expired ({ago(w.lease_expires_at, now)})", style="bold red")
+        if w.standing and not w.away:
+            lease.append(", standing")
         lagging = Text(", ".join(
             f"{x.location}/{x.service} ({x.acked}<{x.generation})" for x in w.lagging
         ), style="yellow")

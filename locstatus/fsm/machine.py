@@ -28,7 +28,14 @@ from transitions import Machine
 
 from locstatus.errors import InvalidInput, InvalidTransition
 from locstatus.fsm import table
-from locstatus.models import MAX_STORED_INT, HistoryEntry, ServiceStatus, State
+from locstatus.models import (
+    MAX_STORED_INT,
+    HistoryEntry,
+    ServiceStatus,
+    State,
+    built_from,
+    copy_with,
+)
 from locstatus.names import MAX_ACTOR, MAX_REASON, check_text
 
 
@@ -53,7 +60,7 @@ class Event:
     actor: str | None = None
 
     def __post_init__(self) -> None:
-        # The new status is built with model_copy (no validation), so the free-text fields are
+        # The new status is built with copy_with (no validation), so the free-text fields are
         # checked here: an over-long reason must be refused, not stored as a corrupt record, and
         # a control character never reaches an operator's terminal (locstatus.names).
         check_text("reason", self.reason, MAX_REASON)
@@ -187,6 +194,8 @@ def _compile() -> dict[tuple[str, State], tuple[_Row, ...]]:
 
 
 _RULES = _compile()
+_REFUSED = frozenset((name, State(st)) for name, sts in table.REFUSED.items() for st in sts)
+"""The refused ``(event, state)`` pairs of the table (:data:`locstatus.fsm.table.REFUSED`)."""
 
 
 def transition(
@@ -197,10 +206,13 @@ def transition(
     *,
     now: datetime,
     op_id: str,
+    version: int = 0,
 ) -> Change | None:
     """Apply ``event`` to ``status`` at ``now`` (aware UTC).
 
     Returns the :class:`Change` (new status and its history entry) or None when nothing changes.
+    ``version``: the record version the write of this change produces, recorded in the entry
+    (0 when not known: the backend sets it at commit).
     The new status takes the event's reason and actor, as a pair, on ``pause``/``resume`` (a new
     desired state) and on any event that gives either; it keeps its own pair otherwise. The
     entry records the event's own reason and actor only.
@@ -212,13 +224,16 @@ def transition(
     if event.name not in table.EVENTS:
         raise InvalidInput(f"unknown event {event.name!r}")
     state = status.state
-    if state.value in table.REFUSED.get(event.name, ()):
+    if (event.name, state) in _REFUSED:
         raise InvalidTransition(
             f"cannot {event.name.replace('_', ' ')} {service} at {location}: it is {state.value}"
         )
     ctx = _Ctx(status, event, now)
     for row in _RULES.get((event.name, state), ()):
-        if all(cond(ctx) for cond in row.conditions):
+        for cond in row.conditions:
+            if not cond(ctx):
+                break
+        else:  # every condition holds (no generator per row: one call per location in bulk)
             for effect in row.effects:
                 effect(ctx)
             fields = ctx.fields
@@ -234,19 +249,22 @@ def transition(
                 fields["reason"] = event.reason
                 fields["actor"] = event.actor
             # otherwise (an anonymous schedule change, settle) the status keeps the pair
-            new = status.model_copy(update=fields)
-            entry = HistoryEntry(
-                op_id=op_id,
-                at=now,
-                location=location,
-                service=service,
-                event=event.name,
-                from_state=state,
-                to_state=new.state,
-                generation=new.generation,
-                actor=event.actor,  # who made this event, never who made an earlier one
-                reason=event.reason,
-                resume_at=new.resume_at,
-            )
+            new = copy_with(status, fields)
+            # built from the validated status and event (every field given, as the model's
+            # own order), not validated again: one per location of a bulk operation
+            entry = built_from(HistoryEntry, {
+                "op_id": op_id,
+                "at": now,
+                "location": location,
+                "service": service,
+                "event": event.name,
+                "from_state": state,
+                "to_state": new.state,
+                "generation": new.generation,
+                "actor": event.actor,  # who made this event, never who made an earlier one
+                "reason": event.reason,
+                "resume_at": new.resume_at,
+                "version": version,
+            })
             return Change(new, entry)
     return None

@@ -23,7 +23,14 @@ neither the agent, the api, the cli, the check nor the bridge (import contracts,
 """
 
 from .bulk import BulkInterrupted, BulkItem, BulkReport, Outcome, Progress, interrupted
-from .liveness import lagging_workers, stuck_handlers, worker_live
+from .liveness import (
+    away_note,
+    away_notes,
+    holder_away,
+    lagging_workers,
+    stuck_handlers,
+    worker_live,
+)
 from .locations import SyncReport
 from .manager import Manager
 from .operator import Operation
@@ -47,6 +54,9 @@ __all__ = [
     "SyncReport",
     "WorkerReport",
     "WorkerStatus",
+    "away_note",
+    "away_notes",
+    "holder_away",
     "interrupted",
     "lagging_workers",
     "stuck_handlers",

@@ -343,7 +343,8 @@ def _decide(
     plan = plans.get(present)
     if plan is None:
         plan = plans[present] = op.plan(op_id, None if wanted is None else list(present))
-    return WriteRequest(location, plan, op_id, known=entry, replaced=[])
+    # the record replaced only where a report compares with it (a schedule's 'was')
+    return WriteRequest(location, plan, op_id, known=entry, replaced=[] if op.schedules else None)
 
 
 def _written(

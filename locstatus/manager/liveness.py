@@ -2,6 +2,7 @@
 
 The settle rule (docs/fsm.md, docs/design.md §3): a pausing/resuming service settles once every
 *live* worker that applies it has acknowledged its current generation; none live counts as all.
+A standing registration is live whatever its lease (docs/agent.md "Standing registrations").
 A worker is dead only once its lease deadline has passed by the backend's time beyond doubt
 (docs/time.md), so a clock that cannot tell keeps it alive. Pure functions over what was read:
 the manager, the check job, the status page and the metrics all judge with these.
@@ -10,7 +11,7 @@ the manager, the check job, the status page and the metrics all judge with these
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from locstatus.backends.base import AckMap
 from locstatus.clock import TimeSource
@@ -22,9 +23,42 @@ def worker_live(worker: WorkerInfo, time_source: TimeSource) -> bool:
     """True unless the worker's lease deadline has passed by the backend's time beyond doubt
     (docs/time.md): a worker is dead (may be settled without, dropped as expired) only then;
     while the clock cannot tell, it is alive. A session-held registration (no deadline) is
-    alive while it is listed."""
+    alive while it is listed. A standing registration is always live, whatever its lease
+    (docs/agent.md "Standing registrations"): nothing settles without it while it is away."""
+    if worker.standing:
+        return True
     expires = worker.lease_expires_at
     return expires is None or not time_source.is_past(expires)
+
+
+def holder_away(worker: WorkerInfo, time_source: TimeSource) -> bool:
+    """True when ``worker`` is a standing registration whose holder is away: no session holds
+    it (ZooKeeper, :attr:`~locstatus.models.WorkerInfo.away`) or its lease deadline has passed
+    by the backend's time beyond doubt. Always False for an ordinary registration."""
+    if not worker.standing:
+        return False
+    expires = worker.lease_expires_at
+    return worker.away or (expires is not None and time_source.is_past(expires))
+
+
+def away_note(worker: WorkerInfo, time_source: TimeSource) -> str | None:
+    """``"standing registration, holder away since 2026-05-01T10:00:00Z"`` for a standing
+    registration whose holder is away (:func:`holder_away`): since its lease ran out, or, on
+    ZooKeeper, ``"holder away (no session holds it)"``; None otherwise. Names the host and pid
+    that held it last."""
+    if not holder_away(worker, time_source):
+        return None
+    expires = worker.lease_expires_at
+    since = (
+        f"since {expires.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        if expires is not None and time_source.is_past(expires)
+        else "(no session holds it)"
+    )
+    last = f"host {worker.host or '?'}, pid {worker.pid}"
+    return (
+        f"standing registration, holder away {since}: its holder ({last}) is not running; "
+        f"start it again, or retire it: locstatus workers retire {worker.worker_id}"
+    )
 
 
 def lagging_workers(
@@ -63,6 +97,20 @@ def stuck_handlers(
     return out
 
 
+def away_notes(
+    workers: Sequence[WorkerInfo], ids: Iterable[str], time_source: TimeSource
+) -> dict[str, str]:
+    """:func:`away_note` of each of ``ids`` that is a standing registration with its holder
+    away."""
+    wanted = set(ids)
+    out: dict[str, str] = {}
+    for w in workers:
+        note = away_note(w, time_source) if w.worker_id in wanted else None
+        if note is not None:
+            out[w.worker_id] = note
+    return out
+
+
 def settle_timeout(
     rec: LocationStatus,
     pending: Sequence[str],
@@ -73,7 +121,8 @@ def settle_timeout(
 ) -> SettleTimeout:
     """The :class:`SettleTimeout` of a wait for ``pending`` services of ``rec`` that ran out
     after ``timeout`` seconds: it names the lagging workers (and where a handler of theirs is
-    stuck), and the clock's problem when it refused to count a lapsed lease (docs/time.md)."""
+    stuck, or that a standing registration's holder is away, :func:`away_note`), and the
+    clock's problem when it refused to count a lapsed lease (docs/time.md)."""
     location = rec.location
     lagging = sorted(
         {
@@ -85,7 +134,8 @@ def settle_timeout(
         }
     )
     stuck = stuck_handlers(workers, lagging, time_source.now())
-    named = [w + (f" ({stuck[w]})" if w in stuck else "") for w in lagging]
+    notes = {**away_notes(workers, lagging, time_source), **stuck}
+    named = [w + (f" ({notes[w]})" if w in notes else "") for w in lagging]
     problem = time_source.problem()
     return SettleTimeout(
         f"{location}: {', '.join(pending)} still "

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from locstatus.backend_clock import time_source_for
 from locstatus.backends.base import Backend
 from locstatus.clock import CallerClock, Clock, TimeSource
-from locstatus.errors import CorruptRecord
+from locstatus.errors import CorruptRecord, InvalidInput
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
 from locstatus.names import DEFAULT_SERVICES, check_location
 
@@ -28,7 +28,7 @@ from .locations import SyncReport
 from .operator import Operation
 from .plans import ServiceArg, check_free_text
 from .reads import Listing
-from .workers import WorkerReport, worker_statuses
+from .workers import WorkerReport, retire_worker, worker_statuses
 from .writes import RetryPolicy, Writer
 
 
@@ -122,6 +122,20 @@ class Manager:
         ``locstatus workers --json`` serve (:mod:`.workers`), with the corrupt records beside.
         Raises :class:`BackendUnavailable`."""
         return worker_statuses(self._core)
+
+    def retire_worker(self, worker_id: str, *, actor: str | None = None) -> WorkerInfo:
+        """End ``worker_id``'s registration (a standing one outlives its holder, docs/agent.md
+        "Standing registrations"): removed with its acknowledgements, so it stops counting for
+        settle at once; logged on ``locstatus.audit`` naming ``actor`` (free text, 256
+        characters). Returns the registration as listed just before. Raises
+        :class:`InvalidInput` (bad id or actor, before any I/O), :class:`NotFound` (not
+        registered), :class:`BackendUnavailable`."""
+        try:
+            check_location(worker_id)
+        except InvalidInput as exc:
+            raise InvalidInput(f"invalid worker id: {exc.message}") from None
+        check_free_text(None, actor)
+        return retire_worker(self._core, worker_id, actor)
 
     def lagging(self, location: str, service: str) -> list[str]:
         """Live workers that have not acknowledged the current generation of a service."""

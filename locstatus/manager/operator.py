@@ -134,6 +134,10 @@ class Operation:
         wanted = self.names() if names is None else names
         # Scheduling "every service" leaves the running ones alone while one takes it.
         skip_refused = self.schedules and self.service is None and names is None
+        event = self.make_event("")  # the same for each service: built once, not per location
+
+        def make_event(_service: str) -> Event:
+            return event
 
         def plan(rec: LocationStatus, now: datetime) -> Decision:
             if rec.deleted:
@@ -146,9 +150,7 @@ class Operation:
             chosen = targets(rec, wanted)
             if isinstance(chosen, NotFound):
                 return Refuse(chosen)
-            return plan_events(
-                rec, now, op_id, chosen, self.make_event, skip_refused=skip_refused
-            )
+            return plan_events(rec, now, op_id, chosen, make_event, skip_refused=skip_refused)
 
         return plan
 

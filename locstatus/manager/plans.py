@@ -24,7 +24,7 @@ from typing import Final
 
 from locstatus.errors import InvalidInput, InvalidTransition, LocstatusError, NotFound
 from locstatus.fsm import Event, transition
-from locstatus.models import HistoryEntry, LocationStatus
+from locstatus.models import HistoryEntry, LocationStatus, copy_with
 from locstatus.names import MAX_ACTOR, MAX_REASON, canonical_service, check_text
 
 ServiceArg = str | Iterable[str] | None
@@ -155,12 +155,15 @@ def plan_events(
     services are left alone as long as another service changes or is paused (a scheduled resume
     of "every service" of a location where only some are paused)."""
     new_services = dict(rec.services)
+    version = rec.version + 1  # what the compare-and-set at rec.version produces
     entries: list[HistoryEntry] = []
     refused: InvalidTransition | None = None
     for svc in services:
         event = make_event(svc)
         try:
-            change = transition(rec.location, svc, new_services[svc], event, now=now, op_id=op_id)
+            change = transition(
+                rec.location, svc, new_services[svc], event, now=now, op_id=op_id, version=version
+            )
         except (InvalidTransition, InvalidInput) as exc:  # the state machine's refusals
             if skip_refused and isinstance(exc, InvalidTransition):
                 refused = exc
@@ -173,7 +176,9 @@ def plan_events(
         return Refuse(refused)
     if not entries:
         return NOTHING
-    return Write(rec.model_copy(update={"services": new_services}), entries)
+    # the record as the compare-and-set at rec.version stores it (its version the one it
+    # produces: a backend returns it as it is, no copy per location of a bulk operation)
+    return Write(copy_with(rec, {"services": new_services, "version": version}), entries)
 
 
 def record_entry(

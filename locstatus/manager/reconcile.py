@@ -144,16 +144,17 @@ def settle_unwatched_many(
     Returns location -> the record this settle wrote, for each record of ``stored`` that it
     settled (:func:`settle_unwatched` returns that one; for the others, the record given)."""
     out: dict[str, LocationStatus] = {}
-    by_location = {rec.location: rec for rec in stored}
-    mine = {
-        rec.location: [
-            s for s, st in sorted(rec.services.items())
-            if st.op_id == op_id and st.state.transitional
+    by_location: dict[str, LocationStatus] = {}
+    mine: dict[str, list[str]] = {}
+    for rec in stored:  # one pass, no sort for the usual one service
+        if rec.deleted_at is not None:
+            continue
+        svcs = [
+            s for s, st in rec.services.items() if st.op_id == op_id and st.state.transitional
         ]
-        for rec in by_location.values()
-        if not rec.deleted
-    }
-    mine = {loc: svcs for loc, svcs in mine.items() if svcs}
+        if svcs:
+            by_location[rec.location] = rec
+            mine[rec.location] = sorted(svcs) if len(svcs) > 1 else svcs
     if not mine:
         return out
     try:
@@ -167,9 +168,16 @@ def settle_unwatched_many(
         return out
     requests: list[WriteRequest] = []
     wanted: dict[str, dict[str, int]] = {}
+    # a service some live worker applies at every location is watched wherever it is: asked
+    # once for the batch, not per location (the usual fleet: every location watched)
+    everywhere = {
+        s for w in live if w.locations is None and w.corrupt is None for s in w.services
+    }
+    filtered = [w for w in live if w.locations is not None or w.corrupt is not None]
     for location, svcs in mine.items():
         rec = by_location[location]
-        unwatched = _unwatched(rec, svcs, live)
+        left = [s for s in svcs if s not in everywhere]
+        unwatched = _unwatched(rec, left, filtered) if left else {}
         if unwatched:
             wanted[location] = unwatched
             requests.append(

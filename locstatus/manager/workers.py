@@ -11,16 +11,20 @@ backend's time, docs/time.md).
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from locstatus.errors import CorruptRecord
+from locstatus.errors import CorruptRecord, NotFound
 from locstatus.models import WorkerInfo
 
 from .core import Core
-from .liveness import worker_live
+from .liveness import holder_away, worker_live
 from .reads import listing
+
+audit = logging.getLogger("locstatus.audit")
+"""Operator actions no location's history records (a retirement), one line each."""
 
 
 class Lag(BaseModel):
@@ -40,7 +44,10 @@ class WorkerStatus(WorkerInfo):
 
     - ``live`` (``alive`` in JSON: the name :meth:`WorkerInfo.alive` has in Python): its lease
       holds (false only once its deadline passed by the backend's time beyond doubt,
-      docs/time.md);
+      docs/time.md); always true for a standing registration, which counts while its holder
+      is away (docs/agent.md "Standing registrations");
+    - ``away``: a standing registration whose holder is away (its lease ran out, or on
+      ZooKeeper no session holds it): ``lease_expires_at`` then says since when, where known;
     - ``lagging``: each service of a location it applies whose current generation it has not
       acknowledged (:class:`Lag`), by location and service;
     - ``lag_unknown``: locations it may apply whose record cannot be read (corrupt), so its lag
@@ -87,7 +94,30 @@ def worker_statuses(core: Core) -> WorkerReport:
         # built as read, not validated again: a registration listed as corrupt may be stored
         # under a key that is no valid worker id (the backend contract, invariant 6)
         fields = {name: getattr(w, name) for name in WorkerInfo.model_fields}
+        fields["away"] = holder_away(w, core.time)
         out.append(WorkerStatus.model_construct(
             **fields, live=worker_live(w, core.time), lagging=lag, lag_unknown=unknown
         ))
     return WorkerReport(out, corrupt)
+
+
+def retire_worker(core: Core, worker_id: str, actor: str | None = None) -> WorkerInfo:
+    """Remove ``worker_id``'s registration and its acknowledgements unconditionally: how a
+    standing registration ends (docs/agent.md "Standing registrations"; an ordinary one is
+    unregistered as its agent's ``stop()`` does). Returns the registration as it was listed
+    just before. Logged on ``locstatus.audit`` with ``actor`` and ``worker`` (no location's
+    history holds a registration). Raises :class:`~locstatus.errors.NotFound` for a worker
+    not registered, :class:`~locstatus.errors.BackendUnavailable`."""
+    listed = {w.worker_id: w for w in core.backend.workers()}
+    info = listed.get(worker_id)
+    if info is None or not core.backend.remove_worker(worker_id):
+        names = sorted(listed)
+        known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        raise NotFound(f"no worker {worker_id!r} is registered (registered: {known or 'none'})")
+    audit.info(
+        "worker %s retired by %s (%s registration; services %s)",
+        worker_id, actor or "an unnamed actor",
+        "standing" if info.standing else "ordinary", ",".join(info.services) or "?",
+        extra={"worker": worker_id, "actor": actor or ""},
+    )
+    return info

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -101,14 +101,22 @@ class VersionHints:
             return self._records.get(location)
 
     def put(self, rec: LocationStatus) -> None:
+        self.put_many((rec,))
+
+    def put_many(self, recs: Iterable[LocationStatus]) -> None:
+        """:meth:`put` each, in order, under one lock (a bulk batch's records)."""
+        records, size = self._records, self.size
         with self._lock:
-            old = self._records.get(rec.location)
-            if old is not None and old.version > rec.version:
-                return  # a newer one is known already
-            self._records[rec.location] = rec
-            self._records.move_to_end(rec.location)
-            if len(self._records) > self.size:
-                self._records.popitem(last=False)
+            for rec in recs:
+                location = rec.location
+                old = records.get(location)
+                if old is not None:
+                    if old.version > rec.version:
+                        continue  # a newer one is known already
+                    records.move_to_end(location)
+                records[location] = rec
+                if len(records) > size:
+                    records.popitem(last=False)
 
     def drop(self, location: str) -> None:
         with self._lock:
@@ -269,10 +277,11 @@ class Writer:
             batched.append((req, known))
             items.append(CasItem(decision.record, known.version, decision.entries))
         results = self.backend.compare_and_set_many(items) if items else []
+        stored = [r for r in results if isinstance(r, LocationStatus)]
+        self.stats["writes"] += len(stored)
+        self.hints.put_many(stored)
         for (req, known), item, result in zip(batched, items, results, strict=True):
             if isinstance(result, LocationStatus):
-                self.stats["writes"] += 1
-                self.hints.put(result)
                 if req.replaced is not None:
                     req.replaced.append(known)  # the compare-and-set at its version replaced it
                 yield req, result

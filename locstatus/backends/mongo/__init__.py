@@ -11,6 +11,9 @@ The package, bottom up, in the shape of the ZooKeeper one:
   (``history_copied``) that keeps the collection whole;
 - ``records``: one document per location, compare-and-set as one ``findAndModify``, versions
   across lives;
+- ``batches``: many compare-and-sets as one unordered ``bulk_write`` of the same
+  version-guarded updates, many creates as unordered inserts, what a lost answer leaves unknown
+  read back per location;
 - ``workers``: heartbeat documents under a TTL index, acknowledgements stamped with the
   record's life;
 - ``watch``: change hints from a change stream, or by polling;

@@ -16,7 +16,17 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from locstatus.backends.base import AckMap, Backend, HintCallback, HistoryGaps, Unsubscribe
+from locstatus.backends.base import (
+    AckMap,
+    Backend,
+    CasItem,
+    CasResult,
+    CreateItem,
+    HintCallback,
+    HistoryGaps,
+    Unsubscribe,
+)
+from locstatus.backends.mongo.batches import CHUNK, Batches
 from locstatus.backends.mongo.history import HistoryCopy
 from locstatus.backends.mongo.records import Records
 from locstatus.backends.mongo.store import Store
@@ -46,6 +56,7 @@ class MongoBackend(Backend):
     """
 
     two_history_copies = True  # embedded recent history + the history collection
+    batch_size = CHUNK  # locations per bulk_write (batches.py)
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -53,6 +64,7 @@ class MongoBackend(Backend):
         self._store = store = Store(self.settings, url)
         self._history = HistoryCopy(store)
         self._records = Records(store, self._history)
+        self._batches = Batches(store, self._records, self._history)
         self._workers = Workers(store)
         self._watcher = Watcher(store)
         try:
@@ -84,6 +96,16 @@ class MongoBackend(Backend):
         write's copy to the history collection, and every ``recent_history // 2`` writes a
         catch-up (:meth:`HistoryCopy.catch_up`)."""
         return self._records.compare_and_set(record, expected_version, history)
+
+    def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
+        """Unordered ``bulk_write`` of version-guarded updates, :data:`CHUNK` at a time, then
+        one history insert per chunk (see :mod:`~locstatus.backends.mongo.batches`)."""
+        return self._batches.compare_and_set_many(items)
+
+    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+        """Unordered inserts of first lives; other locations through :meth:`create` (see
+        :mod:`~locstatus.backends.mongo.batches`)."""
+        return self._batches.create_many(items)
 
     def delete(self, location: str, expected_version: int) -> None:
         self._records.delete(location, expected_version)
@@ -126,8 +148,12 @@ class MongoBackend(Backend):
         *,
         if_version: int | None = None,
     ) -> None:
-        """See :meth:`Workers.ack`: stamped with the record's life."""
-        self._workers.ack(worker_id, location, service, generation, if_version=if_version)
+        """See :meth:`Workers.ack`: judged on the record read just before the write (invariant
+        13) and stamped with its life."""
+        self._workers.ack(
+            worker_id, location, service, generation, if_version=if_version,
+            decode=self._records.decode,
+        )
 
     def acks(self, location: str) -> AckMap:
         return self._workers.acks(location)

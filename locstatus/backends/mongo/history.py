@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from pydantic import TypeAdapter, ValidationError
+from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from locstatus.backends import codec
@@ -114,6 +115,46 @@ class HistoryCopy:
             raise
         raise_to(version)
         return copied
+
+    def catch_up_many(self, records: Sequence[Doc]) -> list[str]:
+        """:meth:`catch_up` of many records in two requests, from their ``{_id, born,
+        version, history_copied}`` as just read: one count per record of the collection's
+        writes above ``history_copied`` up to ``version`` (an aggregation on the unique index),
+        and, for every record whose count is whole, one ``bulk_write`` of ``$max:
+        {history_copied: version}``. Returns the locations left for :meth:`catch_up` one by
+        one: a write missing from the collection (copied from the embedded history there), a
+        record without ``born`` or ``history_copied``. Raises :class:`BackendUnavailable`."""
+        alone: list[str] = []
+        spans: dict[str, tuple[object, int, int]] = {}  # loc -> (born, copied, version)
+        for doc in records:
+            loc, born = str(doc["_id"]), doc.get("born")
+            version, copied = doc.get("version"), doc.get("history_copied")
+            if type(born) is not int or type(version) is not int or type(copied) is not int:
+                alone.append(loc)
+            elif copied < version:
+                spans[loc] = (born, copied, version)
+        if not spans:
+            return alone
+        match = {"$or": [{"location": loc, "version": {"$gt": c, "$lte": v}}
+                         for loc, (_, c, v) in spans.items()]}
+        with self.store.io(f"history check of a batch of {len(spans)} locations"):
+            counted = {
+                d["_id"]: d["n"] for d in self.store.history.aggregate(
+                    [{"$match": match}, {"$group": {"_id": "$location", "n": {"$sum": 1}}}],
+                    maxTimeMS=self.store.mt,
+                )
+            }
+        whole: list[UpdateOne] = []
+        for loc, (born, copied, version) in spans.items():
+            if counted.get(loc) == version - copied:
+                whole.append(UpdateOne({"_id": loc, "born": born},
+                                       {"$max": {"history_copied": version}}))
+            else:
+                alone.append(loc)
+        if whole:
+            with self.store.io(f"history catch-up of a batch of {len(whole)} locations"):
+                self.store.records.bulk_write(whole, ordered=False)
+        return alone
 
     def insert(self, loc: str, version: int, entries: list[Doc]) -> None:
         """Copy one write to the history collection. Best effort: the embedded copy is

@@ -7,26 +7,29 @@ Why it is shaped so:
   ``expires_at`` (``expireAfterSeconds=worker_ttl``, default 3600 s after the lease ran out).
   TTL deletion is lazy (MongoDB sweeps once a minute), so nothing trusts a document's presence:
   readers test ``lease_expires_at`` explicitly (:meth:`WorkerInfo.alive`), and an expired worker
-  stays listed with its past lease until the sweep, which lets the check job report it.
+  stays listed with its past lease until the sweep, which lets the check job report it. A
+  standing registration (docs/agent.md "Standing registrations") has no ``expires_at``: its
+  lease deadline is kept in ``info`` alone, so the TTL monitor never deletes it.
 - **Acknowledgements** live in ``<collection>_acks``, ``_id = "location/worker/service"``, each
-  stamped with the life of the record it acknowledges (its ``born``): reads count only those of
-  the record's current life, so an earlier life's never counts and ``create`` deletes them only
-  once its own record is stored (a losing creator once deleted the winner's).
+  judged on the record read just before it is written (never ahead of it) and stamped with
+  that record's life (its ``born``): reads count only those of the record's current life, so
+  an earlier life's never counts and ``create`` deletes them only once its own record is stored
+  (a losing creator once deleted the winner's).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from pymongo import ASCENDING
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, stale_ack
+from locstatus.backends.base import AckMap, check_ack, stale_ack
 from locstatus.backends.mongo.store import Doc, Store
-from locstatus.models import WorkerInfo
+from locstatus.models import LocationStatus, WorkerInfo
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +46,11 @@ class Workers:
         stored, _ = codec.bounded_worker(info)  # errors trimmed; InvalidInput if too large
         doc: Doc = {
             "_id": info.worker_id,
-            "info": stored.model_dump(mode="json", exclude=codec.WORKER_NOT_STORED),
+            "info": stored.model_dump(mode="json", exclude=codec.not_stored(stored)),
         }
-        if info.lease_expires_at is not None:
+        if info.lease_expires_at is not None and not info.standing:
+            # the TTL field; a standing registration carries none (it outlives its lease, its
+            # deadline kept in ``info`` only), so the TTL monitor never deletes it
             doc["expires_at"] = info.lease_expires_at
         with self.store.io(f"registration of worker {info.worker_id!r}"):
             self.store.workers.replace_one({"_id": info.worker_id}, doc, upsert=True)
@@ -89,19 +94,24 @@ class Workers:
         generation: int,
         *,
         if_version: int | None = None,
+        decode: Callable[[Mapping[str, Any]], LocationStatus],
     ) -> None:
-        """Read the record (its version for ``if_version``, and its life), then write the
-        acknowledgement stamped with that life (``born``): an acknowledgement read for another
-        life of the record never counts (:meth:`acks`). One of a record that does not exist is
-        dropped, as on ZooKeeper."""
+        """Read the record (its version for ``if_version``, its generations, its life), judge
+        the acknowledgement on it (contract invariant 13, :func:`check_ack`), then write it
+        stamped with that life (``born``): an acknowledgement read for another life of the
+        record never counts (:meth:`acks`), and within one life generations only grow, so a
+        generation the record had at the read it still has at the write (no multi-document
+        transaction needed). ``decode`` reads a record document (:meth:`Records.decode`).
+        Raises :class:`VersionConflict` (nothing written: no record, not at ``if_version``, a
+        generation it does not have), :class:`CorruptRecord`, :class:`BackendUnavailable`."""
         with self.store.io(f"read of {location!r}"):
             doc = self.store.records.find_one(
-                {"_id": location}, {"version": 1, "born": 1}, max_time_ms=self.store.mt
+                {"_id": location}, {"recent_history": 0}, max_time_ms=self.store.mt
             )
         if if_version is not None and (doc is None or doc.get("version") != if_version):
             raise stale_ack(location, if_version)
-        if doc is None:
-            return
+        check_ack(location, None if doc is None else decode(doc), service, generation, if_version)
+        assert doc is not None  # check_ack refuses a missing record
         ack: Doc = {"location": location, "worker_id": worker_id, "service": service,
                     "generation": generation}
         if _is_int(doc.get("born")):

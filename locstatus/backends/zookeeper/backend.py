@@ -161,8 +161,12 @@ class ZooKeeperBackend(Backend):
         *,
         if_version: int | None = None,
     ) -> None:
-        """Record an acknowledgement (ephemeral, held by this session); see :meth:`Workers.ack`."""
-        self._workers.ack(worker_id, location, service, generation, if_version=if_version)
+        """Record an acknowledgement (ephemeral, held by this session), judged against the
+        record in its multi-op (invariant 13); see :meth:`Workers.ack`."""
+        self._workers.ack(
+            worker_id, location, service, generation, if_version=if_version,
+            decode=self._records.decode,
+        )
 
     def acks(self, location: str) -> AckMap:
         return self._workers.acks(location)

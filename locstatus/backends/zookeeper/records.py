@@ -60,7 +60,7 @@ from locstatus.errors import (
     NotFound,
     VersionConflict,
 )
-from locstatus.models import HistoryEntry, LocationStatus
+from locstatus.models import HistoryEntry, LocationStatus, copy_with, with_version
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class Records:
                 refused = self._resolve_create(loc, payload)
             match refused:
                 case None:
-                    return record.model_copy(update={"version": version})
+                    return copy_with(record, {"version": version})
                 case Refusal("location", NodeExistsError()):
                     raise AlreadyExists(f"location {loc!r} already exists")
                 case Refusal("incarnation", BadVersionError() | NoNodeError()):
@@ -181,7 +181,7 @@ class Records:
             elif outcome is None:
                 for i in group:
                     record = items[i][0]
-                    results[i] = record.model_copy(update={"version": join_version(0, 1)})
+                    results[i] = copy_with(record, {"version": join_version(0, 1)})
         for i, (record, history) in enumerate(items):
             if results[i] is None:
                 try:
@@ -334,7 +334,7 @@ class Records:
             elif outcome is None:
                 for i in group:
                     item = items[i]
-                    out[i] = item.record.model_copy(update={"version": item.expected_version + 1})
+                    out[i] = with_version(item.record, item.expected_version + 1)
             elif len(group) == 1:
                 out[group[0]] = self._outcome_of(items[group[0]], outcome)
             else:
@@ -407,7 +407,7 @@ class Records:
         version = expected_version + 1
         match refused:
             case None:
-                return record.model_copy(update={"version": version})
+                return with_version(record, version)
             case Refusal("location", NoNodeError()):
                 raise NotFound(f"unknown location {loc!r}")
             case Refusal("location", BadVersionError()):

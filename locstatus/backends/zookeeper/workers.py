@@ -7,14 +7,23 @@ Why it is shaped so:
   does (``session_leases``). Every creation also bumps the data version of ``workers``: a znode
   created again restarts at version 0, so only that counter tells a conditional removal
   (``remove_worker(if_expires=)``) that the registration it judged was replaced.
+- **A standing registration** (docs/agent.md "Standing registrations") is a persistent node,
+  so it outlives its holder's session; its holder is present while the ephemeral child
+  ``holder`` its session created exists (:data:`HOLDER`). A new holder (another session, the
+  same worker restarted) takes the child over in the same multi-op that rewrites the
+  registration; one found without it is listed ``away``. Its acknowledgements stay ephemeral:
+  when the holder's session goes they go, and a transition waits until the holder is back and
+  acknowledges again (conservative). Only an unconditional removal (retirement) ends it.
 - **A new session re-registers** the workers this backend wrote (:meth:`Workers.restore`, run by
   the watcher), but not their acknowledgements: written back from here they would race the
   agent's own, so the ``resync`` of a new session says ``session_lost`` and agents acknowledge
   again, each against the record as it is then.
-- **An acknowledgement is one multi-op**: a check of the record (its existence, or with
-  ``if_version`` its whole version: incarnation and znode version), the write of the worker's
-  node under ``acks/<loc>`` at the version this backend last left it (no read in the usual
-  case), and a touch of ``acks/<loc>`` (the one node a watcher watches per location).
+- **An acknowledgement is one read and one multi-op**: the record is read and the generation
+  judged on it (contract invariant 13: never ahead of the record); the multi-op checks the
+  record's whole version (incarnation and znode version: it is still the record judged),
+  writes the worker's node under ``acks/<loc>`` at the version this backend last left it (no
+  read of it in the usual case) and touches ``acks/<loc>`` (the one node a watcher watches per
+  location). A record that changed in between fails the multi-op and is judged again.
 - **``workers()``** is served from a copy kept as fresh as the records
   (:mod:`~locstatus.backends.zookeeper.freshness`).
 """
@@ -34,12 +43,13 @@ from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
+    NotEmptyError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, stale_ack
+from locstatus.backends.base import AckMap, check_ack, stale_ack
 from locstatus.backends.zookeeper.client import ZkClient
 from locstatus.backends.zookeeper.freshness import WorkersCopy
 from locstatus.backends.zookeeper.layout import (
@@ -51,11 +61,16 @@ from locstatus.backends.zookeeper.layout import (
 )
 from locstatus.backends.zookeeper.txn import Refusal, Transaction, refusal
 from locstatus.errors import AmbiguousCommit, BackendUnavailable, LocstatusError
-from locstatus.models import WorkerInfo
+from locstatus.models import LocationStatus, WorkerInfo
 
 log = logging.getLogger(__name__)
 
 Watch = Callable[[WatchedEvent], None]
+Decode = Callable[[str, bytes, ZnodeStat], LocationStatus]
+"""A record from its node's data and stat (:meth:`Records.decode`)."""
+
+HOLDER = "holder"
+"""The ephemeral child of a standing registration's node held by its holder's session."""
 
 
 class Workers:
@@ -89,7 +104,8 @@ class Workers:
             self._mine[info.worker_id] = info
         try:
             self.client.call(
-                f"register worker {info.worker_id!r}", lambda: self._put_node(path, data)
+                f"register worker {info.worker_id!r}",
+                lambda: self._put_node(path, data, standing=info.standing),
             )
         finally:
             self.copy.forget()
@@ -100,7 +116,10 @@ class Workers:
         limit = min(self.client.params.max_bytes, codec.MAX_REGISTRATION_BYTES)
         return codec.encode_worker(info, limit).encode()
 
-    def _put_node(self, path: str, data: bytes) -> None:
+    def _put_node(self, path: str, data: bytes, *, standing: bool = False) -> None:
+        if standing:
+            self._put_standing(path, data)
+            return
         client, kazoo = self.client, self.kazoo
         for _ in range(10):
             txn = Transaction(kazoo)
@@ -117,6 +136,10 @@ class Workers:
             session = client.session_id
             if session is None:
                 raise ConnectionLoss()  # retried by the caller once connected again
+            if stat.ephemeralOwner == 0:  # a standing registration of this id: replaced
+                log.warning("replacing standing worker registration %s by an ordinary one", path)
+                self._drop_standing(path, stat)
+                continue
             if stat.ephemeralOwner == session:
                 try:
                     client.get(kazoo.set_async(path, data, stat.version))
@@ -129,6 +152,65 @@ class Workers:
                 client.get(kazoo.delete_async(path, stat.version))
         raise BackendUnavailable(f"could not register {path}: it kept changing")
 
+    def _put_standing(self, path: str, data: bytes) -> None:
+        """Write a standing registration: a persistent node and its ephemeral ``holder`` child,
+        created together (counted as a creation, as :meth:`_put_node` does), or, when the node
+        exists, rewritten at the version read with the holder taken over by this session in
+        the same multi-op. An ordinary registration of the same id is replaced."""
+        client, kazoo = self.client, self.kazoo
+        holder = f"{path}/{HOLDER}"
+        for _ in range(10):
+            session = client.session_id
+            if session is None:
+                raise ConnectionLoss()  # retried by the caller once connected again
+            stat = client.get(kazoo.exists_async(path))
+            txn = Transaction(kazoo)
+            if stat is None:
+                txn.create("worker", path, data)
+                txn.create("holder", holder, b"", ephemeral=True)
+                txn.set_data("registrations", self.paths.workers, b"")  # counts creations
+            elif stat.ephemeralOwner != 0:  # an ordinary registration of this id
+                with contextlib.suppress(BadVersionError, NoNodeError):
+                    client.get(kazoo.delete_async(path, stat.version))
+                continue
+            else:
+                held = client.get(kazoo.exists_async(holder))
+                txn.set_data("worker", path, data, stat.version)
+                if held is None:
+                    txn.create("holder", holder, b"", ephemeral=True)
+                elif held.ephemeralOwner != session:
+                    log.info("taking over standing worker registration %s from session 0x%x",
+                             path, held.ephemeralOwner)
+                    txn.delete("holder", holder, held.version)
+                    txn.create("holder", holder, b"", ephemeral=True)
+            refused = refusal(client.get(txn.tx.commit_async()), txn.labels)
+            if refused is None:
+                return
+            if not isinstance(refused.error, NodeExistsError | BadVersionError | NoNodeError):
+                raise refused.error
+        raise BackendUnavailable(f"could not register {path}: it kept changing")
+
+    def _drop_standing(self, path: str, stat: ZnodeStat) -> bool:
+        """Delete the standing registration at ``path`` (at the version ``stat`` read) with its
+        holder child, in one multi-op; False when it changed or went meanwhile."""
+        client, kazoo = self.client, self.kazoo
+        txn = Transaction(kazoo)
+        if stat.numChildren:
+            txn.delete("holder", f"{path}/{HOLDER}")
+        txn.delete("worker", path, stat.version)
+        return refusal(client.get(txn.tx.commit_async()), txn.labels) is None
+
+    def _drop_standing_now(self, path: str) -> bool:
+        """Delete the standing registration at ``path`` whatever its version (retirement);
+        False when it was gone already."""
+        for _ in range(10):
+            stat = self.client.get(self.kazoo.exists_async(path))
+            if stat is None:
+                return False
+            if self._drop_standing(path, stat):
+                return True
+        raise BackendUnavailable(f"could not remove {path}: it kept changing")
+
     def restore(self) -> bool:
         """A new session: put back the worker registrations this backend wrote (not their
         acknowledgements, see the module docstring). False when that failed (logged; the
@@ -137,7 +219,8 @@ class Workers:
             workers = list(self._mine.values())
         try:
             for info in workers:
-                self._put_node(self.paths.worker(info.worker_id), self._bytes(info))
+                self._put_node(self.paths.worker(info.worker_id), self._bytes(info),
+                               standing=info.standing)
         except (LocstatusError, KazooException, KazooTimeoutError) as exc:
             log.warning("zookeeper backend %s: re-registration after session loss failed, "
                         "will retry: %s", self.paths.root, exc)
@@ -192,6 +275,8 @@ class Workers:
                 gone = True
             except NoNodeError:
                 gone = False
+            except NotEmptyError:  # a standing registration: its holder child goes with it
+                gone = self._drop_standing_now(path)
             locations = client.get(self.kazoo.get_children_async(pa.acks_root))
             client.bulk(  # one delete per location, those never acknowledged left out
                 [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
@@ -263,10 +348,23 @@ class Workers:
                 names, lambda n: self.kazoo.get_async(f"{pa.workers}/{n}", watch=self._watch)
             )
 
+        def holders(listed: list[WorkerInfo]) -> set[str]:
+            """The standing ones whose holder node is gone (a watch set on each)."""
+            standing = [w.worker_id for w in listed if w.standing]
+            found = dict(client.bulk(
+                standing,
+                lambda n: self.kazoo.exists_async(f"{pa.workers}/{n}/{HOLDER}", watch=self._watch),
+            ))
+            return {n for n in standing if found.get(n) is None}
+
         # An unreadable node is listed as the live worker it may be (codec.corrupt_worker),
         # never left out: leaving it out would let a transition settle without that worker.
         out = [codec.decode_worker(name, raw) for name, (raw, _stat) in
                client.call("list workers", get_all)]
+        if any(w.standing for w in out):
+            away = client.call("read standing registrations' holders", lambda: holders(out))
+            out = [w.model_copy(update={"away": True}) if w.worker_id in away else w
+                   for w in out]
         self.copy.keep(epoch, out)
         return out
 
@@ -274,39 +372,56 @@ class Workers:
 
     def ack(
         self, worker_id: str, location: str, service: str, generation: int,
-        *, if_version: int | None = None,
+        *, if_version: int | None = None, decode: Decode,
     ) -> None:
-        """Record an acknowledgement (ephemeral, held by this session). An ack for a location
-        that does not exist (purged meanwhile) is dropped: it could only confuse a record
-        created again under the same name. With ``if_version`` the multi-op checks the whole
-        version instead of the record's mere existence, as a compare-and-set does: the record's
-        znode version and its incarnation (a record created again and written as many times has
-        the same znode version). VersionConflict when either differs."""
+        """Record an acknowledgement (ephemeral, held by this session), judged against the
+        record as the multi-op finds it (contract invariant 13): the record is read, the
+        generation judged on it (:func:`check_ack`), and the multi-op checks that the record is
+        still that one, its znode version and its incarnation (a record created again and
+        written as many times has the same znode version), so a record that changed between
+        the read and the write fails the write, and the record is read and judged again. With
+        ``if_version`` a record at another version is a :class:`VersionConflict` at once.
+        ``decode`` reads a record's node (:meth:`Records.decode`). Raises
+        :class:`VersionConflict` (nothing written: no record, not at ``if_version``, a
+        generation it does not have), :class:`CorruptRecord`, :class:`BackendUnavailable`."""
         self.paths.ack(location, worker_id)  # validate both names before any I/O
-        at = None if if_version is None else split_version(if_version)
-        written = self._write_ack(location, worker_id, {service: generation}, at)
-        if not written and if_version is not None:
-            raise stale_ack(location, if_version)
+
+        def judge(record: LocationStatus | None) -> tuple[int, int]:
+            if if_version is not None and (record is None or record.version != if_version):
+                raise stale_ack(location, if_version)
+            check_ack(location, record, service, generation, if_version)
+            assert record is not None  # check_ack refuses a missing record
+            return split_version(record.version)
+
+        self._write_ack(location, worker_id, {service: generation}, judge, decode)
 
     def _write_ack(
         self, location: str, worker_id: str, update: dict[str, int],
-        at: tuple[int, int] | None = None,
-    ) -> bool:
-        """Write this worker's ack node; False (nothing written) when the record is gone, or
-        not at version ``at`` (``(incarnation, seq)`` of :func:`split_version`; None: any)."""
+        judge: Callable[[LocationStatus | None], tuple[int, int]], decode: Decode,
+    ) -> None:
+        """Write this worker's ack node while the record is the one ``judge`` accepted (it
+        raises to refuse, else returns the record's ``(incarnation, seq)``,
+        :func:`split_version`). A record that changed between its read and the write fails
+        the multi-op (nothing written): it is read and judged again."""
         pa, client = self.paths, self.client
         node, parent = pa.ack(location, worker_id), pa.acks(location)
         loc_path = pa.location(location)
 
+        def record() -> LocationStatus | None:
+            try:
+                raw, stat = client.get(self.kazoo.get_async(loc_path))
+            except NoNodeError:
+                return None
+            return decode(location, raw, stat)
+
         def attempt() -> bool:
+            """One read, judgement and write; False: the record changed in between."""
             key = (location, worker_id)
             for _ in range(20):
+                at = judge(record())
                 txn = client.transaction()
-                if at is None:
-                    txn.check("location", loc_path, -1)
-                else:
-                    txn.check("location", pa.history(location), at[0] + 1)  # the incarnation
-                    txn.check("location", loc_path, at[1] - 1)
+                txn.check("location", pa.history(location), at[0] + 1)  # the incarnation
+                txn.check("location", loc_path, at[1] - 1)
                 session = client.session_id
                 with self._lock:
                     known = self._ack_nodes.pop(key, None)
@@ -338,10 +453,16 @@ class Workers:
                             client.get(self.kazoo.create_async(parent, b""))
             raise BackendUnavailable(f"ack of {worker_id}/{location} kept conflicting")
 
+        def until_judged() -> bool:
+            for _ in range(20):  # the record changed between its read and the write: again
+                if attempt():
+                    return True
+            raise BackendUnavailable(f"ack of {worker_id}/{location}: the record kept changing")
+
         try:
-            return client.call(f"ack {worker_id}/{location}", attempt)
-        except AmbiguousCommit:  # acks are idempotent: write it again
-            return client.call(f"ack {worker_id}/{location}", attempt)
+            client.call(f"ack {worker_id}/{location}", until_judged)
+        except AmbiguousCommit:  # acks are idempotent: judge and write it again
+            client.call(f"ack {worker_id}/{location}", until_judged)
 
     def _read_ack_op(
         self, txn: Transaction, node: str, update: dict[str, int]
