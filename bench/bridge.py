@@ -112,12 +112,42 @@ class Watcher:
                 self.cond.wait(left)
 
 
-STAGES = ("committed", "hinted", "queued", "handler", "published", "written", "seen")
+STAGES = ("committed", "hinted", "queued", "handler", "published", "on_redis", "written",
+          "seen")
 """``--trace``: the path of one bridged site, in order: its compare-and-set returned, the
 hint reached the site's agent, the agent queued the work (after its read), the bridge's
-handler started, its ``PUBLISH`` returned, the processor's write of the node committed (its
-``mtime``: ZooKeeper's clock, the same host's, to the millisecond), the bench's observer saw
-the node say paused."""
+handler started, its ``PUBLISH`` returned (these five ``--in-process`` only), this process's
+own Redis subscriber received the ``pauseService`` (the bridge in its own process only; for
+the raw path too), the processor's write of the node committed (its ``mtime``: ZooKeeper's
+clock, the same host's, to the millisecond), the bench's observer saw the node say paused."""
+
+
+class RedisTap:
+    """``--trace`` with the bridge in its own process: when this process's own subscriber to
+    every processor's channel (Redis ``url``) first receives a ``pauseService`` after
+    :meth:`mark`, per site (one more subscriber for Redis to serve, on both paths)."""
+
+    def __init__(self, url: str) -> None:
+        self.at: dict[str, float] = {}
+        self.client = redis.Redis.from_url(url)
+        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub.psubscribe(**{"backbeat-replication-*": self._on})
+        self.thread = self.pubsub.run_in_thread(sleep_time=0.01, daemon=True)
+
+    def _on(self, message: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        if json.loads(message["data"]).get("action") == "pauseService":
+            site = message["channel"].decode().removeprefix("backbeat-replication-")
+            self.at.setdefault(site, now)
+
+    def mark(self) -> None:
+        self.at = {}
+
+    def close(self) -> None:
+        self.thread.stop()
+        self.thread.join(timeout=5)
+        self.pubsub.close()
+        self.client.close()
 
 
 class Trace:
@@ -135,6 +165,7 @@ class Trace:
         self.cpu = {"locstatus": 0.0, "raw": 0.0}  # this process's CPU seconds, pause phases
         self.bridge_cpu = {"locstatus": 0.0, "raw": 0.0}  # the bridge process's (not in-process)
         self.bridge_pid: int | None = None
+        self.tap: RedisTap | None = None
         self._cpu_at = 0.0
         self._bridge_cpu_at = 0.0
 
@@ -146,6 +177,8 @@ class Trace:
     def mark(self) -> None:
         self._cpu_at = time.process_time()
         self._bridge_cpu_at = self._bridge_cpu()
+        if self.tap is not None:
+            self.tap.mark()
         with self.lock:
             self.at = {}
             self.armed = True
@@ -153,6 +186,12 @@ class Trace:
     def mark_raw(self) -> None:
         self._cpu_at = time.process_time()
         self._bridge_cpu_at = self._bridge_cpu()
+        if self.tap is not None:
+            self.tap.mark()
+
+    def _on_redis(self, row: dict[str, float], site: str, t0: float) -> None:
+        if self.tap is not None and site in self.tap.at:
+            row["on_redis"] = self.tap.at[site] - t0
 
     def hit(self, site: str | None, stage: str) -> None:
         now = time.perf_counter()
@@ -171,6 +210,7 @@ class Trace:
             for site, t0 in start.items():
                 got = self.at.get(site, {})
                 row = {st: got[st] - t0 for st in STAGES[:-2] if st in got}
+                self._on_redis(row, site, t0)
                 if site in written:
                     row["written"] = written[site] - t0
                 row["seen"] = seen[site] - t0
@@ -221,6 +261,7 @@ class Trace:
         self.bridge_cpu["raw"] += self._bridge_cpu() - self._bridge_cpu_at
         for site, t0 in start.items():
             row = {"seen": seen[site] - t0}
+            self._on_redis(row, site, t0)
             if site in written:
                 row["written"] = written[site] - t0
             self.raw_rows.append(row)
@@ -371,6 +412,7 @@ def measure(store_kind: str, rounds: int, trace: Trace | None,
             with bridge:
                 if trace is not None and not in_process:
                     trace.bridge_pid = bridge.proc.pid
+                    trace.tap = RedisTap(redis_server.url)
                 samples: dict[str, list[float]] = {"locstatus": [], "raw": []}
 
                 def applied(sites: list[str], event: str, since: int) -> None:
@@ -433,6 +475,8 @@ def measure(store_kind: str, rounds: int, trace: Trace | None,
                                 else (via_redis, via_locstatus)):
                         run()
                 publisher.close()
+                if trace is not None and trace.tap is not None:
+                    trace.tap.close()
         finally:
             proc.close()
             zk.stop()
