@@ -30,8 +30,10 @@ from support.kits import Kit
 SVC = "replication"
 N = 240
 NAMES = [f"burst-{i:03d}" for i in range(N)]
+# a lease long enough that a loaded machine does not fence the agent mid-test: a fence lifted
+# re-reads every record, which would apply a record before the test corrupts it
 FAST: dict[str, Any] = {
-    "lease_seconds": 5.0, "resync_interval": 120.0,
+    "lease_seconds": 20.0, "resync_interval": 120.0,
     "handler_retry": HandlerRetry(base=0.05, cap=0.2),
 }
 
