@@ -89,6 +89,28 @@ class PreconditionFailed(LocstatusError):
     title = "precondition failed"
 
 
+class HolderPresent(LocstatusError):
+    """Refused because a standing registration's holder is present (docs/agent.md "Standing
+    registrations"): retiring it, or taking over what it keeps in step, would act behind a
+    running holder's back. The message names the holder (host, pid); ``force`` overrides.
+    Nothing was written."""
+
+    exit_code = 1
+    http_status = 409
+    title = "holder present"
+
+
+class BridgeTookOver(LocstatusError):
+    """``locstatus import backbeat`` refused: the Backbeat bridge's standing registrations
+    (``backbeat.*``) exist, so Backbeat's state is a copy of locstatus's, not the truth to
+    import (docs/backbeat.md, "1. Import"). The message names the registrations; ``--force``
+    overrides. Nothing was written."""
+
+    exit_code = 1
+    http_status = 409
+    title = "bridge took over"
+
+
 class CorruptRecord(LocstatusError):
     """A stored record does not parse or validate. It is reported, never rewritten."""
 

@@ -13,7 +13,9 @@ Two layers:
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +29,7 @@ import pytest
 
 from locstatus import (
     Client,
+    HolderPresent,
     InvalidInput,
     Manager,
     NotFound,
@@ -185,6 +188,32 @@ def test_a_standing_agent_stopped_keeps_counting_and_a_restarted_one_takes_over(
     again.stop()
     mgr.retire_worker("bb.1", actor="test")
     assert mgr.workers() == []
+
+
+def test_a_standing_registration_with_its_holder_running_is_not_retired_unless_forced_and_comes_back(
+    mgr: Manager, agents: list[Agent]
+) -> None:
+    """docs/agent.md "Standing registrations": retiring it while its holder runs is refused
+    (``HolderPresent``, naming host and pid); forced, the running holder notices at its next
+    renewal that its registration is gone, registers again and acknowledges again what it
+    applied, so the next pause waits for it again."""
+    calls: list[tuple[str, str, int]] = []
+    make_agent(mgr, agents, "bb.1", calls, services=[SVC], standing=True).start()
+    settled = mgr.pause(LOC, SVC, wait=10)
+    generation = settled.services[SVC].generation
+    before = list(calls)
+    with pytest.raises(HolderPresent, match=rf"bb\.1 is a standing registration whose holder "
+                       rf"is present \(host {socket.gethostname()}, pid {os.getpid()}\)"):
+        mgr.retire_worker("bb.1", actor="ops")
+    assert [w.worker_id for w in mgr.workers()] == ["bb.1"]
+    assert mgr.retire_worker("bb.1", actor="ops", force=True).standing
+    eventually(lambda: [(w.worker_id, w.standing, w.away) for w in
+                        mgr.worker_statuses().workers] == [("bb.1", True, False)])
+    eventually(lambda: mgr.backend.acks(LOC).get("bb.1", {}).get(SVC) == generation)
+    assert calls == before  # acknowledged again, not applied again
+    calls.clear()
+    assert mgr.resume(LOC, SVC, wait=10).services[SVC].state is State.RUNNING
+    assert [c[0] for c in calls] == ["resume"]
 
 
 def test_pause_is_pausing_until_the_worker_applied_it_then_settles(

@@ -616,16 +616,16 @@ def test_lease_renewals_report_failures_reconnection_and_lapses_on_the_monotonic
     lease.register({})
     assert [w.worker_id for w in backend.inner.workers()] == ["w1"]
     mono.now += 3
-    assert lease.renew({}) == (True, False, False)
+    assert lease.renew({}) == (True, False, False, False)
     backend.down = True
     mono.now += 3
-    assert lease.renew({}) == (False, False, False) and not lease.connected
+    assert lease.renew({}) == (False, False, False, False) and not lease.connected
     backend.down = False
     mono.now += 3
-    assert lease.renew({"x/replication": "boom"}) == (True, True, False)
+    assert lease.renew({"x/replication": "boom"}) == (True, True, False, False)
     assert backend.inner.workers()[0].errors == {"x/replication": "boom"}
     mono.now += 10.5  # past the lease since the last success: it may have been dropped
-    assert lease.renew({}) == (True, True, True)
+    assert lease.renew({}) == (True, True, True, False)
     lease.unregister()
     assert backend.inner.workers() == []
 

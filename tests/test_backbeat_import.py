@@ -9,6 +9,7 @@ side only are reported.
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from locstatus import Manager, State, open_backend
 from locstatus.backbeat_state import js_date
 from locstatus.cli import app
 from locstatus.importers import backbeat as importer
-from locstatus.models import HistoryEntry
+from locstatus.models import HistoryEntry, WorkerInfo
 
 from support.kits import Kit
 from support.kits_zk import raw_client
@@ -345,6 +346,68 @@ def test_an_unreachable_source_is_exit_2_and_writes_nothing(tmp_path: Any) -> No
             env=ENV, catch_exceptions=False)
         assert result.exit_code == 2, result.stdout
         assert "__locationStatusStore" in result.stderr
+        # one line naming what did not answer, not pymongo's topology description
+        assert result.stderr.strip().count("\n") == 0, result.stderr
+        assert "Topology" not in result.stderr and "no MongoDB server answered" in result.stderr
         assert mgr.status("zenko").version == version
     finally:
         mgr.close()
+
+
+def test_after_the_bridge_took_over_the_import_refuses_unless_forced(
+    kit: Kit, legacy: Legacy
+) -> None:
+    """docs/backbeat.md "1. Import": once the bridge's standing registrations exist, Backbeat's
+    state nodes are a copy of locstatus's (the bridge cleared ``scheduledResume`` there), so a
+    re-import would cancel locstatus's scheduled resume: refused (exit 1, naming the
+    registrations, nothing written); ``--force`` imports as asked."""
+    mgr = Manager(open_backend(kit.url))
+    holder = kit.open()
+    try:
+        mgr.sync_locations({"zenko": ["replication"]})
+        mgr.pause("zenko", "replication")
+        mgr.resume("zenko", "replication", at=LATER)
+        # what the bridge leaves: its registration, and the node as the processor wrote it
+        holder.put_worker(WorkerInfo(
+            worker_id="backbeat.replication.zenko", services=("replication",),
+            locations=("zenko",), host="bridge-host", pid=42, standing=True,
+            lease_expires_at=None if holder.session_leases else NOW + timedelta(hours=1)))
+        legacy.put("replication", "zenko", node(True))
+        version = mgr.status("zenko").version
+        for args in ([], ["--dry-run"]):
+            refused = run(kit.url, *legacy.args(), *args)
+            assert refused.exit_code == 1, (refused.stdout, refused.stderr)
+            assert "the Backbeat bridge has taken over" in refused.stderr
+            assert "backbeat.replication.zenko" in refused.stderr
+            assert "--force" in refused.stderr
+            assert "cancel_scheduled_resume" not in refused.stdout
+        assert mgr.status("zenko").version == version
+        assert mgr.status("zenko").services["replication"].resume_at == LATER
+        forced = run(kit.url, *legacy.args(), "--force")
+        assert forced.exit_code == 0, (forced.stdout, forced.stderr)
+        assert "did cancel_scheduled_resume zenko/replication" in forced.stdout
+        assert mgr.status("zenko").services["replication"].resume_at is None
+    finally:
+        holder.close()
+        mgr.close()
+
+
+@pytest.mark.parametrize(("command", "missing"), [
+    (["import", "backbeat", "--zookeeper", "127.0.0.1:1"], "kazoo"),
+    (["import", "backbeat", "--mongodb", "mongodb://127.0.0.1:1/"], "pymongo"),
+    (["bridge", "backbeat", "--zookeeper", "127.0.0.1:1", "--redis", "redis://127.0.0.1:1"],
+     "redis"),
+])
+def test_without_the_backbeat_extra_the_commands_say_what_to_install(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, command: list[str], missing: str
+) -> None:
+    """README "Extras": without the client library the command says which extra to install
+    (as the zk:// backend does), not an unexpected ModuleNotFoundError."""
+    url = f"sqlite:///{tmp_path}/ls.db"
+    Manager(open_backend(url)).close()
+    monkeypatch.setitem(sys.modules, missing, None)  # what an environment without it imports
+    result = CliRunner().invoke(app, ["--backend", url, *command], env=ENV,
+                                catch_exceptions=False)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "pip install 'locstatus[backbeat]'" in result.stderr, result.stderr
+    assert "unexpected" not in result.stderr

@@ -685,6 +685,19 @@ def test_workers_register_renew_and_unregister(b: Backend) -> None:
     assert [w.worker_id for w in b.workers()] == ["w-1"]
 
 
+def test_has_worker_answers_whether_a_registration_is_listed(b: Backend) -> None:
+    """``Backend.has_worker``: what a running standing agent asks at each renewal to notice a
+    retirement behind its back (docs/agent.md "Standing registrations"), ordinary or standing,
+    whatever the lease."""
+    lease = datetime.now(UTC) + timedelta(seconds=30)
+    assert not b.has_worker("w-1")
+    b.put_worker(worker("w-1", lease))
+    b.put_worker(worker("w-2", lease).model_copy(update={"standing": True}))
+    assert b.has_worker("w-1") and b.has_worker("w-2") and not b.has_worker("w-3")
+    assert b.remove_worker("w-2")
+    assert not b.has_worker("w-2") and b.has_worker("w-1")
+
+
 def test_an_expired_lease_does_not_count_as_alive(b: Backend) -> None:
     past = datetime.now(UTC) - timedelta(seconds=5)
     b.put_worker(worker("w-old", past))

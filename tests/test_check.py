@@ -36,6 +36,7 @@ from locstatus import (
     InvalidInput,
     Manager,
     NotFound,
+    SettleTimeout,
     State,
     WorkerInfo,
 )
@@ -535,6 +536,38 @@ def test_a_standing_registration_away_is_never_expired_and_names_itself_in_a_stu
     mgr.retire_worker("bb.zenko", actor="ops")
     report = run_check(mgr, repair=True)
     assert mgr.status("us-east-1").services["replication"].state is State.PAUSED
+
+
+def test_a_standing_registration_present_but_lagging_gets_its_advice_and_handler_error(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    """docs/check.md "Evidence per kind", docs/agent.md "Standing registrations": a standing
+    registration whose holder runs but does not acknowledge (the bridge's processor down)
+    never lapses, so "a stopped worker's lease expires" is no advice for it: the plan says to
+    start its holder or retire it, and the message, the evidence and a ``wait=`` timeout name
+    the last error its handler published."""
+    error = "its state node says paused: false; 0 subscriber(s) on backbeat-replication-us-east-1"
+    holder = kit.open()
+    try:
+        holder.put_worker(WorkerInfo(
+            worker_id="bb.zenko", services=("replication",), host="bridge-host", pid=7,
+            lease_expires_at=None if holder.session_leases else clock() + timedelta(hours=1),
+            errors={"us-east-1/replication": error}, standing=True))
+        with pytest.raises(SettleTimeout) as timeout:
+            mgr.pause("us-east-1", "replication", wait=0.2)
+        assert f"bb.zenko (last handler error: {error})" in str(timeout.value), timeout.value
+        clock.advance(minutes=10)
+        report = run_check(mgr, repair=True)
+        stuck = only(report, "stuck_transition")
+        assert f"bb.zenko (last handler error: {error})" in stuck.message, stuck.message
+        assert stuck.evidence["lagging_workers"][0]["handler_error"] == error
+        assert stuck.repair.action is None
+        assert "start its holder again (e.g. the Backbeat bridge) or retire it: locstatus " \
+               "workers retire bb.zenko" in stuck.repair.description, stuck.repair.description
+        assert "fix or stop" not in stuck.repair.description
+        assert mgr.status("us-east-1").services["replication"].state is State.PAUSING
+    finally:
+        holder.close()
 
 
 class RenewAfterReread(Partition):

@@ -631,6 +631,9 @@ def test_workers_shows_a_standing_registration_away_and_retire_ends_it(
     assert (rows["worker-b"]["standing"], rows["worker-b"]["away"]) == (False, False)
     human = synced.ok("workers").stdout
     assert "standing, away since" in human and "expired" in human
+    assert ("backbeat.replication.zenko: its holder (host host-1, pid 4242) is not running; "
+            "start it again, or retire it: locstatus workers retire "
+            "backbeat.replication.zenko") in human, human
     result = synced("pause", "dr-site-a", "--wait", "0.3")
     assert result.exit_code == 1
     assert "backbeat.replication.zenko (standing registration, holder away since" in result.stderr
@@ -650,6 +653,24 @@ def test_workers_shows_a_standing_registration_away_and_retire_ends_it(
     assert "no worker 'backbeat.replication.zenko' is registered" in unknown.stderr
     assert synced("workers", "retire", "a/b").exit_code == 2
     assert synced("workers", "retire").exit_code == 2
+
+
+def test_workers_retire_refuses_a_standing_registration_whose_holder_is_present(
+    synced: Cli
+) -> None:
+    """docs/agent.md "Standing registrations": its lease holds (the bridge runs): retiring it
+    would let a pause settle without the processor, so exit 1 naming the holder, nothing
+    removed; ``--force`` retires it."""
+    register(synced.url, "backbeat.replication.zenko", standing=True)
+    refused = synced("workers", "retire", "backbeat.replication.zenko")
+    assert refused.exit_code == 1, refused.stdout
+    assert "holder is present (host host-1, pid 4242)" in refused.stderr, refused.stderr
+    assert "--force" in refused.stderr
+    assert [w["worker_id"] for w in json.loads(synced.ok("workers", "--json").stdout)] == [
+        "backbeat.replication.zenko"]
+    done = synced.ok("workers", "retire", "backbeat.replication.zenko", "--force")
+    assert "retired the standing registration of backbeat.replication.zenko" in done.stdout
+    assert json.loads(synced.ok("workers", "--json").stdout) == []
 
 
 def test_workers_show_each_workers_clock_offset_to_the_backend(synced: Cli) -> None:

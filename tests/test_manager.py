@@ -893,3 +893,29 @@ def test_a_standing_registration_is_always_live_and_an_ordinary_one_judged_by_it
     assert (away_note(w, ts) is not None) is holder_away(w, ts)
     lagging = lagging_workers("loc", "replication", 2, [w], {"w": {"replication": acked}}, ts)
     assert lagging == (["w"] if acked < 2 and (standing or lease_holds) else [])
+
+
+def test_worker_statuses_list_lag_only_where_a_transition_waits(
+    mgr: Manager, kit: Kit, clock: FakeClock
+) -> None:
+    """docs/fsm.md (the settle rule): only a pausing/resuming service waits for
+    acknowledgements, so a worker lags only there; a settled service it never acknowledged
+    (registered after it settled, or its ZooKeeper acknowledgements gone with a session) is no
+    lag, as /metrics and the check judge it."""
+    assert mgr.pause("us-east-1", "replication").services["replication"].state is State.PAUSED
+    holder = kit.open()
+    try:
+        holder.put_worker(WorkerInfo(
+            worker_id="bb.late", services=("replication",), host="bridge-host", pid=42,
+            standing=True,
+            lease_expires_at=None if holder.session_leases else clock.now + timedelta(hours=1)))
+        _until(lambda: [w.worker_id for w in mgr.workers()] == ["bb.late"])
+        [view] = mgr.worker_statuses().workers
+        assert view.lagging == []
+        assert mgr.pause("eu-west-1", "replication").services["replication"].state \
+            is State.PAUSING
+        [view] = mgr.worker_statuses().workers
+        assert [(lag.location, lag.service, lag.acked, lag.generation)
+                for lag in view.lagging] == [("eu-west-1", "replication", 0, 1)]
+    finally:
+        holder.close()

@@ -105,6 +105,7 @@ class Heartbeat:
                 s.want_resync = True
             if renewal.lapsed:
                 s.metrics["lease_lapses"] += 1
+            if renewal.lapsed or renewal.reregistered:
                 s.copy.acknowledge_again()
         if lifted:
             log.warning("agent %s: fence lifted, re-applying", self.worker_id)

@@ -88,6 +88,10 @@ class Renewal(NamedTuple):
     lapsed: bool
     """More than ``lease_seconds`` passed since the previous successful renewal: this worker
     may have been dropped as expired meanwhile, and its acknowledgements with it."""
+    reregistered: bool = False
+    """A standing registration found gone (retired or removed while its holder ran) and
+    written again: its acknowledgements went with it (docs/agent.md "Standing
+    registrations")."""
 
 
 class Lease:
@@ -189,11 +193,24 @@ class Lease:
         Any error (a backend's, or one no backend mapped) is logged and reported as
         ``ok=False``; it is never raised, so the heartbeat thread never dies of it."""
         sent = self._monotonic()
+        again = False
         try:
             info = self.info(errors, stuck)
             slack = self._slack()  # the error of the deadline info() just dated
-            if self.backend.session_leases and info == self._registered:
-                self.backend.ping()  # the session holds the lease: nothing to rewrite
+            session = self.backend.session_leases
+            if session:
+                self.backend.ping()  # fails at once while disconnected (the fence's clock)
+            if (self.standing and self._registered is not None
+                    and not self.backend.has_worker(self.worker_id)):
+                # retired (--force) or removed while this holder runs: what it stands for
+                # still runs, so it registers again (docs/agent.md "Standing registrations")
+                log.warning("agent %s: its standing registration is gone (retired or removed "
+                            "while it runs): registering it again", self.worker_id)
+                self.backend.put_worker(info)
+                self._registered = info
+                again = True
+            elif session and info == self._registered:
+                pass  # the session holds the lease (pinged above): nothing to rewrite
             else:
                 self.backend.put_worker(info)
                 self._registered = info
@@ -211,7 +228,8 @@ class Lease:
         self.last_ok = now
         self.last_sent = sent
         self.good_until = sent + self.window - slack
-        return Renewal(ok=True, reconnected=reconnected, lapsed=lapsed)
+        return Renewal(ok=True, reconnected=reconnected or again, lapsed=lapsed,
+                       reregistered=again)
 
     def unregister(self, wait: float | None = None) -> None:
         """Remove the registration (dropping the worker's acknowledgements). With ``wait``,

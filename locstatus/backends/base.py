@@ -511,6 +511,14 @@ class Backend(ABC):
         the lease its stand-in carries, as :meth:`workers` lists it (:func:`codec.corrupt_worker`).
         None: unconditional (a worker unregistering itself)."""
 
+    def has_worker(self, worker_id: str) -> bool:
+        """True while ``worker_id`` is registered (listed by :meth:`workers`): how a running
+        standing registration's holder notices it was retired or removed behind its back and
+        registers again (docs/agent.md "Standing registrations"). The default lists every
+        worker; SQLite and ZooKeeper read the one registration. Raises
+        :class:`~locstatus.errors.BackendUnavailable`."""
+        return any(w.worker_id == worker_id for w in self.workers())
+
     @abstractmethod
     def workers(self) -> list[WorkerInfo]:
         """Registered workers, sorted by id (expired ones may still be listed); one whose

@@ -466,6 +466,9 @@ class SQLiteBackend(Backend):
             db.execute("DELETE FROM acks WHERE worker_id = ?", (worker_id,))
         return True
 
+    def has_worker(self, worker_id: str) -> bool:
+        return bool(self._query("SELECT 1 FROM workers WHERE worker_id = ?", (worker_id,)))
+
     def workers(self) -> list[WorkerInfo]:
         rows = self._query("SELECT worker_id, data FROM workers ORDER BY worker_id")
         return [codec.decode_worker(str(wid), data) for wid, data in rows]

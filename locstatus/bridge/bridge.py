@@ -294,7 +294,10 @@ class Bridge:
             if proc is not None:
                 proc.agent.stop()
             try:
-                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat")
+                # its agent stopped above (or it was an earlier run's): force, as a lease
+                # ended just now may not read as passed beyond doubt yet
+                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat",
+                                          force=True)
             except NotFound:
                 continue  # retired meanwhile
             except LocstatusError as exc:

@@ -25,6 +25,7 @@ from locstatus.importers.command import (
     ReplNsOpt,
     ZkOpt,
     load_config,
+    require_extra,
 )
 
 from .bridge import Bridge, BridgeSettings
@@ -70,6 +71,8 @@ def backbeat(
                       mongodb_database=mongodb_database, redis=redis,
                       replication_namespace=replication_namespace,
                       ingestion_namespace=ingestion_namespace)
+    require_extra("bridge backbeat", "kazoo", "redis",
+                  *(["pymongo"] if cfg.mongodb is not None else []))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     root = ctx.find_root().obj

@@ -18,6 +18,7 @@ from typing import Any
 from locstatus.check.history import Problem
 from locstatus.check.report import Action, Finding, Kind, RepairPlan
 from locstatus.check.text import human_age, iso, offset_text
+from locstatus.manager.liveness import handler_errors
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
 
 SKEW_REPAIR = RepairPlan(
@@ -28,6 +29,15 @@ SKEW_REPAIR = RepairPlan(
     ),
 )
 """The plan of every ``clock_skew`` finding: the check never acts on a host's clock."""
+
+
+def notes_of(worker_id: str, stuck: Mapping[str, str], errors: Mapping[str, str]) -> str:
+    """`` (stuck ...; last handler error: ...)`` for ``worker_id``, or "" when nothing is
+    known."""
+    notes = [n for n in (stuck.get(worker_id),
+                         f"last handler error: {errors[worker_id]}" if worker_id in errors
+                         else None) if n]
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 class Findings:
@@ -64,6 +74,7 @@ class Findings:
         live worker lags."""
         loc = rec.location
         live = [w.worker_id for w in lagging if alive[w.worker_id]]
+        errors = handler_errors(lagging, [w.worker_id for w in lagging], loc, [svc])
         evidence = {
             "state": st.state.value,
             "generation": st.generation,
@@ -75,6 +86,7 @@ class Findings:
                     "lease_expires_at": iso(w.lease_expires_at),
                     "acked_generation": acks.get(w.worker_id, {}).get(svc),
                     "stuck": stuck.get(w.worker_id),
+                    "handler_error": errors.get(w.worker_id),
                 }
                 for w in lagging
             ],
@@ -84,25 +96,40 @@ class Findings:
             message = (
                 f"{st.state.value} generation {st.generation} for {human_age(self.age(since))}; "
                 f"live workers not acknowledged: "
-                + ", ".join(w + (f" ({stuck[w]})" if w in stuck else "") for w in live)
+                + ", ".join(w + notes_of(w, stuck, errors) for w in live)
             )
             away = [w for w in live if "holder away" in stuck.get(w, "")]
-            plan = RepairPlan(
-                action=None,
-                description=(
-                    f"none while {', '.join(away)} "
+            standing = [w.worker_id for w in lagging
+                        if w.standing and w.worker_id in live and w.worker_id not in away]
+            ordinary = [w for w in live if w not in away and w not in standing]
+            parts = []
+            if away:
+                parts.append(
+                    f"{', '.join(away)} "
                     + ("is a standing registration" if len(away) == 1
                        else "are standing registrations")
                     + " whose holder is away: start the holder again (it acknowledges), or retire "
                     "what is gone for good with 'locstatus workers retire WORKER_ID' "
                     "(docs/agent.md \"Standing registrations\")"
-                ) if away else (
-                    f"none while {', '.join(live)} {'lags' if len(live) == 1 else 'lag'} "
+                )
+            if standing:
+                parts.append(
+                    f"{', '.join(standing)} "
+                    + ("is a standing registration" if len(standing) == 1
+                       else "are standing registrations")
+                    + " (its lease never lapses it): start its holder again (e.g. the Backbeat "
+                    "bridge) or retire it: "
+                    + "; ".join(f"locstatus workers retire {w}" for w in standing)
+                    + " (docs/agent.md \"Standing registrations\")"
+                )
+            if ordinary:
+                parts.append(
+                    f"{', '.join(ordinary)} {'lags' if len(ordinary) == 1 else 'lag'} "
                     "with a live lease: fix or stop "
-                    f"{'that worker' if len(live) == 1 else 'those workers'} "
+                    f"{'that worker' if len(ordinary) == 1 else 'those workers'} "
                     "(a stopped worker's lease expires, then --repair settles)"
-                ),
-            )
+                )
+            plan = RepairPlan(action=None, description="none while " + "; ".join(parts))
         else:
             dead = [w.worker_id for w in lagging]
             message = (

@@ -180,7 +180,14 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     elif not infos:
         new_console().print("no workers registered")
     else:
-        new_console().print(workers_table(infos, now, mgr.time.offset_seconds()))
+        console = new_console()
+        console.print(workers_table(infos, now, mgr.time.offset_seconds()))
+        for w in infos:  # what to do about each holder that is away (docs/agent.md)
+            if w.standing and w.away:
+                console.print(plain(
+                    f"{w.worker_id}: its holder (host {w.host or '?'}, pid {w.pid}) is not "
+                    f"running; start it again, or retire it: locstatus workers retire "
+                    f"{w.worker_id}"), soft_wrap=True)
     report_corrupt_workers([w for w in infos if w.corrupt is not None], bool(corrupt))
     report_corrupt(corrupt)
 
@@ -194,13 +201,20 @@ def retire(
         str, typer.Argument(metavar="WORKER_ID", help="The registration to end.")
     ],
     actor: ActorOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Retire a standing registration even while its "
+                           "holder is present. Dangerous: a pause may settle without what it "
+                           "stands for until the holder registers again.")
+    ] = False,
 ) -> None:
     """End a worker's registration and drop its acknowledgements, so it no longer counts for
     settle: how a standing registration (the Backbeat bridge's processors) ends when what it
-    stands for is gone for good (docs/agent.md "Standing registrations"). Exit 0 done, 1 no
-    such worker, 2 bad input or backend unavailable."""
+    stands for is gone for good (docs/agent.md "Standing registrations"). A standing
+    registration whose holder is present is refused (naming its host and pid) unless --force.
+    Exit 0 done, 1 no such worker or its holder present, 2 bad input or backend
+    unavailable."""
     check_option_text("--actor", actor, MAX_ACTOR)
     mgr = options_of(ctx).manager()
-    info = mgr.retire_worker(worker_id, actor=actor or default_actor())
+    info = mgr.retire_worker(worker_id, actor=actor or default_actor(), force=force)
     kind = "standing registration" if info.standing else "registration"
     new_console().print(plain(f"retired the {kind} of {worker_id}"))

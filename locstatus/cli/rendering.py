@@ -262,7 +262,8 @@ def workers_table(
             since = w.lease_expires_at
             lease = Text(
                 "standing, away"
-                + ("" if since is None else f" since {iso(since)} ({ago(since, now)})"),
+                + (" (no session holds it; since when is not recorded)" if since is None
+                   else f" since {iso(since)} ({ago(since, now)})"),
                 style="bold yellow",
             )
         elif w.lease_expires_at is None:

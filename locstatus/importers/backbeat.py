@@ -40,9 +40,9 @@ from locstatus.backbeat_state import (
     parse_node,
     parse_state,
 )
-from locstatus.errors import BackendUnavailable, InvalidInput, LocstatusError
+from locstatus.errors import BackendUnavailable, BridgeTookOver, InvalidInput, LocstatusError
 from locstatus.manager import Manager
-from locstatus.models import LocationStatus
+from locstatus.models import LocationStatus, WorkerInfo
 from locstatus.names import check_location
 
 ACTOR = "import:backbeat"
@@ -105,6 +105,39 @@ class Report(BaseModel):
         return bool(self.errors) or any(c.error for c in self.changes)
 
 
+BRIDGE_PREFIX = "backbeat."
+"""The worker ids of the Backbeat bridge's standing registrations (docs/backbeat.md, "2. The
+bridge")."""
+
+
+def bridge_registrations(mgr: Manager) -> list[WorkerInfo]:
+    """The Backbeat bridge's standing registrations in ``mgr``'s store (ids ``backbeat.*``):
+    once any exists, the bridge has taken over and Backbeat's state nodes and documents say
+    what locstatus said (it writes locstatus's state there), so they are no truth to import.
+    Raises :class:`BackendUnavailable`."""
+    return [w for w in mgr.workers() if w.standing and w.worker_id.startswith(BRIDGE_PREFIX)]
+
+
+def refuse_after_bridge(mgr: Manager) -> None:
+    """Raise :class:`BridgeTookOver` (exit 1) naming the bridge's registrations when any
+    exists (:func:`bridge_registrations`): the import is a one-time step before the bridge
+    (docs/backbeat.md, "1. Import"); run again after it, it would read locstatus's own state
+    back with the scheduled resumes cleared, cancel them and undo resumes made while the
+    bridge was down. Raises :class:`BackendUnavailable`."""
+    found = bridge_registrations(mgr)
+    if not found:
+        return
+    names = [w.worker_id for w in found]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise BridgeTookOver(
+        f"the Backbeat bridge has taken over ({len(names)} standing registration(s): {shown}): "
+        "Backbeat's state nodes and documents are now a copy of locstatus's state, not the "
+        "truth, and importing them would cancel scheduled resumes and undo decisions made "
+        "since; nothing written. Use --force only if Backbeat's state is the truth again "
+        "(docs/backbeat.md, \"1. Import\")"
+    )
+
+
 # -- reading Backbeat ---------------------------------------------------------------------------
 
 
@@ -165,7 +198,7 @@ def read_mongodb(uri: str, database: str, timeout: float = TIMEOUT) -> list[Entr
         docs = list(client[database][STATUS_COLLECTION].find({}))
     except PyMongoError as exc:
         raise BackendUnavailable(
-            f"reading Backbeat's {database}.{STATUS_COLLECTION}: {exc}"
+            f"reading Backbeat's {database}.{STATUS_COLLECTION}: {mongo_reason(exc, timeout)}"
         ) from None
     finally:
         client.close()
@@ -190,6 +223,19 @@ def read_mongodb(uri: str, database: str, timeout: float = TIMEOUT) -> list[Entr
 
         out.append(_entry(name, "lifecycle", where, parse))
     return out
+
+
+def mongo_reason(exc: Exception, timeout: float) -> str:
+    """One line for a pymongo error: a server that did not answer is named with its first
+    reason (``127.0.0.1:27017: [Errno 111] Connection refused``), without the topology
+    description pymongo appends (several lines of every server's state)."""
+    from pymongo.errors import ServerSelectionTimeoutError
+
+    text = str(exc)
+    if isinstance(exc, ServerSelectionTimeoutError):
+        first = text.split(", Timeout:")[0].split(" (configured timeouts")[0]
+        return f"no MongoDB server answered within {timeout:g} s ({first})"
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _entry(name: str, service: str, where: str, parse: Any) -> Entry:

@@ -9,6 +9,7 @@ command's handler (``error: ...`` and the error's exit code).
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Annotated, Protocol
@@ -19,7 +20,7 @@ from locstatus.backbeat_state import BackbeatConfig
 from locstatus.errors import InvalidInput
 from locstatus.manager import Manager
 
-from .backbeat import TIMEOUT, Report, read_backbeat, run_import
+from .backbeat import TIMEOUT, Report, read_backbeat, refuse_after_bridge, run_import
 
 import_app = typer.Typer(
     help="Take over the state another system holds.", no_args_is_help=True, rich_markup_mode=None
@@ -36,6 +37,20 @@ def _manager(ctx: typer.Context) -> Manager:
         raise InvalidInput("locstatus import runs under the locstatus command")
     typed: _Root = root
     return typed.manager()
+
+
+def require_extra(command: str, *modules: str) -> None:
+    """Raise :class:`InvalidInput` (exit 2) naming the ``backbeat`` extra when one of
+    ``modules`` (``kazoo``, ``pymongo``, ``redis``) cannot be imported, as the ``zk://``
+    backend does for its own: ``pip install 'locstatus[backbeat]'`` (README, "Extras")."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise InvalidInput(
+                f"'locstatus {command}' needs the backbeat extra (kazoo, pymongo, redis): "
+                f"pip install 'locstatus[backbeat]' ({exc})"
+            ) from None
 
 
 def load_config(path: Path | None, **given: str | None) -> BackbeatConfig:
@@ -134,19 +149,30 @@ def backbeat(
     ] = TIMEOUT,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan; write nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Import even though the Backbeat bridge has taken "
+                           "over (its backbeat.* registrations exist). Dangerous: Backbeat's "
+                           "state is then locstatus's own copy; only when it is the truth "
+                           "again.")
+    ] = False,
 ) -> None:
     """Import Backbeat's pause/resume state (ZooKeeper state nodes for replication and
     ingestion, MongoDB __locationStatusStore for lifecycle) through the manager: one history
     entry per change (actor import:backbeat); a second run writes nothing. Exit 0 all
-    imported, 1 some location not imported (bad legacy data, a refused change), 2 a source or
-    the backend unreachable."""
+    imported, 1 some location not imported (bad legacy data, a refused change) or the bridge has
+    taken over (its standing registrations backbeat.* exist: refused, nothing written, unless
+    --force), 2 a source or the backend unreachable."""
     cfg = load_config(config, zookeeper=zookeeper, mongodb=mongodb,
                       mongodb_database=mongodb_database,
                       replication_namespace=replication_namespace,
                       ingestion_namespace=ingestion_namespace)
     if cfg.zookeeper is None and cfg.mongodb is None:
         raise InvalidInput("nothing to import from: give --config, --zookeeper or --mongodb")
+    require_extra("import backbeat", *(["kazoo"] if cfg.zookeeper is not None else []),
+                  *(["pymongo"] if cfg.mongodb is not None else []))
     mgr = _manager(ctx)
+    if not force:
+        refuse_after_bridge(mgr)
     entries, read = read_backbeat(cfg, mgr.services, timeout)
     report = run_import(mgr, entries, read, dry_run=dry_run)
     if as_json:

@@ -11,7 +11,7 @@ the manager, the check job, the status page and the metrics all judge with these
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from locstatus.backends.base import AckMap
 from locstatus.clock import TimeSource
@@ -39,6 +39,25 @@ def holder_away(worker: WorkerInfo, time_source: TimeSource) -> bool:
         return False
     expires = worker.lease_expires_at
     return worker.away or (expires is not None and time_source.is_past(expires))
+
+
+def holder_present(worker: WorkerInfo, time_source: TimeSource) -> bool:
+    """True when ``worker`` is a standing registration whose holder is present beyond doubt:
+    on ZooKeeper its holder node exists, elsewhere its lease deadline is still ahead even at
+    the worst end of the clock's uncertainty. A lease its holder ended when it stopped (the
+    deadline it wrote is *now*) is not present, though it may not read as away yet
+    (:func:`holder_away` waits until it passed beyond doubt). What ``retire_worker`` refuses
+    without ``force``. Always False for an ordinary registration."""
+    if not worker.standing or holder_away(worker, time_source):
+        return False
+    expires = worker.lease_expires_at
+    if expires is None:
+        return True
+    try:
+        slack = max(0.0, time_source.uncertainty_seconds())
+    except Exception:  # a source that cannot say: judge on its estimate alone
+        slack = 0.0
+    return time_source.now() + timedelta(seconds=slack) < expires
 
 
 def away_note(worker: WorkerInfo, time_source: TimeSource) -> str | None:
@@ -111,6 +130,22 @@ def away_notes(
     return out
 
 
+def handler_errors(
+    workers: Sequence[WorkerInfo], ids: Iterable[str], location: str, services: Iterable[str]
+) -> dict[str, str]:
+    """The last handler error each of ``ids`` published (``WorkerInfo.errors``) for one of
+    ``services`` at ``location`` (several joined with ``; ``), e.g. the Backbeat bridge's
+    ``its state node says paused: false; 0 subscriber(s) on backbeat-replication-zenko``."""
+    wanted = set(ids)
+    keys = [f"{location}/{s}" for s in services]
+    out: dict[str, str] = {}
+    for w in workers:
+        found = [w.errors[k] for k in keys if k in w.errors]
+        if w.worker_id in wanted and found:
+            out[w.worker_id] = "; ".join(found)
+    return out
+
+
 def settle_timeout(
     rec: LocationStatus,
     pending: Sequence[str],
@@ -121,7 +156,8 @@ def settle_timeout(
 ) -> SettleTimeout:
     """The :class:`SettleTimeout` of a wait for ``pending`` services of ``rec`` that ran out
     after ``timeout`` seconds: it names the lagging workers (and where a handler of theirs is
-    stuck, or that a standing registration's holder is away, :func:`away_note`), and the
+    stuck, or that a standing registration's holder is away, :func:`away_note`, and the last
+    error its handler published there, :func:`handler_errors`), and the
     clock's problem when it refused to count a lapsed lease (docs/time.md)."""
     location = rec.location
     lagging = sorted(
@@ -135,6 +171,9 @@ def settle_timeout(
     )
     stuck = stuck_handlers(workers, lagging, time_source.now())
     notes = {**away_notes(workers, lagging, time_source), **stuck}
+    errors = handler_errors(workers, lagging, location, pending)
+    for w, error in errors.items():
+        notes[w] = "; ".join(n for n in (notes.get(w), f"last handler error: {error}") if n)
     named = [w + (f" ({notes[w]})" if w in notes else "") for w in lagging]
     problem = time_source.problem()
     return SettleTimeout(

@@ -123,19 +123,25 @@ class Manager:
         Raises :class:`BackendUnavailable`."""
         return worker_statuses(self._core)
 
-    def retire_worker(self, worker_id: str, *, actor: str | None = None) -> WorkerInfo:
+    def retire_worker(
+        self, worker_id: str, *, actor: str | None = None, force: bool = False
+    ) -> WorkerInfo:
         """End ``worker_id``'s registration (a standing one outlives its holder, docs/agent.md
         "Standing registrations"): removed with its acknowledgements, so it stops counting for
         settle at once; logged on ``locstatus.audit`` naming ``actor`` (free text, 256
-        characters). Returns the registration as listed just before. Raises
-        :class:`InvalidInput` (bad id or actor, before any I/O), :class:`NotFound` (not
-        registered), :class:`BackendUnavailable`."""
+        characters). A standing registration whose holder is present (its lease holds; on
+        ZooKeeper its holder node exists) is refused with :class:`HolderPresent`, naming the
+        holder's host and pid, unless ``force`` (dangerous: a pause may settle without what it
+        stands for until its holder registers again at its next renewal). Returns the
+        registration as listed just before. Raises :class:`InvalidInput` (bad id or actor,
+        before any I/O), :class:`NotFound` (not registered), :class:`HolderPresent`,
+        :class:`BackendUnavailable`."""
         try:
             check_location(worker_id)
         except InvalidInput as exc:
             raise InvalidInput(f"invalid worker id: {exc.message}") from None
         check_free_text(None, actor)
-        return retire_worker(self._core, worker_id, actor)
+        return retire_worker(self._core, worker_id, actor, force=force)
 
     def lagging(self, location: str, service: str) -> list[str]:
         """Live workers that have not acknowledged the current generation of a service."""

@@ -16,11 +16,11 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from locstatus.errors import CorruptRecord, NotFound
+from locstatus.errors import CorruptRecord, HolderPresent, NotFound
 from locstatus.models import WorkerInfo
 
 from .core import Core
-from .liveness import holder_away, worker_live
+from .liveness import holder_away, holder_present, worker_live
 from .reads import listing
 
 audit = logging.getLogger("locstatus.audit")
@@ -48,8 +48,9 @@ class WorkerStatus(WorkerInfo):
       is away (docs/agent.md "Standing registrations");
     - ``away``: a standing registration whose holder is away (its lease ran out, or on
       ZooKeeper no session holds it): ``lease_expires_at`` then says since when, where known;
-    - ``lagging``: each service of a location it applies whose current generation it has not
-      acknowledged (:class:`Lag`), by location and service;
+    - ``lagging``: each service in a transition (pausing, resuming) at a location it applies
+      whose current generation it has not acknowledged (:class:`Lag`), by location and
+      service; a settled service is never listed, as nothing waits for it (docs/fsm.md);
     - ``lag_unknown``: locations it may apply whose record cannot be read (corrupt), so its lag
       there cannot be told.
     """
@@ -80,7 +81,10 @@ def worker_statuses(core: Core) -> WorkerReport:
         lag: list[Lag] = []
         for rec in records:
             for svc, st in sorted(rec.services.items()):
-                if not w.applies(rec.location, svc):
+                # only a transition waits for acknowledgements (the settle rule, docs/fsm.md):
+                # a settled service lags nobody, whatever acknowledgement is stored (ZooKeeper's
+                # go with the session that wrote them), as /metrics and the check judge it
+                if not st.state.transitional or not w.applies(rec.location, svc):
                     continue
                 acked = acks.get(rec.location, {}).get(w.worker_id, {}).get(svc, 0)
                 if acked < st.generation:
@@ -101,23 +105,40 @@ def worker_statuses(core: Core) -> WorkerReport:
     return WorkerReport(out, corrupt)
 
 
-def retire_worker(core: Core, worker_id: str, actor: str | None = None) -> WorkerInfo:
-    """Remove ``worker_id``'s registration and its acknowledgements unconditionally: how a
-    standing registration ends (docs/agent.md "Standing registrations"; an ordinary one is
-    unregistered as its agent's ``stop()`` does). Returns the registration as it was listed
-    just before. Logged on ``locstatus.audit`` with ``actor`` and ``worker`` (no location's
-    history holds a registration). Raises :class:`~locstatus.errors.NotFound` for a worker
-    not registered, :class:`~locstatus.errors.BackendUnavailable`."""
+def retire_worker(
+    core: Core, worker_id: str, actor: str | None = None, *, force: bool = False
+) -> WorkerInfo:
+    """Remove ``worker_id``'s registration and its acknowledgements: how a standing
+    registration ends (docs/agent.md "Standing registrations"; an ordinary one is
+    unregistered as its agent's ``stop()`` does). A standing registration whose holder is
+    present (:func:`.liveness.holder_present`: its lease ahead beyond doubt, or on ZooKeeper
+    its holder node exists) is refused unless ``force``: its holder still applies what it
+    stands for, and a pause would settle without it (it registers again at its next
+    renewal). Returns the
+    registration as it was listed just before. Logged on ``locstatus.audit`` with ``actor``
+    and ``worker`` (no location's history holds a registration). Raises
+    :class:`~locstatus.errors.NotFound` for a worker not registered,
+    :class:`~locstatus.errors.HolderPresent` (nothing removed),
+    :class:`~locstatus.errors.BackendUnavailable`."""
     listed = {w.worker_id: w for w in core.backend.workers()}
     info = listed.get(worker_id)
+    if info is not None and not force and holder_present(info, core.time):
+        raise HolderPresent(
+            f"{worker_id} is a standing registration whose holder is present (host "
+            f"{info.host or '?'}, pid {info.pid}): retired now, a pause would settle without "
+            "what it stands for; stop its holder first (it is then away), or retire with "
+            "--force (docs/agent.md \"Standing registrations\")"
+        )
     if info is None or not core.backend.remove_worker(worker_id):
         names = sorted(listed)
         known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         raise NotFound(f"no worker {worker_id!r} is registered (registered: {known or 'none'})")
     audit.info(
-        "worker %s retired by %s (%s registration; services %s)",
+        "worker %s retired by %s (%s registration; services %s)%s",
         worker_id, actor or "an unnamed actor",
         "standing" if info.standing else "ordinary", ",".join(info.services) or "?",
+        " with --force, its holder present" if force and holder_present(info, core.time)
+        else "",
         extra={"worker": worker_id, "actor": actor or ""},
     )
     return info

@@ -153,6 +153,10 @@ class ZooKeeperBackend(Backend):
         with the acknowledgements)."""
         return self._workers.remove(worker_id, if_expires=if_expires)
 
+    def has_worker(self, worker_id: str) -> bool:
+        """One read of the registration's node (see :meth:`Workers.has`)."""
+        return self._workers.has(worker_id)
+
     def workers(self) -> list[WorkerInfo]:
         """Registered workers, sorted by id, at least as fresh as every answer this backend
         returned before the call; served from a copy when that is safe

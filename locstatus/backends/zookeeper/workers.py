@@ -100,6 +100,15 @@ class Workers:
 
     # -- registrations -----------------------------------------------------------------------
 
+    def has(self, worker_id: str) -> bool:
+        """True while the registration's node exists (one ``exists`` read, never the copy)."""
+        path = self.paths.worker(worker_id)
+        kazoo = self.kazoo
+        return self.client.call(
+            f"read worker {worker_id!r}",
+            lambda: self.client.get(kazoo.exists_async(path)) is not None,
+        )
+
     def put(self, info: WorkerInfo) -> None:
         """Register (ephemeral node, held by this session) or update a worker. A registration
         held by another session (a restarted worker whose old session has not expired yet) is
