@@ -30,6 +30,7 @@ from locstatus.errors import (
     NotFound,
     PreconditionFailed,
     SettleTimeout,
+    StandingRegistered,
     Unauthorized,
     VersionConflict,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "RetryPolicy",
     "ServiceStatus",
     "SettleTimeout",
+    "StandingRegistered",
     "State",
     "SyncReport",
     "Unauthorized",

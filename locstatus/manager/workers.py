@@ -110,7 +110,7 @@ def retire_worker(core: Core, worker_id: str, actor: str | None = None) -> Worke
     not registered, :class:`~locstatus.errors.BackendUnavailable`."""
     listed = {w.worker_id: w for w in core.backend.workers()}
     info = listed.get(worker_id)
-    if info is None or not core.backend.remove_worker(worker_id):
+    if info is None or not core.backend.remove_worker(worker_id, retire=True):
         names = sorted(listed)
         known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         raise NotFound(f"no worker {worker_id!r} is registered (registered: {known or 'none'})")
