@@ -4,24 +4,40 @@ Redis publish of ``pauseService`` straight to the processor, to the same write),
 by side (docs/benchmarks.md; target p99 <= 2x; docs/backbeat.md "2. The bridge").
 
 One Node.js stand-in for Backbeat's queue processor (``tests/node/legacy_processor.js``,
-Backbeat's own npm clients) serves 32 sites: 16 bridged (locations in a locstatus SQLite store,
-followed by ``locstatus.bridge.Bridge``) and 16 raw (unknown to locstatus, driven by hand).
+Backbeat's own npm clients) serves 32 sites: 16 bridged (locations in locstatus's store,
+followed by the bridge) and 16 raw (unknown to locstatus, driven by hand). The bridge runs as
+it is deployed (docs/backbeat.md): ``locstatus bridge backbeat --config config.json`` in its
+own process, with a ``config.json`` in Backbeat's format written to the temporary directory
+and locstatus's store (the SQLite file, or the ZooKeeper chroot) shared with this process,
+which plays the operator (``mgr.pause``, as the CLI or the sidecar would) and the observer.
+The first round starts once the bridge registered its 16 processors under its PID; the
+bridge is stopped by PID (SIGTERM, then SIGKILL) at the end of each run.
+
 Each round pauses all 16 of each kind (in alternating order between rounds), waits until every
 state node says paused, then resumes them all (and, for the bridged ones, waits until locstatus
-says they settled ``running``: the agents' last writes do not overlap the next round). A
+says they settled ``running``: the bridge's last writes do not overlap the next round). A
 site's latency runs from just before its ``mgr.pause`` call (or its ``PUBLISH``) to the moment
 this process's kazoo watch sees its node say ``paused: true``: the same observer for both.
 
     python bench/bridge.py [--rounds 20] [--runs 5] [--store zk|sqlite] [--json [PATH]]
-                           [--trace]
+                           [--in-process] [--trace]
+
+Why the bridge is its own process by default: in the same process as the bench (``--in-process``,
+``locstatus.bridge.Bridge`` with its 16 agents) the bench's own process spent 4-5 ms of CPU per
+bridged site (the pause calls, the agents' hints, reads, acknowledgements and settles, the
+bridge's watches) under one GIL with the observer, against 0.5 ms per raw site: the bridged
+path's observer was slowed by the bridge's work, which no deployment has (there the bridge is
+its own process and the operator's pause comes from elsewhere).
 
 ``--runs N`` repeats the whole run N times (fresh servers each; the machine's load moves the
 ratio, so a single run says little on a shared machine) and reports the medians of the runs'
 p50, p99 and ratios, each run's figures kept in the JSON.
 
-``--trace`` also times each stage of the bridged path (:data:`STAGES`) and, for the raw path,
-the processor's write and the observer, to find where the difference goes (p50 and p99 of
-each stage from the start, and of each step from the stage before).
+``--trace`` also times, for both paths, the processor's write (the node's ``mtime``) and the
+observer, and the CPU per site of this process and of the bridge's (the bridge's own process:
+from ``/proc``); with ``--in-process`` also each stage of the bridged path (:data:`STAGES`),
+to find where the difference goes (p50 and p99 of each stage from the start, and of each step
+from the stage before).
 
 ZooKeeper (Debian's package, ``tests/support/servers.py``) and Redis (``redis-server``) are
 started locally in a temporary directory and stopped at the end; ``scripts/setup.sh`` installs
@@ -33,7 +49,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -94,12 +112,42 @@ class Watcher:
                 self.cond.wait(left)
 
 
-STAGES = ("committed", "hinted", "queued", "handler", "published", "written", "seen")
+STAGES = ("committed", "hinted", "queued", "handler", "published", "on_redis", "written",
+          "seen")
 """``--trace``: the path of one bridged site, in order: its compare-and-set returned, the
 hint reached the site's agent, the agent queued the work (after its read), the bridge's
-handler started, its ``PUBLISH`` returned, the processor's write of the node committed (its
-``mtime``: ZooKeeper's clock, the same host's, to the millisecond), the bench's observer saw
-the node say paused."""
+handler started, its ``PUBLISH`` returned (these five ``--in-process`` only), this process's
+own Redis subscriber received the ``pauseService`` (the bridge in its own process only; for
+the raw path too), the processor's write of the node committed (its ``mtime``: ZooKeeper's
+clock, the same host's, to the millisecond), the bench's observer saw the node say paused."""
+
+
+class RedisTap:
+    """``--trace`` with the bridge in its own process: when this process's own subscriber to
+    every processor's channel (Redis ``url``) first receives a ``pauseService`` after
+    :meth:`mark`, per site (one more subscriber for Redis to serve, on both paths)."""
+
+    def __init__(self, url: str) -> None:
+        self.at: dict[str, float] = {}
+        self.client = redis.Redis.from_url(url)
+        self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub.psubscribe(**{"backbeat-replication-*": self._on})
+        self.thread = self.pubsub.run_in_thread(sleep_time=0.01, daemon=True)
+
+    def _on(self, message: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        if json.loads(message["data"]).get("action") == "pauseService":
+            site = message["channel"].decode().removeprefix("backbeat-replication-")
+            self.at.setdefault(site, now)
+
+    def mark(self) -> None:
+        self.at = {}
+
+    def close(self) -> None:
+        self.thread.stop()
+        self.thread.join(timeout=5)
+        self.pubsub.close()
+        self.client.close()
 
 
 class Trace:
@@ -115,16 +163,35 @@ class Trace:
         self.raw_rows: list[dict[str, float]] = []
         self.counts: dict[str, int] = {}
         self.cpu = {"locstatus": 0.0, "raw": 0.0}  # this process's CPU seconds, pause phases
+        self.bridge_cpu = {"locstatus": 0.0, "raw": 0.0}  # the bridge process's (not in-process)
+        self.bridge_pid: int | None = None
+        self.tap: RedisTap | None = None
         self._cpu_at = 0.0
+        self._bridge_cpu_at = 0.0
+
+    def _bridge_cpu(self) -> float:
+        if self.bridge_pid is None:
+            return 0.0
+        return process_cpu(self.bridge_pid)
 
     def mark(self) -> None:
         self._cpu_at = time.process_time()
+        self._bridge_cpu_at = self._bridge_cpu()
+        if self.tap is not None:
+            self.tap.mark()
         with self.lock:
             self.at = {}
             self.armed = True
 
     def mark_raw(self) -> None:
         self._cpu_at = time.process_time()
+        self._bridge_cpu_at = self._bridge_cpu()
+        if self.tap is not None:
+            self.tap.mark()
+
+    def _on_redis(self, row: dict[str, float], site: str, t0: float) -> None:
+        if self.tap is not None and site in self.tap.at:
+            row["on_redis"] = self.tap.at[site] - t0
 
     def hit(self, site: str | None, stage: str) -> None:
         now = time.perf_counter()
@@ -137,11 +204,13 @@ class Trace:
     def collect(self, start: dict[str, float], seen: dict[str, float],
                 written: dict[str, float]) -> None:
         self.cpu["locstatus"] += time.process_time() - self._cpu_at
+        self.bridge_cpu["locstatus"] += self._bridge_cpu() - self._bridge_cpu_at
         with self.lock:
             self.armed = False
             for site, t0 in start.items():
                 got = self.at.get(site, {})
                 row = {st: got[st] - t0 for st in STAGES[:-2] if st in got}
+                self._on_redis(row, site, t0)
                 if site in written:
                     row["written"] = written[site] - t0
                 row["seen"] = seen[site] - t0
@@ -189,8 +258,10 @@ class Trace:
     def collect_raw(self, start: dict[str, float], seen: dict[str, float],
                     written: dict[str, float]) -> None:
         self.cpu["raw"] += time.process_time() - self._cpu_at
+        self.bridge_cpu["raw"] += self._bridge_cpu() - self._bridge_cpu_at
         for site, t0 in start.items():
             row = {"seen": seen[site] - t0}
+            self._on_redis(row, site, t0)
             if site in written:
                 row["written"] = written[site] - t0
             self.raw_rows.append(row)
@@ -199,7 +270,8 @@ class Trace:
         out: dict[str, Any] = {}
         prev = None
         rows = self.raw_rows if raw else self.rows
-        for stage in ("written", "seen") if raw else STAGES:
+        # The raw path, and the bridge in its own process: only written and seen are known.
+        for stage in [st for st in STAGES if any(st in r for r in rows)]:
             vals = [r[stage] for r in rows if stage in r]
             step = [r[stage] - r[prev] for r in rows if stage in r and prev in r] \
                 if prev else vals
@@ -211,6 +283,85 @@ class Trace:
                           "step_p99_ms": round(pct(step, 0.99) * 1000, 2) if step else None}
             prev = stage
         return out
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/<pid>/stat``, Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BridgeProcess:
+    """``locstatus bridge backbeat --config config.json`` in its own process, as deployed
+    (docs/backbeat.md, "2. The bridge"): ``config.json`` in Backbeat's format in ``tmp``, the
+    store ``store`` shared with the bench. Entered, it returns once the bridge registered a
+    live worker for every site under its own PID (RuntimeError if it exits or takes longer
+    than ``timeout`` seconds); left, it is stopped by PID (SIGTERM, SIGKILL after 30 s)."""
+
+    def __init__(self, mgr: Any, store: str, tmp: Path, zk_hosts: str, redis_port: int,
+                 sites: list[str], settings: BridgeSettings, timeout: float = 60.0) -> None:
+        self.mgr, self.store, self.tmp, self.sites = mgr, store, tmp, sites
+        self.zk_hosts, self.redis_port = zk_hosts, redis_port
+        self.settings, self.timeout = settings, timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> BridgeProcess:
+        config = self.tmp / "config.json"
+        config.write_text(json.dumps({
+            "zookeeper": {"connectionString": self.zk_hosts},
+            "redis": {"host": "127.0.0.1", "port": self.redis_port},
+            "extensions": {"replication": {"topic": "backbeat-replication"}},
+        }))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+        cmd = [sys.executable, "-m", "locstatus", "--backend", self.store, "bridge", "backbeat",
+               "--config", str(config), "--service", "replication",
+               "--ack-wait", str(self.settings.ack_wait),
+               "--republish-interval", str(self.settings.republish_interval)]
+        self.log = (self.tmp / "bridge.log").open("wb")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        wanted = {f"backbeat.replication.{s}" for s in self.sites}
+        deadline = time.monotonic() + self.timeout
+        while True:
+            live = {w.worker_id for w in self.mgr.worker_statuses().workers
+                    if w.pid == self.proc.pid and not w.away}
+            if wanted <= live:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the bridge exited ({self.proc.returncode}): "
+                                   f"{self.tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the bridge registered {len(wanted & live)} of "
+                                   f"{len(wanted)} processors in {self.timeout} s: {self.tail()}")
+            time.sleep(0.1)
+
+    def tail(self) -> str:
+        self.log.flush()
+        return (self.tmp / "bridge.log").read_text(errors="replace")[-2000:]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+        assert self.proc is not None
+        if self.proc.returncode != 0:
+            print(f"the bridge exited {self.proc.returncode}", file=sys.stderr)
 
 
 def settled(mgr: Any, sites: list[str], timeout: float = 30.0) -> None:
@@ -227,9 +378,10 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]:
-    """One run: fresh servers, a warm-up round of each path, then ``rounds`` interleaved
-    rounds; the figures of this run."""
+def measure(store_kind: str, rounds: int, trace: Trace | None,
+            in_process: bool = False) -> dict[str, Any]:
+    """One run: fresh servers, the bridge (its own process, or ``in_process``), a warm-up
+    round of each path, then ``rounds`` interleaved rounds; the figures of this run."""
     load_start = list(os.getloadavg())
     bridged = [f"site-{i:02d}" for i in range(SITES)]
     raw = [f"raw-{i:02d}" for i in range(SITES)]
@@ -240,7 +392,7 @@ def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]
         store = (f"zk://{zk_server.hosts}/locstatus" if store_kind == "zk"
                  else f"sqlite:///{tmp}/ls.db")
         mgr = connect(store)
-        if trace is not None:
+        if trace is not None and in_process:
             trace.install(mgr.backend)
         zk = KazooClient(hosts=zk_server.hosts)
         zk.start(timeout=15)
@@ -253,7 +405,14 @@ def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]
             publisher = redis.Redis.from_url(redis_server.url)
             cfg = BackbeatConfig(zookeeper=zk_server.hosts, redis=redis_server.url)
             settings = BridgeSettings(ack_wait=2.0, republish_interval=1.0, tick=0.5)
-            with Bridge(mgr, cfg, services=["replication"], settings=settings):
+            bridge: Any = (Bridge(mgr, cfg, services=["replication"], settings=settings)
+                           if in_process else
+                           BridgeProcess(mgr, store, tmp, zk_server.hosts, redis_server.port,
+                                         bridged, settings))
+            with bridge:
+                if trace is not None and not in_process:
+                    trace.bridge_pid = bridge.proc.pid
+                    trace.tap = RedisTap(redis_server.url)
                 samples: dict[str, list[float]] = {"locstatus": [], "raw": []}
 
                 def applied(sites: list[str], event: str, since: int) -> None:
@@ -316,6 +475,8 @@ def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]
                                 else (via_redis, via_locstatus)):
                         run()
                 publisher.close()
+                if trace is not None and trace.tap is not None:
+                    trace.tap.close()
         finally:
             proc.close()
             zk.stop()
@@ -324,6 +485,7 @@ def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]
             redis_server.close()
             zk_server.close()
     result: dict[str, Any] = {"sites": SITES, "rounds": rounds, "store": store_kind,
+                              "bridge": "in-process" if in_process else "own process",
                               "loadavg_start": load_start, "loadavg_end": list(os.getloadavg())}
     for name, values in samples.items():
         result[name] = {"n": len(values), "p50_ms": round(statistics.median(values) * 1000, 2),
@@ -338,6 +500,10 @@ def measure(store_kind: str, rounds: int, trace: Trace | None) -> dict[str, Any]
                                           for k, v in trace.counts.items()}
         result["trace_cpu_ms_per_site"] = {
             k: round(v * 1000 / max(1, len(trace.rows)), 2) for k, v in trace.cpu.items()}
+        if not in_process:
+            result["trace_bridge_cpu_ms_per_site"] = {
+                k: round(v * 1000 / max(1, len(trace.rows)), 2)
+                for k, v in trace.bridge_cpu.items()}
     return result
 
 
@@ -351,12 +517,17 @@ def main() -> int:
     ap.add_argument("--store", choices=["sqlite", "zk"], default="sqlite",
                     help="locstatus's own store: a SQLite file (the default store), or the "
                     "same ZooKeeper under /locstatus")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the bridge in this process (locstatus.bridge.Bridge) instead of "
+                    "as `locstatus bridge backbeat` in its own; --trace then times each stage")
     ap.add_argument("--trace", action="store_true",
-                    help="also time each stage of the bridged path (see STAGES)")
+                    help="also time the processor's write and the CPU per site; with "
+                    "--in-process each stage of the bridged path (see STAGES)")
     args = ap.parse_args()
     runs = []
     for _ in range(args.runs):
-        runs.append(measure(args.store, args.rounds, Trace() if args.trace else None))
+        runs.append(measure(args.store, args.rounds, Trace() if args.trace else None,
+                            in_process=args.in_process))
         if args.json != "-":
             show(runs[-1])
     result = runs[0] if len(runs) == 1 else summary(runs)
@@ -376,7 +547,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The medians of several runs (each run's figures under ``runs``)."""
     med = lambda xs: round(statistics.median(xs), 2)  # noqa: E731
     out: dict[str, Any] = {"sites": SITES, "rounds": runs[0]["rounds"],
-                           "store": runs[0]["store"], "runs": runs,
+                           "store": runs[0]["store"], "bridge": runs[0]["bridge"], "runs": runs,
                            "p99_ratios": [r["p99_ratio"] for r in runs],
                            "p99_ratio": med([r["p99_ratio"] for r in runs]),
                            "p50_ratio": med([r["p50_ratio"] for r in runs])}
@@ -391,7 +562,7 @@ def show(result: dict[str, Any]) -> None:
         st = result[name]
         print(f"{name:9s} n={st['n']} p50 {st['p50_ms']} ms  p99 {st['p99_ms']} ms  "
               f"max {st['max_ms']} ms")
-    print(f"p99 ratio {result['p99_ratio']}x (target <= 2x), p50 ratio "
+    print(f"bridge {result['bridge']}: p99 ratio {result['p99_ratio']}x (target <= 2x), p50 ratio "
           f"{result['p50_ratio']}x; load average {result['loadavg_start'][0]:.2f} at start, "
           f"{result['loadavg_end'][0]:.2f} at end")
     for name in ("trace", "trace_raw"):
@@ -401,6 +572,9 @@ def show(result: dict[str, Any]) -> None:
     if "trace_calls_per_site" in result:
         print(f"calls per site (pause phase): {result['trace_calls_per_site']}; this "
               f"process's CPU ms per site: {result['trace_cpu_ms_per_site']}")
+    if "trace_bridge_cpu_ms_per_site" in result:
+        print("the bridge process's CPU ms per site (pause phases): "
+              f"{result['trace_bridge_cpu_ms_per_site']}")
 
 
 if __name__ == "__main__":

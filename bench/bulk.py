@@ -27,10 +27,12 @@ Each side's CPU seconds in this process are reported beside its wall seconds: on
 machine they move least with the load.
 
 Run: ``python bench/bulk.py [--backend sqlite|zk|mongo] [--locations 10000] [--rounds 5]
-[--only pause,resume,sync] [--json out.json]``; ZooKeeper and MongoDB start a local server
-(tests/support/servers.py: ZooKeeper with ``--zk-heap 2g``; SecantusDB, or
-``$LOCSTATUS_TEST_MONGO_URI``) unless ``--url`` names one (MongoDB: a ``mongodb://`` server URL;
-each store is a fresh database on it, dropped after).
+[--only pause,resume,sync,propagate] [--agents 16] [--processes] [--json out.json]``;
+ZooKeeper and MongoDB start a local server (tests/support/servers.py: ZooKeeper with
+``--zk-heap 2g``; SecantusDB, or ``$LOCSTATUS_TEST_MONGO_URI``) unless ``--url`` names one
+(MongoDB: a ``mongodb://`` server URL; each store is a fresh database on it, dropped after).
+``propagate`` (not run by default): a ``pause all`` until 16 agents acknowledged it, against
+the raw write (bench/burst.py).
 """
 
 from __future__ import annotations
@@ -268,6 +270,31 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
     return summary
 
 
+def propagate(backend: str, url: str | None, n: int, rounds: int, tmp: str,
+              progress: Callable[[str], None], *, agents: int, processes: bool
+              ) -> dict[str, Any]:
+    """bench/burst.py on two fresh stores of ``n`` locations (no worker registered)."""
+    import burst
+
+    stores = Stores(backend, url, tmp)
+    locations = names(n)
+    wanted = {loc: [SERVICE] for loc in locations}
+    ls_url, raw_url = stores.new(), stores.new()
+    for u in (ls_url, raw_url):
+        m = Manager(open_backend(u), services=(SERVICE,))
+        m.sync_locations(wanted)
+        m.backend.close()
+    raw = RAW[backend](raw_url)
+    try:
+        out = burst.run(ls_url, raw, locations, agents=agents, rounds=rounds,
+                        processes=processes, progress=progress)
+    finally:
+        raw.close()
+        _drop(backend, ls_url, raw_url)
+    out["load_average"] = os.getloadavg()[0]
+    return out
+
+
 def _checked(report: Any, n: int) -> None:
     """Every location reported, none failed, every one written (a round that wrote nothing
     would time a scan)."""
@@ -329,7 +356,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--url", help="a server's base URL (ZooKeeper: zk://host:port/prefix)")
     ap.add_argument("--locations", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", default="pause,resume,sync")
+    ap.add_argument("--only", default="pause,resume,sync", help="also: propagate")
+    ap.add_argument("--agents", type=int, default=16, help="propagate: agents")
+    ap.add_argument("--processes", action="store_true", help="propagate: one process each")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--zk-heap", default="2g",
                     help="JVM heap of the local ZooKeeper started for the run (default 2g)")
@@ -341,8 +370,13 @@ def main(argv: list[str] | None = None) -> None:
     only = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="locstatus-bulk-") as tmp, \
             server(args.backend, args.url, tmp, args.zk_heap) as base:
-        summary = run(args.backend, base, args.locations, args.rounds, only, tmp,
-                      lambda line: print(line, flush=True))
+        say = partial(print, flush=True)
+        summary = run(args.backend, base, args.locations, args.rounds, only - {"propagate"},
+                      tmp, say) if only - {"propagate"} else {"backend": args.backend}
+        if "propagate" in only:
+            summary["propagate"] = propagate(args.backend, base, args.locations, args.rounds,
+                                             tmp, say, agents=args.agents,
+                                             processes=args.processes)
     for k in ("pause", "resume", "sync"):
         if k in summary:
             s = summary[k]
@@ -350,6 +384,12 @@ def main(argv: list[str] | None = None) -> None:
                   f"({s['locstatus_per_s']}/s), raw {s['raw_s']} s ({s['raw_per_s']}/s), "
                   f"ratio {s['ratio']}x (target >= 0.5x); CPU of this process: locstatus "
                   f"{s['locstatus_cpu_s']} s, raw {s['raw_cpu_s']} s")
+    if "propagate" in summary:
+        s = summary["propagate"]
+        print(f"propagate pause all {args.locations} to {s['agents']} agents ({s['mode']}) on "
+              f"{args.backend}: write {s['write_s']} s, then acknowledged in "
+              f"{s['propagate_s']} s (total {s['total_s']} s); raw write {s['raw_s']} s: "
+              f"ratio {s['ratio']}x, total {s['total_ratio']}x (target <= 2x)")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))

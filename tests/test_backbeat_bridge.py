@@ -280,6 +280,8 @@ def test_a_timer_armed_in_the_processor_is_disarmed(site: Site) -> None:
         assert proc.find("scheduled", site="zenko")
         wait_state(site, "zenko", State.PAUSED)
         assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+        # the processor's event log is read by another thread: its node can be seen first
+        proc.wait_for("message", site="zenko")
         assert [m["action"] for m in proc.find("message", site="zenko")] == [
             "deleteScheduledResumeService"]
 

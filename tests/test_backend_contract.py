@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from locstatus.backends import Backend, codec
-from locstatus.backends.base import CasItem, CasResult
+from locstatus.backends.base import AckItem, CasItem, CasResult
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -1338,3 +1338,62 @@ def test_a_batch_of_creates_gives_a_location_stored_before_a_life_above_its_earl
     with pytest.raises(VersionConflict):
         b.compare_and_set(record("again", State.PAUSING, 1), old.version, [])
     assert [e.op_id for e in b.history("again")] == ["op-again"]
+
+
+# -- batches of reads and acknowledgements (invariant 14) -----------------------------------
+
+
+def test_a_batch_read_answers_each_location_as_a_single_read(kit: Kit) -> None:
+    """A burst of hints is read in batches: every location gets what ``read`` would give it,
+    in the order asked, a corrupt or missing one in its own place, never hiding the others
+    (the batch spans several of each backend's chunks)."""
+    b = kit.open()
+    names = [f"many-{i:04d}" for i in range(1100)]
+    created = b.create_many([(record(n), []) for n in names])
+    assert all(isinstance(r, LocationStatus) for r in created)
+    kit.write_raw("many-bad", "{not json")
+    asked = ["many-0007", "nowhere", "many-bad", *names, "many-0007"]
+    got = b.read_many(asked)
+    assert len(got) == len(asked)
+    assert got[0] == b.read("many-0007") == got[-1]
+    assert isinstance(got[1], NotFound) and "nowhere" in str(got[1])
+    assert isinstance(got[2], CorruptRecord) and got[2].location == "many-bad"
+    assert [r.location for r in got[3:-1] if isinstance(r, LocationStatus)] == names
+    assert b.read_many([]) == []
+
+
+def test_a_batch_of_acks_refuses_a_stale_one_alone(b: Backend) -> None:
+    """``ack_many`` is many ``ack`` calls: each written, or refused alone when its record is no
+    longer at its ``if_version`` (moved, or purged), nothing written for it; the others of the
+    batch land. A second batch over the same acknowledgement nodes keeps those semantics."""
+    b.put_worker(worker("w-1", None, ("replication", "lifecycle")))
+    v = {n: b.create(record(n), []).version for n in ("a", "b", "c", "gone")}
+    b.delete("gone", v["gone"])
+    first = b.ack_many("w-1", [
+        AckItem("a", "replication", 0, v["a"]),
+        AckItem("a", "lifecycle", 0, v["a"]),
+        AckItem("b", "replication", 0),
+        AckItem("c", "replication", 0, v["c"] + 1),
+        AckItem("gone", "replication", 0, v["gone"]),
+    ])
+    assert first[:3] == [None, None, None]
+    assert isinstance(first[3], VersionConflict) and isinstance(first[4], VersionConflict)
+    assert b.acks("a") == {"w-1": {"replication": 0, "lifecycle": 0}}
+    assert b.acks("b") == {"w-1": {"replication": 0}}
+    assert b.acks("c") == {} and b.acks("gone") == {}
+    v["a"] = b.compare_and_set(record("a", State.PAUSING, 1), v["a"], []).version
+    v["c"] = b.compare_and_set(record("c", State.PAUSING, 1), v["c"], []).version
+    moved = b.compare_and_set(record("b", State.PAUSING, 1), v["b"], []).version
+    second = b.ack_many("w-1", [
+        AckItem("a", "replication", 1, v["a"]),
+        AckItem("b", "replication", 1, v["b"]),  # the record moved since: refused
+        AckItem("c", "replication", 1, v["c"]),
+        AckItem("c", "lifecycle", 1),  # a generation the record does not have: refused
+    ])
+    assert second[0] is None and second[2] is None
+    assert isinstance(second[1], VersionConflict) and isinstance(second[3], VersionConflict)
+    assert b.acks("a") == {"w-1": {"replication": 1, "lifecycle": 0}}
+    assert b.acks("b") == {"w-1": {"replication": 0}}
+    assert b.acks("c") == {"w-1": {"replication": 1}}
+    assert b.ack_many("w-1", [AckItem("b", "replication", 1, moved)]) == [None]
+    assert b.acks("b") == {"w-1": {"replication": 1}}

@@ -32,6 +32,7 @@ from locstatus.check import run_check
 from locstatus.check.scan import Scan
 
 from support.fakeclock import FakeClock
+from support.suite import sized
 
 START = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
 SERVICES = ("replication", "lifecycle", "ingestion")
@@ -202,7 +203,7 @@ def report_of(mgr: Manager, expected: dict[str, list[str]] | None) -> dict[str, 
     return report
 
 
-@settings(max_examples=int(os.environ.get("SCREEN_EXAMPLES", "500")), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=int(os.environ.get("SCREEN_EXAMPLES", sized(ci=125, long=500))), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(
     steps=st.lists(operations, min_size=2, max_size=20),

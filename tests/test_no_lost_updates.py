@@ -1,4 +1,5 @@
-"""8 OS processes x 500 random operations on the same 3 locations: zero lost updates.
+"""8 OS processes x 500 random operations on the same 3 locations (200 each in CI's bounded
+suite, ``support/suite.py``): zero lost updates.
 
 Checked from the history (see ``history_check.py``): gap-free version chains, every successful
 write exactly once at the version its caller was told, and real-time order respected. Runs on
@@ -14,10 +15,11 @@ from locstatus import connect
 
 from support.history_check import check_history, load_records, run_load
 from support.kits import Kit
+from support.suite import sized
 
 LOCATIONS = ["hot-1", "hot-2", "hot-3"]
 PROCESSES = 8
-OPS = 500
+OPS = sized(ci=200, long=500)
 
 
 def test_eight_processes_lose_no_update(durable_kit: Kit, tmp_path: Path) -> None:

@@ -6,12 +6,14 @@ in the queue meanwhile), and, for each (docs/agent.md, "Acknowledge only what wa
 
 1. runs the handlers for the state read (``on_pause`` / ``on_resume``, or ``on_remove`` for
    a tombstone), unless they already succeeded for that generation;
-2. acknowledges on the condition that the record is still at the version whose state was
-   applied (``Backend.ack(..., if_version=)``, one write);
-3. if the record moved, reads it again: a newer generation runs the handlers again before
-   anything is acknowledged;
-4. for a transitional state, opens a settle window (the watch thread settles, so the next
-   handler never waits for it).
+2. hands the key to the acknowledging thread (:mod:`.acker`), which acknowledges it, with the
+   other keys due, on the condition that the record is still at the version whose state was
+   applied (``Backend.ack_many``, each item an ``ack(..., if_version=)``); the location stays
+   busy until that is decided;
+3. if the record moved, that thread reads it again and stores it: a newer generation comes
+   back here and runs the handlers again before anything is acknowledged;
+4. for a transitional state, a settle window opens once acknowledged (the watch thread
+   settles, so the next handler never waits for it).
 
 A failing handler (whatever it raises, ``BaseException`` included) is retried with
 :class:`HandlerRetry` backoff and its error published; a backend error retries the key shortly
@@ -27,11 +29,12 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from locstatus.agent.acker import Acker, Applied
+from locstatus.agent.guard import IDLE_WAKE
 from locstatus.agent.handlers import Applying, Handler, HandlerRetry, Handlers, handler_name
 from locstatus.agent.lives import ask_lives
 from locstatus.agent.queue import Key
 from locstatus.agent.replica import PURGED
-from locstatus.agent.settle import is_settler
 from locstatus.agent.state import FENCE, AgentState, Running
 from locstatus.errors import (
     CorruptRecord,
@@ -41,7 +44,6 @@ from locstatus.errors import (
     VersionConflict,
 )
 from locstatus.logs import log_context
-from locstatus.manager import worker_live
 from locstatus.models import (
     TOMBSTONE_ACK,
     LocationStatus,
@@ -75,8 +77,11 @@ class Applier:
         *,
         deadline: float,
         on_interrupt: Callable[[], None],
+        acker: Acker,
     ) -> None:
         self.state = state
+        self.acker = acker
+        """Acknowledges what the handlers applied, in batches (:mod:`.acker`)."""
         self.on_interrupt = on_interrupt
         """Called when a handler raised KeyboardInterrupt: the agent stops (docs/agent.md)."""
         self.manager = manager
@@ -96,19 +101,21 @@ class Applier:
                     key = self._next_due()
                     if key is None:
                         return
+                handed = False
                 try:
                     with log_context(worker=self.worker_id, location=key[0], service=key[1]):
-                        self.apply(key)
+                        handed = self.apply(key)
                 except Exception:  # pragma: no cover - a bug in the agent; retry, keep going
                     log.exception("agent %s: applying %s failed", self.worker_id, key)
                     with s.cond:
                         s.schedule_locked(key, -1, delay=self.retry.delay(3))
                 finally:
                     with s.cond:
-                        s.first_pass_discard_locked((key,))
-                        s.busy.discard(key[0])
-                        s.queue.release(key[0])
-                        s.cond.notify()
+                        if not handed:  # else the acknowledging thread frees it
+                            s.first_pass_discard_locked((key,))
+                            s.busy.discard(key[0])
+                            s.queue.release(key[0])
+                            s.cond.notify()
         finally:
             self.handlers.close()
 
@@ -125,77 +132,49 @@ class Applier:
             s.cond.wait(None if at is None else max(0.0, at - s.monotonic()))
         return None
 
-    def apply(self, key: Key) -> None:
-        """Apply ``key`` once: handlers, acknowledgement, re-read until it is current."""
+    def apply(self, key: Key) -> bool:
+        """Apply ``key`` once: its handlers, then its acknowledgement handed to the acknowledging
+        thread (True: the location stays busy until that is decided)."""
         s = self.state
         location, service = key
-        with s.lock:
+        with s.lock:  # one look at the shared state per key: a burst has thousands of them
             stop = key in s.fence.to_stop
-        if stop and not self._fence(key):
-            return
-        with s.lock:
             rec = s.copy.records.get(location)
             purged = service == TOMBSTONE_ACK and location in s.copy.purged
             fenced = s.fence.fenced
+            applied, handled_at = s.copy.applied.get(key), s.copy.handled.get(key)
+        if stop:
+            if not self._fence(key):
+                return False
+            with s.lock:
+                rec = s.copy.records.get(location)
+                purged = service == TOMBSTONE_ACK and location in s.copy.purged
+                fenced = s.fence.fenced
+                applied, handled_at = s.copy.applied.get(key), s.copy.handled.get(key)
         if purged:
             self._apply_purge(key)  # stops consumers: safe while fenced too
-            return
+            return False
         if rec is None or fenced:
-            return  # fenced: nothing starts; lifting the fence plans everything again
+            return False  # fenced: nothing starts; lifting the fence plans everything again
         if service == TOMBSTONE_ACK:
             self._apply_removal(key, rec)
-            return
-        while True:
-            st = rec.services.get(service)
-            if rec.deleted or st is None:
-                return
-            generation = st.generation
-            with s.lock:
-                if s.copy.applied.get(key) == generation:
-                    return
-                handled = s.copy.handled.get(key) == generation
-            if not handled:
-                handlers = self.handlers.for_state(service, paused=st.paused)
-                if not self._run_handlers(key, handlers, st, generation):
-                    return
-            # Acknowledge only while the record is still the one whose state was applied: one
-            # conditional write. If it moved meanwhile, read it; a newer generation runs the
-            # handler again before anything is acknowledged.
-            acked = self._acknowledge(key, generation, if_version=rec.version)
-            if acked is None:
-                fresh = self._reread(key, generation)
-                if fresh is None:
-                    return
-                now_st = fresh.services.get(service)
-                if fresh.deleted or now_st is None:
-                    return
-                if now_st.generation != generation:
-                    # The state moved while the handler ran: apply the newer one first.
-                    s.count("handler_reruns")
-                rec = fresh
-                continue
-            if not acked:
-                return
-            if st.state.transitional:
-                settler = self._is_settler(location, service)
-                with s.lock:
-                    s.settle.acknowledged(location, settler=settler, now=s.monotonic())
-                s.wake.set()
-            return
-
-    def _is_settler(self, location: str, service: str) -> bool:
-        """True when this worker settles ``location`` first among the live workers that apply
-        ``service`` there (:func:`is_settler`). True as well when the workers cannot be read."""
-        try:
-            workers = self.backend.workers()
-        except LocstatusError:
-            return True
-        live = (
-            w.worker_id
-            for w in workers
-            if w.applies(location, service) and worker_live(w, self.manager.time)
-        )
-        return is_settler(location, self.worker_id, live)
+            return False
+        st = rec.services.get(service)
+        if rec.deleted or st is None:
+            return False
+        generation = st.generation
+        if applied == generation:
+            return False
+        handled = handled_at == generation
+        if not handled:
+            handlers = self.handlers.for_state(service, paused=st.paused)
+            if not self._run_handlers(key, handlers, st, generation):
+                return False
+        # Acknowledge only while the record is still the one whose state was applied: the
+        # acknowledging thread writes it conditionally, with the others due (:mod:`.acker`);
+        # if the record moved meanwhile it reads it, and a newer generation comes back here.
+        self.acker.submit(Applied(key, generation, rec.version, st.state.transitional))
+        return True
 
     def _apply_removal(self, key: Key, rec: LocationStatus) -> None:
         s = self.state
@@ -349,7 +328,11 @@ class Applier:
                 return False
             was_stuck = s.running.get(key, run).stuck
             s.running[key] = run
-        s.guard_wake.set()
+        if self.deadline < IDLE_WAKE:
+            # A nearer deadline than the guard's next look at least every IDLE_WAKE seconds:
+            # wake it to count from now (else it finds this one in time; a burst starts
+            # thousands of handlers, and each wake-up takes the lock).
+            s.guard_wake.set()
         if was_stuck:
             s.beat_now.set()  # the previous handler of this key was reported: it returned
         return True

@@ -56,6 +56,7 @@ class LocalCopy:
     ``on_remove``: the worker has consumers there to tear down.
     ``running``: keys whose last handlers that succeeded were ``on_resume`` (what the worker is
     running, hence what a self-fence stops).
+    ``scheduled``: locations with a resume scheduled for one of ``services``.
     ``purged``: locations that disappeared (purged) while this worker had applied some of their
     services and not run ``on_remove`` yet (a freeze, a partition, a lost session): it runs
     ``on_remove`` for them all the same (docs/agent.md "Tombstones").
@@ -74,6 +75,10 @@ class LocalCopy:
         self.purged: set[str] = set()
         self.running: set[Key] = set()
         self.touched: set[str] = set()
+        self.scheduled: set[str] = set()
+        """Locations whose record (not removed) has a resume scheduled for a watched service:
+        the watch loop looks at these only, not at every record at every pass (a burst wakes
+        it thousands of times)."""
 
     def store(self, rec: LocationStatus) -> list[tuple[Key, int]]:
         """Keep ``rec`` unless a newer version is already known; return the work it implies:
@@ -86,6 +91,13 @@ class LocalCopy:
             return []
         self.records[rec.location] = rec
         loc = rec.location
+        if not rec.deleted and any(
+            (st := rec.services.get(svc)) is not None and st.scheduled_resume is not None
+            for svc in self.services
+        ):
+            self.scheduled.add(loc)
+        else:
+            self.scheduled.discard(loc)
         if loc in self.purged:
             return []
         if rec.deleted_at is not None:
@@ -142,6 +154,7 @@ class LocalCopy:
         removal itself was not applied, or ``under_way``: one runs now): the location joins
         :attr:`purged`."""
         self.records.pop(location, None)
+        self.scheduled.discard(location)
         self.running = {k for k in self.running if k[0] != location}
         for table in (self.applied, self.handled):
             for key in [k for k in table if k[0] == location]:
@@ -185,6 +198,7 @@ class LocalCopy:
 
     def clear(self) -> None:
         self.records.clear()
+        self.scheduled.clear()
         self.applied.clear()
         self.handled.clear()
         self.purged.clear()

@@ -15,7 +15,7 @@ resync, the settle schedule, the next scheduled resume), or for a hint.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 __all__ = ["Watcher"]
 
 log = logging.getLogger("locstatus.agent")
+
+READ_BATCH = 1000
+"""At most this many records per batch read of the records hints named."""
 
 RESUME_RETRY = 1.0
 """Seconds before looking again for due resumes while the backend's time cannot be read."""
@@ -155,8 +158,7 @@ class Watcher:
                     next_resync = now + self.resync_interval
                     sweep = True
                 else:
-                    for loc in sorted(dirty):
-                        self.refresh(loc)
+                    self.refresh_many(sorted(dirty))
                 for loc in sorted(settle_now):
                     self.try_settle(loc)
                 if sweep:
@@ -220,21 +222,31 @@ class Watcher:
         if lifted:
             log.warning("agent %s: fence lifted, re-applying", self.worker_id)
 
-    def refresh(self, location: str) -> None:
-        """Read one record a hint named."""
+    def refresh_many(self, locations: Sequence[str]) -> None:
+        """Read the records hints named, :data:`READ_BATCH` per batch read (a burst of hints,
+        a bulk change of every location, costs a few reads, not one per location: docs/agent.md
+        "Bursts"), and store each batch at once. A missing record is forgotten, a corrupt one
+        reported alone (the others of its batch are stored)."""
         s = self.state
-        try:
-            rec = self.backend.read(location)
-        except NotFound:
+        for i in range(0, len(locations), READ_BATCH):
+            chunk = locations[i : i + READ_BATCH]
+            got = self.backend.read_many(chunk)  # failing: the run loop re-reads everything
+            good = [r for r in got if isinstance(r, LocationStatus)]
+            lives = self.lives(good)
             with s.cond:
-                s.forget_locked(location)
-            return
-        except CorruptRecord as exc:
-            self._corrupt(exc)
-            return
-        lives = self.lives([rec])
-        with s.cond:
-            s.store_locked(rec, lives)
+                for rec in got:
+                    if isinstance(rec, NotFound):
+                        continue
+                    if isinstance(rec, CorruptRecord):
+                        s.corrupt_locked(rec)
+                    else:
+                        s.store_locked(rec, lives)
+                for loc, rec in zip(chunk, got, strict=True):
+                    if isinstance(rec, NotFound):
+                        s.forget_locked(loc)
+            for rec in got:
+                if isinstance(rec, CorruptRecord):
+                    log.warning("agent %s: %s", self.worker_id, rec)
 
     def lives(self, records: Iterable[LocationStatus]) -> dict[str, Life]:
         """What the backend says of the life of ``records`` that need asking
@@ -300,9 +312,9 @@ class Watcher:
         judging a deadline may probe the backend's time)."""
         out: dict[str, list[ServiceStatus]] = {}
         with self.state.lock:
-            for loc, rec in self.state.copy.records.items():
-                if rec.deleted:
-                    continue
+            copy = self.state.copy
+            for loc in copy.scheduled:
+                rec = copy.records[loc]
                 mine = [
                     st
                     for svc in self.services

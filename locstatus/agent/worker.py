@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypedDict, overload
 
+from locstatus.agent.acker import Acker
 from locstatus.agent.apply import Applier
 from locstatus.agent.guard import Guard
 from locstatus.agent.handlers import Applying, H, HandlerRetry, Handlers, applying, fencing
@@ -245,6 +246,7 @@ class Agent:
             resync_interval=self.resync_interval,
             fire_scheduled_resumes=fire_scheduled_resumes,
         )
+        self._acker = Acker(self._state, manager, worker_id, retry=self.handler_retry)
         self._applier = Applier(
             self._state,
             manager,
@@ -253,6 +255,7 @@ class Agent:
             self.handler_retry,
             deadline=self.handler_deadline,
             on_interrupt=self._stop_in_background,
+            acker=self._acker,
         )
         self._heartbeat = Heartbeat(
             self._state, self._lease, worker_id, interval=self.renew_interval
@@ -472,6 +475,7 @@ class Agent:
             return self
         s = self._state
         s.reset()
+        self._acker.reset()
         self._lease.register(self.errors())
         try:
             # No "acks" hints: on ZooKeeper they would wake every worker at every other
@@ -491,6 +495,7 @@ class Agent:
             ("heartbeat", self._heartbeat.run),
             ("watch", self._watcher.run),
             ("guard", self._guard.run),
+            ("ack", self._acker.run),
         ]
         loops += [(f"apply{i}", self._applier.run) for i in range(self.handler_concurrency)]
         self._threads = [
@@ -529,6 +534,7 @@ class Agent:
         s.wake.set()
         s.beat_now.set()
         s.guard_wake.set()
+        self._acker.wake()
         s.first_pass_done.set()
         with s.cond:
             s.cond.notify_all()

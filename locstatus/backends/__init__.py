@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
-from locstatus.backends.base import AckMap, Backend, HintCallback, Unsubscribe
+from locstatus.backends.base import AckItem, AckMap, Backend, HintCallback, Unsubscribe
 from locstatus.backends.urls import check_url_text, redact_url
 from locstatus.errors import InvalidInput
 
@@ -128,6 +128,7 @@ def _backend_class(url: str) -> _BackendClass:
 
 __all__ = [
     "DEFAULT_URL",
+    "AckItem",
     "AckMap",
     "Backend",
     "HintCallback",

@@ -94,6 +94,16 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    of the record would count for a transition not made yet, which would then settle without
    that worker (docs/agent.md "Acknowledge only what was applied").
 
+14. **A batch read or acknowledgement is many single ones.** :meth:`Backend.read_many` answers
+   each location as :meth:`read` would (the record, or its :class:`NotFound` /
+   :class:`CorruptRecord` in its place: one corrupt record never hides the others), and
+   :meth:`Backend.ack_many` each acknowledgement as :meth:`ack` would, ``if_version``
+   included, judged against its record as :meth:`ack` judges it (invariant 13; a refused
+   one refused alone, the others written). How they travel (one SQLite
+   query or transaction, pipelined ZooKeeper requests, a MongoDB ``$in``) is the backend's;
+   the default is one call per item. An agent reads and acknowledges a burst of hints (a bulk
+   pause of every location) this way (docs/agent.md "Bursts").
+
 History of the design: one record per location (not per service) so that a bulk pause of every
 service of a location is one compare-and-set, and so that a tombstone is one field.
 """
@@ -111,6 +121,7 @@ from locstatus.errors import (
     CorruptRecord,
     InvalidInput,
     LocstatusError,
+    NotFound,
     VersionConflict,
 )
 from locstatus.models import (
@@ -193,6 +204,27 @@ CasResult = LocationStatus | LocstatusError
 would have raised: :class:`VersionConflict` (a conflict), any other
 :class:`~locstatus.errors.LocstatusError` (:class:`NotFound`, :class:`AmbiguousCommit`,
 :class:`BackendUnavailable`, :class:`CorruptRecord`...)."""
+
+ReadResult = LocationStatus | NotFound | CorruptRecord
+"""One location's answer in :meth:`Backend.read_many`: its record, or the error :meth:`Backend.
+read` would have raised for it alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class AckItem:
+    """One acknowledgement of a batch (:meth:`Backend.ack_many`): the arguments of
+    :meth:`Backend.ack` after the worker id."""
+
+    location: str
+    service: str
+    generation: int
+    if_version: int | None = None
+
+
+AckResult = LocstatusError | None
+"""One acknowledgement's result in :meth:`Backend.ack_many`: None (written), or the error
+:meth:`Backend.ack` would have raised for it alone (:class:`VersionConflict` for a stale
+``if_version``, :class:`BackendUnavailable`, ...)."""
 
 CreateItem = tuple[LocationStatus, Sequence[HistoryEntry]]
 """One create of a batch (:meth:`Backend.create_many`): the arguments of :meth:`Backend.create`."""
@@ -326,6 +358,20 @@ class Backend(ABC):
     @abstractmethod
     def read(self, location: str) -> LocationStatus:
         """Return the record. Raises :class:`NotFound`, :class:`CorruptRecord`."""
+
+    def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
+        """Many :meth:`read` calls in one (invariant 14): ``result[i]`` is ``locations[i]``'s
+        record, or its :class:`NotFound` / :class:`CorruptRecord`. Raises
+        :class:`BackendUnavailable` (for the whole batch: nothing could be read). The default
+        runs :meth:`read` per location; a backend that can read many at once overrides it for
+        speed, never for meaning."""
+        out: list[ReadResult] = []
+        for location in locations:
+            try:
+                out.append(self.read(location))
+            except (NotFound, CorruptRecord) as exc:
+                out.append(exc)
+        return out
 
     @abstractmethod
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
@@ -514,6 +560,24 @@ class Backend(ABC):
         which is the only one it counts for (generations only grow within a life).
         Raises :class:`VersionConflict`, :class:`CorruptRecord` (the record does not read: its
         generations cannot be judged, nothing written), :class:`BackendUnavailable`."""
+
+    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+        """Many :meth:`ack` calls of one worker in one (invariant 14): ``result[i]`` is None
+        when item ``i`` was written, else the error :meth:`ack` would have raised for it alone
+        (a stale ``if_version``: :class:`VersionConflict`, nothing written for it). Never
+        raises for one item; one item's refusal never fails another. The default runs
+        :meth:`ack` per item; a backend that can write many at once overrides it for speed,
+        never for meaning."""
+        out: list[AckResult] = []
+        for item in items:
+            try:
+                self.ack(worker_id, item.location, item.service, item.generation,
+                         if_version=item.if_version)
+            except LocstatusError as exc:
+                out.append(exc)
+            else:
+                out.append(None)
+        return out
 
     @abstractmethod
     def acks(self, location: str) -> AckMap:

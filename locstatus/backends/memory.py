@@ -17,9 +17,12 @@ from datetime import datetime
 
 from locstatus.backends import codec
 from locstatus.backends.base import (
+    AckItem,
     AckMap,
+    AckResult,
     Backend,
     HintCallback,
+    ReadResult,
     ScanItem,
     Unsubscribe,
     check_ack,
@@ -32,6 +35,7 @@ from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
     CorruptRecord,
+    LocstatusError,
     NotFound,
     VersionConflict,
 )
@@ -119,6 +123,18 @@ class MemoryBackend(Backend):
         self._check_open()
         with self._store.lock:
             return self._decode(location)
+
+    def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
+        """One hold of the lock for the batch; decoded outside it."""
+        self._check_open()
+        with self._store.lock:
+            raws = [self._store.records.get(loc) for loc in locations]
+        return [
+            NotFound(f"unknown location {loc!r}")
+            if raw is None
+            else codec.decode_record_or_error(loc, *raw)
+            for loc, raw in zip(locations, raws, strict=True)
+        ]
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
         return [rec for rec, _ in self._snapshot(with_history=False)]
@@ -251,6 +267,33 @@ class MemoryBackend(Backend):
             per_worker = self._store.acks.setdefault(location, {}).setdefault(worker_id, {})
             per_worker[service] = generation
         self._notify(Hint(kind="acks", location=location))
+
+    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+        """One hold of the lock for the batch, each item checked as :meth:`ack` checks it."""
+        self._check_open()
+        out: list[AckResult] = []
+        with self._store.lock:
+            for item in items:
+                current = self._store.records.get(item.location)
+                if item.if_version is not None and (
+                    current is None or current[0] != item.if_version
+                ):
+                    out.append(stale_ack(item.location, item.if_version))
+                    continue
+                try:
+                    record = None if current is None else self._decode(item.location)
+                    check_ack(item.location, record, item.service, item.generation,
+                              item.if_version)
+                except LocstatusError as exc:  # corrupt, or a generation it does not have
+                    out.append(exc)
+                    continue
+                acks = self._store.acks.setdefault(item.location, {})
+                acks.setdefault(worker_id, {})[item.service] = item.generation
+                out.append(None)
+        written = (i.location for i, r in zip(items, out, strict=True) if r is None)
+        for location in dict.fromkeys(written):
+            self._notify(Hint(kind="acks", location=location))
+        return out
 
     def acks(self, location: str) -> AckMap:
         self._check_open()

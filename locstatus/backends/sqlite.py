@@ -34,6 +34,7 @@ parameters ``timeout`` (seconds, busy timeout, more than 0 and at most 3600), ``
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -43,12 +44,15 @@ from datetime import UTC, datetime, timedelta
 
 from locstatus.backends import codec
 from locstatus.backends.base import (
+    AckItem,
     AckMap,
+    AckResult,
     Backend,
     CasItem,
     CasResult,
     CreateItem,
     HintCallback,
+    ReadResult,
     ScanItem,
     Unsubscribe,
     check_ack,
@@ -66,6 +70,7 @@ from locstatus.errors import (
     BackendUnavailable,
     CorruptRecord,
     InvalidInput,
+    LocstatusError,
     NotFound,
     VersionConflict,
 )
@@ -105,6 +110,9 @@ CREATE TRIGGER IF NOT EXISTS changes_prune AFTER INSERT ON changes WHEN NEW.seq 
     BEGIN DELETE FROM changes WHERE seq < NEW.seq - 10000; END;
 """
 _KEEP_CHANGES = 10_000
+_JSONABLE = "(typeof(l.data) = 'text' AND typeof(l.version) != 'blob')"
+"""Rows whose columns a JSON value can carry (a blob cannot: :meth:`SQLiteBackend.read_many`
+reads the others row by row)."""
 
 
 TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
@@ -273,6 +281,33 @@ class SQLiteBackend(Backend):
             raise NotFound(f"unknown location {location!r}")
         version, data = rows[0]
         return _decode_row(location, version, data)
+
+    def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
+        """One query for the batch, its rows gathered into one JSON value by SQLite itself
+        (``json_each`` in, ``json_group_array`` out): a row at a time, each step released and
+        took the interpreter lock again, and with many threads waiting for that lock a batch
+        read took seconds (docs/agent.md "Bursts")."""
+        if not locations:
+            return []
+        asked = (json.dumps(list(locations)),)
+        rows = self._query(
+            "SELECT json_group_array(json_array(l.location, l.version, l.data)) FROM locations l "
+            f"WHERE l.location IN (SELECT value FROM json_each(?)) AND {_JSONABLE}",
+            asked,
+        )
+        found: dict[str, ReadResult] = {}
+        for loc, version, data in json.loads(str(rows[0][0])):
+            found[str(loc)] = _decode_row_or_error(str(loc), version, data)
+        for loc, version, data in self._query(  # a hand edit stored bytes: row by row
+            "SELECT location, version, data FROM locations l "
+            f"WHERE l.location IN (SELECT value FROM json_each(?)) AND NOT {_JSONABLE}",
+            asked,
+        ):
+            found[str(loc)] = _decode_row_or_error(str(loc), version, data)
+        return [
+            found[loc] if loc in found else NotFound(f"unknown location {loc!r}")
+            for loc in locations
+        ]
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
         return [
@@ -465,6 +500,49 @@ class SQLiteBackend(Backend):
                 "VALUES (?, ?, ?, ?)",
                 (location, worker_id, service, generation),
             )
+
+    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+        """One transaction of two statements whatever the batch's size: the records of the
+        batch read in it, each item judged against its record as :meth:`ack` judges it
+        (:func:`_ack_refusal`), then every acknowledgement still current written, the rows
+        passed and returned as one JSON value each (``json_each``, ``json_group_array``).
+        Row by row, a transaction took the interpreter lock again at every row while holding
+        the database's write lock, and sixteen workers in one process queued behind each
+        other for seconds (docs/agent.md "Bursts"). A failed transaction leaves every item
+        its error (nothing written)."""
+        out: list[AckResult] = [None] * len(items)
+        if not items:
+            return out
+        asked = json.dumps(sorted({i.location for i in items}))
+        try:
+            with self._write() as db:
+                (got,) = db.execute(
+                    "SELECT json_group_object(l.location, json_array(l.version, l.data)) "
+                    f"FROM locations l WHERE l.location IN (SELECT value FROM json_each(?)) "
+                    f"AND {_JSONABLE}",
+                    (asked,),
+                ).fetchone()
+                current: dict[str, list[object]] = json.loads(got)
+                for loc, version, data in db.execute(  # a hand edit stored bytes
+                    "SELECT location, version, data FROM locations l WHERE l.location IN "
+                    f"(SELECT value FROM json_each(?)) AND NOT {_JSONABLE}",
+                    (asked,),
+                ).fetchall():
+                    current[str(loc)] = [version, data]
+                rows = []
+                for n, item in enumerate(items):
+                    out[n] = _ack_refusal(item, current.get(item.location))
+                    if out[n] is None:
+                        rows.append((item.location, item.service, item.generation))
+                db.execute(
+                    "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
+                    "SELECT json_extract(value, '$[0]'), ?, json_extract(value, '$[1]'), "
+                    "json_extract(value, '$[2]') FROM json_each(?)",
+                    (worker_id, json.dumps(rows)),
+                )
+        except BackendUnavailable as exc:
+            return [exc] * len(items)
+        return out
 
     def acks(self, location: str) -> AckMap:
         out: AckMap = {}
@@ -767,6 +845,20 @@ def _insert_history(
             location, f"the history already holds a write at version {version}, which this "
             "write would make: nothing written (see 'locstatus check')"
         ) from None
+
+
+def _ack_refusal(item: AckItem, row: list[object] | None) -> LocstatusError | None:
+    """Why :meth:`SQLiteBackend.ack` would refuse ``item`` against its record's row
+    (``[version, data]``, None: no record), read in the acknowledgement's transaction; None:
+    it is written."""
+    if item.if_version is not None and (row is None or row[0] != item.if_version):
+        return stale_ack(item.location, item.if_version)
+    try:
+        record = None if row is None else _decode_row(item.location, row[0], row[1])
+        check_ack(item.location, record, item.service, item.generation, item.if_version)
+    except LocstatusError as exc:  # corrupt, or a generation the record does not have
+        return exc
+    return None
 
 
 def _decode_row(location: str, version: object, data: object) -> LocationStatus:

@@ -24,6 +24,7 @@ from locstatus.backends.base import (
     CreateItem,
     HintCallback,
     HistoryGaps,
+    ReadResult,
     Unsubscribe,
 )
 from locstatus.backends.mongo.batches import CHUNK, Batches
@@ -85,6 +86,10 @@ class MongoBackend(Backend):
 
     def read(self, location: str) -> LocationStatus:
         return self._records.read(location)
+
+    def read_many(self, locations: cabc.Sequence[str]) -> list[ReadResult]:
+        """See :meth:`Records.read_many` (``$in`` queries)."""
+        return self._records.read_many(locations)
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
         return self._records.read_all()

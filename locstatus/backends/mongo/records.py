@@ -31,6 +31,7 @@ from pymongo import ASCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from locstatus.backends import codec
+from locstatus.backends.base import ReadResult
 from locstatus.backends.mongo.history import HistoryCopy, write_doc, writes_of
 from locstatus.backends.mongo.store import Doc, Store
 from locstatus.backends.versions import LIVES
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 
 _META = ("_id", "version", "born", "recent_history", "history_copied")
 _CATCH_UP_ATTEMPTS = 3
+IN_CHUNK = 1000
+"""Locations per ``$in`` query of a batch read."""
 """compare-and-set rounds when the history copy lags (catch up, then write)."""
 
 
@@ -143,6 +146,26 @@ class Records:
         if doc is None:
             raise NotFound(f"unknown location {location!r}")
         return self.decode(doc)
+
+    def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
+        """One ``find({_id: {$in: [...]}})`` per :data:`IN_CHUNK` locations."""
+        found: dict[object, ReadResult] = {}
+        for i in range(0, len(locations), IN_CHUNK):
+            chunk = list(locations[i : i + IN_CHUNK])
+            with self.store.io(f"read of {len(chunk)} locations"):
+                docs = list(self.store.records.find(
+                    {"_id": {"$in": chunk}}, {"recent_history": 0, "born": 0},
+                    max_time_ms=self.store.mt,
+                ))
+            for doc in docs:
+                try:
+                    found[doc["_id"]] = self.decode(doc)
+                except CorruptRecord as exc:
+                    found[doc["_id"]] = exc
+        return [
+            found[loc] if loc in found else NotFound(f"unknown location {loc!r}")
+            for loc in locations
+        ]
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
         out: list[LocationStatus | CorruptRecord] = []

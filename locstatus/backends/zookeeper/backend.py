@@ -20,12 +20,15 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import Callback
 
 from locstatus.backends.base import (
+    AckItem,
     AckMap,
+    AckResult,
     Backend,
     CasItem,
     CasResult,
     CreateItem,
     HintCallback,
+    ReadResult,
     Unsubscribe,
 )
 from locstatus.backends.zookeeper.client import ZkClient
@@ -35,7 +38,7 @@ from locstatus.backends.zookeeper.records import Records
 from locstatus.backends.zookeeper.url import parse_zk_url
 from locstatus.backends.zookeeper.watcher import Watcher
 from locstatus.backends.zookeeper.workers import Workers
-from locstatus.errors import BackendUnavailable, CorruptRecord
+from locstatus.errors import BackendUnavailable, CorruptRecord, InvalidInput, LocstatusError
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
 
 
@@ -103,6 +106,10 @@ class ZooKeeperBackend(Backend):
     def read(self, location: str) -> LocationStatus:
         return self._records.read(location)
 
+    def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
+        """See :meth:`Records.read_many` (pipelined gets)."""
+        return self._records.read_many(locations)
+
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
         return self._records.read_all()
 
@@ -169,6 +176,18 @@ class ZooKeeperBackend(Backend):
             worker_id, location, service, generation, if_version=if_version,
             decode=self._records.decode,
         )
+
+    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+        """The records read with pipelined gets, then :meth:`Workers.ack_many` (pipelined
+        multi-ops, each checking its record is still the one read)."""
+        locations = list(dict.fromkeys(i.location for i in items))
+        try:
+            records = dict(zip(locations, self._records.read_many(locations), strict=True))
+        except InvalidInput:  # a name no record can have: each item alone says which
+            records = {}
+        except LocstatusError as exc:
+            return [exc] * len(items)
+        return self._workers.ack_many(worker_id, items, records, decode=self._records.decode)
 
     def acks(self, location: str) -> AckMap:
         return self._workers.acks(location)

@@ -39,7 +39,13 @@ from kazoo.protocol.states import ZnodeStat
 from pydantic import TypeAdapter
 
 from locstatus.backends import codec
-from locstatus.backends.base import CasItem, CasResult, CreateItem, distinct_locations
+from locstatus.backends.base import (
+    CasItem,
+    CasResult,
+    CreateItem,
+    ReadResult,
+    distinct_locations,
+)
 from locstatus.backends.history import HistoryPage
 from locstatus.backends.zookeeper.client import ZkClient
 from locstatus.backends.zookeeper.layout import (
@@ -258,6 +264,28 @@ class Records:
 
         raw, stat = self.client.call(f"read location {location!r}", get)
         return self.decode(location, raw, stat)
+
+    def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
+        """Pipelined ``get`` requests (:meth:`ZkClient.bulk`, a batch in flight at a time);
+        a node gone is its :class:`NotFound`, one that does not decode its
+        :class:`CorruptRecord`."""
+        pa, client = self.paths, self.client
+        paths = {loc: pa.location(loc) for loc in locations}  # names checked before any I/O
+
+        def get_many() -> dict[str, tuple[bytes, ZnodeStat]]:
+            return dict(client.bulk(list(paths), lambda n: self.kazoo.get_async(paths[n])))
+
+        got = client.call(f"read {len(paths)} locations", get_many)
+        out: list[ReadResult] = []
+        for loc in locations:
+            if loc not in got:
+                out.append(NotFound(f"unknown location {loc!r}"))
+                continue
+            try:
+                out.append(self.decode(loc, *got[loc]))
+            except CorruptRecord as exc:
+                out.append(exc)
+        return out
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
         pa, client = self.paths, self.client

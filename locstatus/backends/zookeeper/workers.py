@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -52,7 +52,14 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckMap, check_ack, stale_ack
+from locstatus.backends.base import (
+    AckItem,
+    AckMap,
+    AckResult,
+    ReadResult,
+    check_ack,
+    stale_ack,
+)
 from locstatus.backends.zookeeper.client import ZkClient
 from locstatus.backends.zookeeper.freshness import WorkersCopy
 from locstatus.backends.zookeeper.layout import (
@@ -456,6 +463,81 @@ class Workers:
 
         self._write_ack(location, worker_id, {service: generation}, judge, decode)
 
+    def ack_many(
+        self, worker_id: str, items: Sequence[AckItem], records: Mapping[str, ReadResult],
+        *, decode: Decode,
+    ) -> list[AckResult]:
+        """Every acknowledgement whose node this client wrote last (its version and content
+        known, as :meth:`_write_ack`'s fast path) judged against its record as read just
+        before (``records``, pipelined by the caller: :func:`_ack_refusal`), then written in
+        its own multi-op that checks the record is still the one judged (incarnation and
+        znode version), all pipelined on the session (:meth:`ZkClient.commit_many`). The
+        others, those whose record moved in between or does not read, any the server refused
+        for another reason (a node changed by someone else) and any whose answer was lost go
+        one at a time through :meth:`ack`. A refusal at one item never fails another."""
+        pa, client = self.paths, self.client
+        out: list[AckResult] = [None] * len(items)
+        alone: list[int] = []
+        sent: list[tuple[int, tuple[str, str], int, dict[str, int]]] = []
+        txns: list[Transaction] = []
+        session = client.session_id
+        seen: set[str] = set()
+        for n, item in enumerate(items):
+            loc = item.location
+            try:
+                node, parent = pa.ack(loc, worker_id), pa.acks(loc)
+            except LocstatusError as exc:
+                out[n] = exc
+                continue
+            record = records.get(loc)
+            if not isinstance(record, LocationStatus) or loc in seen:
+                alone.append(n)  # ack() decides (or a second service of one node)
+                seen.add(loc)
+                continue
+            seen.add(loc)
+            if (refused := _ack_refusal(item, record)) is not None:
+                out[n] = refused
+                continue
+            key = (loc, worker_id)
+            with self._lock:
+                known = self._ack_nodes.get(key)
+                if known is None or session is None or known[0] != session:
+                    alone.append(n)  # the node must be read
+                    continue
+                del self._ack_nodes[key]  # in flight: a concurrent ack reads the node
+                content = {**self._my_acks.get(key, {}), item.service: item.generation}
+            txn = client.transaction()
+            inc, seq = split_version(record.version)
+            txn.check("location", pa.history(loc), inc + 1)
+            txn.check("location", pa.location(loc), seq - 1)
+            txn.set_data("ack", node, encode_acks(content), known[1])
+            txn.set_data("parent", parent, ACKS_HINT)
+            txns.append(txn)
+            sent.append((n, key, known[1] + 1, content))
+        outcomes = client.commit_many(
+            lambda k: f"ack of {worker_id}/{items[sent[k][0]].location}", txns
+        )
+        for (n, key, version, content), outcome in zip(sent, outcomes, strict=True):
+            item = items[n]
+            match outcome:
+                case None:
+                    if session is not None:  # it is: only then was it sent
+                        with self._lock:
+                            self._ack_nodes[key] = (session, version)
+                            self._my_acks[key] = content
+                case Refusal("location") if item.if_version is not None:
+                    out[n] = stale_ack(item.location, item.if_version)
+                case _:  # the record or the node moved, or the answer was lost: alone
+                    alone.append(n)
+        for n in sorted(alone):
+            item = items[n]
+            try:
+                self.ack(worker_id, item.location, item.service, item.generation,
+                         if_version=item.if_version, decode=decode)
+            except LocstatusError as exc:
+                out[n] = exc
+        return out
+
     def _write_ack(
         self, location: str, worker_id: str, update: dict[str, int],
         judge: Callable[[LocationStatus | None], tuple[int, int]], decode: Decode,
@@ -588,3 +670,15 @@ class Workers:
             if acked is not None:
                 out.setdefault(loc, {})[worker] = acked
         return out
+
+
+def _ack_refusal(item: AckItem, record: LocationStatus) -> LocstatusError | None:
+    """Why :meth:`Workers.ack` would refuse ``item`` against ``record`` (read just before the
+    multi-op that checks it is still that record); None: it is written."""
+    if item.if_version is not None and record.version != item.if_version:
+        return stale_ack(item.location, item.if_version)
+    try:
+        check_ack(item.location, record, item.service, item.generation, item.if_version)
+    except LocstatusError as exc:
+        return exc
+    return None

@@ -1,0 +1,256 @@
+"""The acknowledging side of the agent: what the apply threads applied, acknowledged in batches.
+
+Why it is shaped so: a bulk change (a pause of every location) reaches a worker as a burst of
+thousands of keys. Acknowledged one at a time, each key cost its own conditional write (an
+SQLite transaction with its fsync, a ZooKeeper round trip) and its own read of the worker
+list (who settles it), and 16 workers acknowledging 10 000 locations spent minutes where the
+pause's own write took a fraction of a second (docs/agent.md "Bursts"). So an apply thread
+that has run a key's handlers hands the key here and takes the next one; this thread takes
+every key handed over since its last write and acknowledges them with one
+``Backend.ack_many`` (each still conditional on the version whose state was applied), reads
+the worker list once for the whole batch, and reads the records of the refused ones with one
+``Backend.read_many``. Keys handed over while a batch is written form the next batch, so the
+batches grow with the burst and stay single keys when changes come one at a time.
+
+Each key keeps the guarantees of docs/agent.md "What the agent guarantees": its location stays
+busy (no other handler of it runs) until its acknowledgement is decided; a refused one (the
+record moved while the handler ran) is read again and stored, which plans the key again: a
+newer generation runs the handlers again, the same one is acknowledged again at the version
+read, without running them. A corrupt record, a backend error or a refusal at one key leaves
+the others of the batch as they would be alone. Nothing is acknowledged while the worker is
+fenced or stopping. What is held is bounded by the keys the worker watches (one entry per
+busy location).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from locstatus.agent.handlers import HandlerRetry
+from locstatus.agent.lives import ask_lives
+from locstatus.agent.queue import Key
+from locstatus.agent.settle import is_settler
+from locstatus.agent.state import AgentState
+from locstatus.backends import AckItem
+from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
+from locstatus.manager import worker_live
+from locstatus.models import LocationStatus
+
+if TYPE_CHECKING:
+    from locstatus.manager import Manager
+
+__all__ = ["ACK_BATCH", "Acker", "Applied"]
+
+log = logging.getLogger("locstatus.agent")
+
+ACK_BATCH = 1000
+"""At most this many acknowledgements per ``ack_many`` call (and records per ``read_many``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A key whose handlers succeeded for ``generation``, read at ``version``, to acknowledge."""
+
+    key: Key
+    generation: int
+    version: int
+    transitional: bool
+    """The state applied is pausing/resuming: a settle window opens once acknowledged."""
+
+
+class Acker:
+    """Acknowledges, in batches, the keys the apply threads applied (see the module docstring).
+
+    ``retry``: the backoff before a key whose acknowledgement failed on a backend error is
+    tried again (its first step; the handlers do not run again for it).
+
+    Usage (the agent's threads)::
+
+        acker.submit(Applied(("us-east-1", "replication"), 4, 17, True))   # apply thread
+        acker.run()                                                         # its own thread
+    """
+
+    def __init__(
+        self, state: AgentState, manager: Manager, worker_id: str, *, retry: HandlerRetry
+    ) -> None:
+        self.state = state
+        self.manager = manager
+        self.backend = manager.backend
+        self.worker_id = worker_id
+        self.retry = retry
+        self._lock = threading.Lock()
+        self._pending: list[Applied] = []
+        self._wake = threading.Event()
+
+    def submit(self, applied: Applied) -> None:
+        """Hand over ``applied`` (its location stays busy until it is decided)."""
+        with self._lock:
+            self._pending.append(applied)
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Wake the thread (the agent stops)."""
+        self._wake.set()
+
+    def reset(self) -> None:
+        """Drop what is pending (a restarted agent starts from scratch)."""
+        with self._lock:
+            self._pending.clear()
+
+    def run(self) -> None:
+        """The acknowledging loop, until the agent stops; then what is still pending is
+        released unacknowledged (stop() unregisters the worker)."""
+        s = self.state
+        while True:
+            self._wake.wait()
+            with self._lock:
+                batch, self._pending = self._pending[:ACK_BATCH], self._pending[ACK_BATCH:]
+                if not self._pending:
+                    self._wake.clear()
+            if s.stopping.is_set():
+                with self._lock:
+                    batch += self._pending
+                    self._pending = []
+                self._release(batch)
+                return
+            if batch:
+                try:
+                    self.flush(batch)
+                except Exception:  # a bug, or an error nobody mapped: retry each key
+                    log.exception("agent %s: acknowledging %d keys failed", self.worker_id,
+                                  len(batch))
+                    self._retry(batch)
+
+    def flush(self, batch: Sequence[Applied]) -> None:
+        """Acknowledge ``batch``, each on the condition that its record is still at the version
+        applied; decide every key of it (acknowledged, planned again, or retried later)."""
+        s = self.state
+        if s.stopping.is_set() or s.fence.fenced:
+            # Stopping: stop() unregisters, never ack after that. Fenced: the lease may have
+            # lapsed; lifting the fence acknowledges again what was applied.
+            self._release(batch)
+            return
+        items = [AckItem(a.key[0], a.key[1], a.generation, a.version) for a in batch]
+        results = self.backend.ack_many(self.worker_id, items)
+        done: list[Applied] = []
+        refused: list[Applied] = []
+        failed: list[tuple[Applied, LocstatusError]] = []
+        for applied, result in zip(batch, results, strict=True):
+            if result is None:
+                done.append(applied)
+            elif isinstance(result, VersionConflict):
+                refused.append(applied)
+            else:
+                failed.append((applied, result))
+        self._acknowledged(done)
+        for applied, exc in failed:
+            if isinstance(exc, CorruptRecord):
+                with s.lock:
+                    s.corrupt_locked(exc)
+                log.warning("agent %s: %s", self.worker_id, exc)
+            else:
+                self._backend_retry(applied, exc)
+        self._release([a for a, _ in failed])
+        if refused:
+            self._reread(refused)
+
+    def _acknowledged(self, done: Sequence[Applied]) -> None:
+        s = self.state
+        if not done:
+            return
+        had_error = False
+        with s.lock:
+            s.metrics["acks"] += len(done)
+            for a in done:
+                s.copy.applied[a.key] = a.generation
+                s.copy.handled.pop(a.key, None)
+                s.queue.succeeded(a.key)
+                had_error |= s.errors.pop(f"{a.key[0]}/{a.key[1]}", None) is not None
+        if had_error:
+            s.beat_now.set()  # clear the published error now
+        opened = [a for a in done if a.transitional]
+        if opened:
+            settler = self._settlers(opened)
+            now = s.monotonic()
+            with s.lock:
+                for a in opened:
+                    s.settle.acknowledged(a.key[0], settler=settler(a.key), now=now)
+            s.wake.set()
+        self._release(done)
+
+    def _settlers(self, opened: Sequence[Applied]) -> Callable[[Key], bool]:
+        """Who settles each of ``opened`` first (:func:`is_settler`), from one read of the
+        worker list; True for every key when it cannot be read."""
+        try:
+            workers = self.backend.workers()
+        except LocstatusError:
+            return lambda _key: True
+        live = [w for w in workers if worker_live(w, self.manager.time)]
+
+        def settler(key: Key) -> bool:
+            location, service = key
+            ids = (w.worker_id for w in live if w.applies(location, service))
+            return is_settler(location, self.worker_id, ids)
+
+        return settler
+
+    def _reread(self, refused: Sequence[Applied]) -> None:
+        """The records of refused acknowledgements moved: read them (one batch read) and store
+        them, which plans each key again (a newer generation: its handlers run again)."""
+        s = self.state
+        try:
+            fresh = self.backend.read_many([a.key[0] for a in refused])
+            good = [r for r in fresh if isinstance(r, LocationStatus)]
+            lives = ask_lives(s, self.backend, self.worker_id, good)
+        except LocstatusError as exc:
+            for a in refused:
+                self._backend_retry(a, exc)
+            self._release(refused)
+            return
+        for a, rec in zip(refused, fresh, strict=True):
+            location, service = a.key
+            if isinstance(rec, NotFound):
+                with s.cond:
+                    s.forget_locked(location)
+                continue
+            if isinstance(rec, CorruptRecord):  # keep what was applied; nothing is acknowledged
+                with s.lock:
+                    s.corrupt_locked(rec)
+                log.warning("agent %s: %s", self.worker_id, rec)
+                continue
+            with s.cond:
+                s.store_locked(rec, lives)
+                st = rec.services.get(service)
+                if st is not None and not rec.deleted and st.generation != a.generation:
+                    s.metrics["handler_reruns"] += 1  # moved while the handler ran
+        self._release(refused)
+
+    def _backend_retry(self, applied: Applied, exc: LocstatusError) -> None:
+        log.warning("agent %s: %s/%s: backend error, retrying: %s", self.worker_id,
+                    *applied.key, exc)
+        with self.state.cond:
+            self.state.metrics["backend_errors"] += 1
+            self.state.schedule_locked(applied.key, applied.generation, delay=self.retry.delay(1))
+
+    def _retry(self, batch: Sequence[Applied]) -> None:
+        with self.state.cond:
+            for a in batch:
+                self.state.schedule_locked(a.key, a.generation, delay=self.retry.delay(1))
+        self._release(batch)
+
+    def _release(self, batch: Sequence[Applied]) -> None:
+        """Each key of ``batch`` is decided: its location is free for the apply threads (and
+        the key done for ``start(wait=True)``)."""
+        if not batch:
+            return
+        s = self.state
+        with s.cond:
+            s.first_pass_discard_locked(a.key for a in batch)
+            for a in batch:
+                s.busy.discard(a.key[0])
+                s.queue.release(a.key[0])
+            s.cond.notify_all()
