@@ -31,6 +31,7 @@ from locstatus.errors import (
     NotFound,
     PreconditionFailed,
     SettleTimeout,
+    StandingRegistered,
     Unauthorized,
     VersionConflict,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "RetryPolicy",
     "ServiceStatus",
     "SettleTimeout",
+    "StandingRegistered",
     "State",
     "SyncReport",
     "Unauthorized",

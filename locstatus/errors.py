@@ -64,6 +64,17 @@ class AlreadyExists(LocstatusError):
     title = "already exists"
 
 
+class StandingRegistered(LocstatusError):
+    """An ordinary unregistration or registration met a standing registration of the same id
+    (docs/agent.md "Standing registrations"): only a retirement (``locstatus workers retire``,
+    ``Manager.retire_worker``) ends it. The message names the registration and that command.
+    Nothing was written."""
+
+    exit_code = 1
+    http_status = 409
+    title = "standing registration"
+
+
 class VersionConflict(LocstatusError):
     """Backend level: the record's version is not the expected one (compare-and-set failed).
     The manager re-reads and re-applies (docs/design.md §3.1); callers normally never see this."""

@@ -63,6 +63,23 @@ def check_location(name: object) -> str:
     return name
 
 
+def check_worker_id(worker_id: object) -> str:
+    """Return ``worker_id`` if it is a valid worker id (the rules of location names, as every
+    backend keys registrations like records), else raise :class:`InvalidInput` naming it as a
+    worker id (docs/agent.md)."""
+    if not isinstance(worker_id, str):
+        raise InvalidInput(f"worker id must be a string, got {_shown(worker_id)}")
+    if not LOCATION_RE.fullmatch(worker_id) or worker_id in (".", ".."):
+        raise InvalidInput(
+            f"invalid worker id {_shown(worker_id)}: expected 1-128 characters of "
+            "A-Z a-z 0-9 . _ -, starting with a letter or digit (see locstatus workers)"
+        )
+    if worker_id == BULK_LOCATION:
+        raise InvalidInput(f"{worker_id!r} is reserved for bulk operations and cannot name a "
+                           "worker")
+    return worker_id
+
+
 def canonical_service(name: object, allowed: Iterable[str] | None = None) -> str:
     """Return the canonical service name (``crr`` -> ``replication``).
 

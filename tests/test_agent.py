@@ -40,6 +40,7 @@ from locstatus import (
 from locstatus.agent import UNREGISTER_GRACE, Agent, HandlerRetry
 from locstatus.agent.settle import rendezvous
 from locstatus.backends import Backend, open_backend
+from locstatus.errors import StandingRegistered
 from locstatus.models import TOMBSTONE_ACK, tombstone_generation
 
 from support.agent_worker import Partition
@@ -214,6 +215,27 @@ def test_a_standing_registration_with_its_holder_running_is_not_retired_unless_f
     calls.clear()
     assert mgr.resume(LOC, SVC, wait=10).services[SVC].state is State.RUNNING
     assert [c[0] for c in calls] == ["resume"]
+def test_an_ordinary_agent_of_a_standing_id_is_refused_and_its_stop_leaves_it_standing(
+    mgr: Manager, agents: list[Agent]
+) -> None:
+    """docs/agent.md "Standing registrations": only a retirement ends one. An ordinary agent
+    started with the id of a standing registration whose holder is away raises
+    StandingRegistered naming ``locstatus workers retire`` and registers nothing; its stop()
+    removes nothing; the pause made then waits for the standing registration's holder.
+    (Once, it replaced the Backbeat processor's registration, and its stop() unregistered it:
+    the next pause settled while the processor still ran.)"""
+    held = make_agent(mgr, agents, "bb.1", services=[SVC], standing=True).start()
+    held.stop()
+    impostor = make_agent(mgr, agents, "bb.1", services=[SVC])
+    with pytest.raises(StandingRegistered, match=r"locstatus workers retire bb\.1"):
+        impostor.start()
+    impostor.stop()
+    assert [(w.worker_id, w.standing) for w in mgr.workers()] == [("bb.1", True)]
+    mgr.pause(LOC, SVC)
+    time.sleep(0.3)
+    assert svc_state(mgr) is State.PAUSING and mgr.lagging(LOC, SVC) == ["bb.1"]
+    mgr.retire_worker("bb.1", actor="test")
+    assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
 
 
 def test_pause_is_pausing_until_the_worker_applied_it_then_settles(
@@ -845,9 +867,11 @@ class SlowUnregister(Partition):
         super().__init__(inner)
         self.gate = threading.Event()
 
-    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+    def remove_worker(
+        self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
+    ) -> bool:
         self.gate.wait(30)
-        return super().remove_worker(worker_id, if_expires=if_expires)
+        return super().remove_worker(worker_id, if_expires=if_expires, retire=retire)
 
 
 def test_a_restart_waits_for_the_unregistration_stop_left_pending(kit: Kit) -> None:

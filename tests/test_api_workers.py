@@ -263,6 +263,34 @@ def test_registration_is_idempotent_and_delete_unregisters(
     assert state(mgr) is State.PAUSED
 
 
+def test_delete_and_an_ordinary_put_never_end_a_standing_registration(
+    http: httpx.Client, mgr: Client
+) -> None:
+    """docs/agent.md "Standing registrations": only a retirement ends one. ``DELETE
+    /v1/workers/{id}`` of a standing registration (its holder away) is a 409 naming
+    ``locstatus workers retire``, and an ordinary ``PUT`` of its id too: nothing removed or
+    replaced, so a pause made then stays pausing until it is retired. (Once, the loopback
+    DELETE, with no token, removed the Backbeat bridge's processor and the pause settled.)"""
+    wid = "backbeat.replication.zenko"
+    held = Agent(mgr, wid, services=["replication"], locations=["us-east-1"], standing=True)
+    held.start()
+    held.stop()  # left standing, its holder away
+    r = http.delete(f"/v1/workers/{wid}")
+    assert r.status_code == 409, r.text
+    assert f"locstatus workers retire {wid}" in r.json()["detail"]
+    r = http.put(f"/v1/workers/{wid}", json={"services": ["replication"]})
+    assert r.status_code == 409, r.text
+    assert f"locstatus workers retire {wid}" in r.json()["detail"]
+    assert [(w.worker_id, w.standing) for w in mgr.workers()] == [(wid, True)]
+    mgr.pause("us-east-1", "replication")
+    time.sleep(0.5)
+    mgr.settle("us-east-1")
+    assert state(mgr) is State.PAUSING  # waits for what the standing registration stands for
+    mgr.retire_worker(wid, actor="test")
+    mgr.settle("us-east-1")
+    assert state(mgr) is State.PAUSED and mgr.workers() == []
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status"),
     [

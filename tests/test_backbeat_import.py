@@ -212,6 +212,8 @@ BAD_NODES: dict[str, tuple[bytes, str]] = {
     "date-naive": (b'{"paused":true,"scheduledResume":"2030-06-28T05:40:20"}', "not an ISO 8601"),
     "date-impossible": (b'{"paused":true,"scheduledResume":"2030-02-31T05:40:20.000Z"}',
                         "not a valid date"),
+    "date-too-far": (b'{"paused":true,"scheduledResume":"9999-12-31T23:59:59.999Z"}',
+                     "more than ten years ahead"),
 }
 BAD_DOCS: dict[str, tuple[Any, str]] = {
     "doc-no-value": (None, "'value' is missing"),
@@ -221,6 +223,9 @@ BAD_DOCS: dict[str, tuple[Any, str]] = {
     "doc-paused-null": ({"lifecycle": {"paused": None}}, "'paused' must be true or false"),
     "doc-bad-date": ({"lifecycle": {"paused": True, "scheduledResume": "2030-13-01T00:00:00Z"}},
                      "not a valid date"),
+    "doc-date-too-far": ({"lifecycle": {"paused": True,
+                                        "scheduledResume": "9999-12-31T23:59:59.999Z"}},
+                         "more than ten years ahead"),
 }
 
 

@@ -176,7 +176,11 @@ def test_a_trailing_slash_is_the_same_route(
     assert call("GET", "/crr/resume/zenko/") == {"zenko": at}
     assert call("DELETE", "/crr/resume/zenko/schedule/") == {"zenko": "none"}
     assert call("POST", "/crr/resume/") == {"aws-location": "enabled", "zenko": "enabled"}
-    assert call("GET", "/healthcheck")  # the healthcheck takes no slash, like Backbeat's
+    assert call("GET", "/healthcheck/") == call("GET", "/healthcheck")  # once a 307
+    r = http.post(prefix + "/healthcheck/")
+    assert r.status_code == 405 and r.headers["allow"] == "GET", r.text  # as without the slash
+    r = http.put(prefix + "/crr/status/")
+    assert r.status_code == 405 and r.headers["allow"] == "GET", r.text
     assert call("GET", "/crr/status//") == call("GET", "/crr/status")  # empty parts: defaults
 
 

@@ -25,6 +25,7 @@ from locstatus.errors import (
     InvalidInput,
     NewerFormat,
     NotFound,
+    StandingRegistered,
     VersionConflict,
 )
 from locstatus.models import (
@@ -694,7 +695,7 @@ def test_has_worker_answers_whether_a_registration_is_listed(b: Backend) -> None
     b.put_worker(worker("w-1", lease))
     b.put_worker(worker("w-2", lease).model_copy(update={"standing": True}))
     assert b.has_worker("w-1") and b.has_worker("w-2") and not b.has_worker("w-3")
-    assert b.remove_worker("w-2")
+    assert b.remove_worker("w-2", retire=True)
     assert not b.has_worker("w-2") and b.has_worker("w-1")
 
 
@@ -812,8 +813,8 @@ def test_a_standing_registration_outlives_its_holder_until_it_is_retired(kit: Ki
     """Invariant 6, standing registrations (docs/agent.md "Standing registrations"): one whose
     holder goes away without unregistering (its backend closed: on ZooKeeper its session ends)
     stays listed, standing, with the lease it had (away on ZooKeeper); the check's conditional
-    removal never drops it; a new holder takes it over; only an unconditional removal ends
-    it. An ordinary registration beside it keeps today's behaviour."""
+    removal never drops it, nor an ordinary one; a new holder takes it over; only a retirement
+    ends it. An ordinary registration beside it keeps today's behaviour."""
     holder = kit.open()
     holder.create(record("loc", State.PAUSED, 4), [])
     past = datetime.now(UTC) - timedelta(seconds=5)
@@ -850,21 +851,41 @@ def test_a_standing_registration_outlives_its_holder_until_it_is_retired(kit: Ki
     assert back[0].lease_expires_at == (None if session else later)
     assert reader.acks("loc") == {"w-standing": {"replication": 4}}
 
-    assert reader.remove_worker("w-standing") is True  # retired
+    assert reader.remove_worker("w-standing") is False  # an ordinary removal keeps it
+    assert reader.acks("loc") == {"w-standing": {"replication": 4}}
+    assert reader.remove_worker("w-standing", retire=True) is True  # retired
     assert reader.workers() == [] and reader.acks("loc") == {}
     taker.close()
     assert kit.open().workers() == []
 
 
-def test_an_ordinary_registration_of_a_standing_id_replaces_it_and_the_reverse(kit: Kit) -> None:
-    """Registering the id again decides what it is: standing or not, as last written."""
-    b = kit.open()
+def test_only_a_retirement_ends_a_standing_registration(kit: Kit) -> None:
+    """Invariant 6 (docs/agent.md "Standing registrations"): an ordinary registration of a
+    standing id is refused (StandingRegistered naming it and ``locstatus workers retire``,
+    nothing written), and an ordinary removal keeps it with its acknowledgements, from this
+    backend object or another; a standing registration still replaces an ordinary one; a
+    retirement ends it. (Once, an ordinary agent of the bridged id started and stopped ended
+    the Backbeat processor's registration, and the next pause settled without it.)"""
+    b, other = kit.open(), kit.open()
+    b.create(record("loc", State.PAUSING, 3), [])
     lease = datetime.now(UTC) + timedelta(seconds=60)
-    b.put_worker(standing("w-1", lease))
     b.put_worker(worker("w-1", lease))
-    assert [(w.worker_id, w.standing) for w in b.workers()] == [("w-1", False)]
-    b.put_worker(standing("w-1", lease))
-    assert [(w.worker_id, w.standing, w.away) for w in b.workers()] == [("w-1", True, False)]
+    b.put_worker(standing("w-1", lease))  # standing over ordinary: replaced
+    b.ack("w-1", "loc", "replication", 3)
+    for who in (b, other):
+        with pytest.raises(StandingRegistered) as refused:
+            who.put_worker(worker("w-1", lease))
+        assert "w-1" in refused.value.message
+        assert "locstatus workers retire w-1" in refused.value.message
+        assert who.remove_worker("w-1") is False
+    listed = b.workers()
+    assert [(w.worker_id, w.standing, w.away) for w in listed] == [("w-1", True, False)]
+    assert other.acks("loc") == {"w-1": {"replication": 3}}
+    other.put_worker(standing("w-1", lease, host="h2"))  # a new holder still takes it over
+    assert [(w.worker_id, w.host) for w in b.workers()] == [("w-1", "h2")]
+    assert b.remove_worker("w-1", retire=True) is True
+    assert b.workers() == [] and b.acks("loc") == {}
+    b.put_worker(worker("w-1", lease))  # retired: the id is free for an ordinary worker
     assert b.remove_worker("w-1") is True and b.workers() == []
 
 

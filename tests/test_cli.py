@@ -671,6 +671,19 @@ def test_workers_retire_refuses_a_standing_registration_whose_holder_is_present(
     done = synced.ok("workers", "retire", "backbeat.replication.zenko", "--force")
     assert "retired the standing registration of backbeat.replication.zenko" in done.stdout
     assert json.loads(synced.ok("workers", "--json").stdout) == []
+@pytest.mark.parametrize("bad", ["../../x", "a/b", "..", "all", "-x"])
+def test_workers_retire_of_a_bad_id_names_a_worker_id_not_a_location(
+    synced: Cli, bad: str
+) -> None:
+    """``locstatus workers retire`` takes a worker id: a bad one is exit 2 naming it as a
+    worker id (once: "invalid location name"), nothing retired."""
+    register(synced.url, "worker-b")
+    result = synced("workers", "retire", "--", bad)
+    assert result.exit_code == 2, result.stderr
+    assert "worker" in result.stderr and repr(bad) in result.stderr
+    assert "location name" not in result.stderr
+    assert [w["worker_id"] for w in json.loads(synced.ok("workers", "--json").stdout)] == [
+        "worker-b"]
 
 
 def test_workers_show_each_workers_clock_offset_to_the_backend(synced: Cli) -> None:

@@ -108,17 +108,26 @@ PREFIXES = ("/_/backbeat/api/{service}", "/_/{service}")
 """CloudServer's path first (the one in the OpenAPI document), then Backbeat's own."""
 
 
-class BackbeatPath(BackbeatRoute):
-    """A Backbeat route routed as Backbeat routes: a path asked with a method of
-    :data:`BACKBEAT_METHODS` the route does not take matches nothing (404 once no other route
-    takes it), and trailing slashes are the route without them (Backbeat reads an empty part
-    of the path as the default)."""
+class SlashFree(BackbeatRoute):
+    """A route whose path with trailing slashes is the route without them (Backbeat reads an
+    empty part of the path as the default), never Starlette's 307 redirect, which behind a
+    proxy points at the sidecar's own address: the healthcheck's, and every Backbeat
+    route's through :class:`BackbeatPath`."""
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] == "http":
             path: str = scope["path"]
             if len(path) > 1 and path.endswith("/"):
                 scope = {**scope, "path": path.rstrip("/") or "/"}
+        return super().matches(scope)
+
+
+class BackbeatPath(SlashFree):
+    """A Backbeat route routed as Backbeat routes: a path asked with a method of
+    :data:`BACKBEAT_METHODS` the route does not take matches nothing (404 once no other route
+    takes it), and trailing slashes are the route without them (:class:`SlashFree`)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
         match, child = super().matches(scope)
         if match is Match.PARTIAL and scope.get("method") in BACKBEAT_METHODS:
             return Match.NONE, {}
@@ -408,5 +417,5 @@ for _path in ("/_/healthcheck", "/_/backbeat/api/healthcheck"):
     router.add_api_route(
         _path, healthcheck, methods=["GET"], tags=["backbeat"], responses=responses(503),
         summary="Backbeat's healthcheck: 200 while the backend answers",
-        include_in_schema=_path == "/_/healthcheck",
+        include_in_schema=_path == "/_/healthcheck", route_class_override=SlashFree,
     )

@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from locstatus.errors import LocstatusError, SettleTimeout
 
@@ -204,11 +205,13 @@ def _validation_errors(errors: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods of every route whose path matches ``path`` as that route itself matches it
+    (a Backbeat route and the healthcheck take trailing slashes, api/backbeat.py)."""
     methods: set[str] = set()
+    scope: dict[str, Any] = {"type": "http", "path": path, "root_path": "", "method": ""}
     for route in app.router.routes:
-        regex = getattr(route, "path_regex", None)
-        if regex is not None and regex.match(path):
-            methods.update(getattr(route, "methods", None) or ())
+        if isinstance(route, Route) and route.matches(scope)[0] is not Match.NONE:
+            methods.update(route.methods or ())
     return sorted(methods)
 
 

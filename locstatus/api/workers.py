@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from locstatus.errors import InvalidInput, NotFound, VersionConflict
+from locstatus.errors import InvalidInput, NotFound, StandingRegistered, VersionConflict
 from locstatus.manager import Manager, worker_live
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, WorkerInfo, tombstone_generation
 from locstatus.names import check_location
@@ -311,8 +311,12 @@ def register(
     response_model=Unregistered,
     tags=["workers"],
     summary="Unregister a worker (drops its acknowledgements: it no longer blocks a pause)",
+    description=(
+        "A standing registration is never ended here: 409, naming `locstatus workers retire`, "
+        "the one way it ends (docs/agent.md \"Standing registrations\")."
+    ),
     dependencies=[Depends(authorize_worker)],
-    responses=responses(400, 401, 403, 413, 415, 422, 503),
+    responses=responses(400, 401, 403, 409, 413, 415, 422, 503),
 )
 def unregister(
     request: Request,
@@ -321,7 +325,13 @@ def unregister(
     body: Annotated[UnregisterBody | None, Body()] = None,
 ) -> Unregistered:
     wid = _worker_id(worker_id)
-    removed = ctx.mgr.backend.remove_worker(wid)
+    removed = ctx.mgr.backend.remove_worker(wid)  # never a standing one (no retire)
+    if not removed and any(w.worker_id == wid and w.standing for w in ctx.mgr.backend.workers()):
+        raise StandingRegistered(
+            f"{wid} is a standing registration: DELETE /v1/workers never ends one, nothing "
+            f"was removed; only a retirement does, logged with its actor: locstatus workers "
+            f"retire {wid} (docs/agent.md \"Standing registrations\")"
+        )
     hub = hub_of(request.app)
     hub.started_at.pop(wid, None)
     hub.registrations.pop(wid, None)

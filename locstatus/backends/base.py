@@ -32,8 +32,12 @@ Invariants (checked by ``tests/test_backend_contract.py``, one suite run against
    registrations") outlives its holder: it stays listed, standing, with its last lease, after
    that lease lapsed or its holder's session ended (nothing drops it: MongoDB's TTL index
    never matches it, ZooKeeper keeps it in a persistent node and lists it ``away`` while no
-   session holds it); a conditional removal never removes it; a new holder's ``put_worker``
-   takes it over; only an unconditional removal ends it.
+   session holds it); a new holder's ``put_worker`` takes it over; only a retirement
+   (``remove_worker(retire=True)``) ends it: an ordinary or conditional removal keeps it, and
+   an ordinary registration of its id (``put_worker`` without ``standing``) is refused with
+   :class:`~locstatus.errors.StandingRegistered`, judged in the write's atomic step (memory:
+   the store's lock; SQLite: the transaction; ZooKeeper: a multi-op checking the
+   registrations' creation count; MongoDB: a filtered write).
    **An unreadable registration never lets a transition settle without its worker**: a stored
    registration that does not parse or validate (a hand edit, a field a newer version wrote,
    another worker's id) may belong to a running worker, so :meth:`workers` lists it, in its
@@ -491,12 +495,21 @@ class Backend(ABC):
         registration by the session (ephemeral node): a worker is alive while it is listed and
         its lease, if any, holds. Raises :class:`~locstatus.errors.InvalidInput` (nothing
         written) when the registration does not fit without its errors (a location filter of
-        ~100 000 names), :class:`~locstatus.errors.BackendUnavailable`."""
+        ~100 000 names), :class:`~locstatus.errors.StandingRegistered` (nothing written) for
+        an ordinary registration over a standing one of the same id (invariant 6),
+        :class:`~locstatus.errors.BackendUnavailable`."""
 
     @abstractmethod
-    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+    def remove_worker(
+        self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
+    ) -> bool:
         """Unregister a worker and drop its acknowledgements. Returns True when this call
         removed a registration, False when there was none to remove (no error if unknown).
+
+        ``retire``: a retirement (``Manager.retire_worker``), the only removal that ends a
+        standing registration (docs/agent.md "Standing registrations"); without it a standing
+        registration is kept, with its acknowledgements (False), judged in the removal's
+        atomic step as ``if_expires`` is.
 
         ``if_expires`` (aware UTC): remove only while the stored registration's
         ``lease_expires_at`` is exactly this deadline, the one the caller saw pass; a renewed

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from locstatus.errors import CorruptRecord, InvalidInput, NewerFormat
+from locstatus.errors import CorruptRecord, InvalidInput, NewerFormat, StandingRegistered
 from locstatus.models import (
     STORED_RECORD,
     HistoryEntry,
@@ -484,17 +484,39 @@ def ack_generation(raw: object) -> int | None:
     return int(raw) if isinstance(raw, int) and not isinstance(raw, bool) else None
 
 
-def is_registration(worker_id: str, raw: object, if_expires: datetime | None) -> bool:
+def is_registration(
+    worker_id: str, raw: object, if_expires: datetime | None, *, retire: bool = False
+) -> bool:
     """Whether the registration stored under ``worker_id`` may be removed by
-    ``remove_worker(if_expires=)``: always when ``if_expires`` is None; never when it is a
-    standing registration (it outlives its lease, docs/agent.md "Standing registrations": only
-    an unconditional removal, ``Manager.retire_worker``, ends it); else only while its lease
-    deadline, as :func:`decode_worker` lists it (an unreadable one's stand-in carries the
-    lease that still reads in it, or none), is exactly ``if_expires``."""
-    if if_expires is None:
+    ``remove_worker(if_expires=, retire=)``. A standing registration (docs/agent.md "Standing
+    registrations") only by a retirement (``retire``, ``Manager.retire_worker``): never by an
+    ordinary unregistration, nor by a conditional removal (it outlives its lease). Otherwise
+    always when ``if_expires`` is None, else only while its lease deadline, as
+    :func:`decode_worker` lists it (an unreadable one's stand-in carries the lease that still
+    reads in it, or none), is exactly ``if_expires``."""
+    if retire and if_expires is None:
         return True
     info = decode_worker(worker_id, raw)
-    return not info.standing and info.lease_expires_at == if_expires
+    if info.standing:
+        return False
+    return if_expires is None or info.lease_expires_at == if_expires
+
+
+def standing_refusal(worker_id: str, *, registering: bool) -> StandingRegistered:
+    """The error for an ordinary registration (``registering``) or unregistration of
+    ``worker_id`` met by a standing registration of that id: only a retirement ends it."""
+    what = "registration" if registering else "unregistration"
+    return StandingRegistered(
+        f"{worker_id} is a standing registration: an ordinary {what} of the same id is "
+        f"refused, nothing was written; only a retirement ends it: locstatus workers retire "
+        f"{worker_id} (docs/agent.md \"Standing registrations\")"
+    )
+
+
+def refuses_put(worker_id: str, raw: object, info: WorkerInfo) -> bool:
+    """Whether writing ``info`` over the registration stored as ``raw`` must be refused
+    (:func:`standing_refusal`): an ordinary registration over a standing one."""
+    return not info.standing and raw is not None and decode_worker(worker_id, raw).standing
 
 
 def _short(exc: BaseException, root: str = "record") -> str:

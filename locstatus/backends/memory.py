@@ -221,15 +221,20 @@ class MemoryBackend(Backend):
 
     def put_worker(self, info: WorkerInfo) -> None:
         self._check_open()
-        with self._store.lock:
-            self._store.workers[info.worker_id] = codec.encode_worker(info)
+        data = codec.encode_worker(info)
+        with self._store.lock:  # judged and written under the store's one lock
+            if codec.refuses_put(info.worker_id, self._store.workers.get(info.worker_id), info):
+                raise codec.standing_refusal(info.worker_id, registering=True)
+            self._store.workers[info.worker_id] = data
         self._notify(Hint(kind="workers"))
 
-    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+    def remove_worker(
+        self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
+    ) -> bool:
         self._check_open()
         with self._store.lock:
             raw = self._store.workers.get(worker_id)
-            if raw is None or not codec.is_registration(worker_id, raw, if_expires):
+            if raw is None or not codec.is_registration(worker_id, raw, if_expires, retire=retire):
                 return False
             del self._store.workers[worker_id]
             for per_loc in self._store.acks.values():

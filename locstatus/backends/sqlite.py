@@ -449,18 +449,26 @@ class SQLiteBackend(Backend):
 
     def put_worker(self, info: WorkerInfo) -> None:
         data = codec.encode_worker(info)  # bounded (InvalidInput) before the transaction
-        with self._write() as db:
+        with self._write() as db:  # judged and written in one transaction
+            row = db.execute(
+                "SELECT data FROM workers WHERE worker_id = ?", (info.worker_id,)
+            ).fetchone()
+            if row is not None and codec.refuses_put(info.worker_id, row[0], info):
+                raise codec.standing_refusal(info.worker_id, registering=True)
             db.execute(
                 "INSERT OR REPLACE INTO workers (worker_id, data) VALUES (?, ?)",
                 (info.worker_id, data),
             )
 
-    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+    def remove_worker(
+        self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
+    ) -> bool:
         with self._write() as db:
             row = db.execute(
                 "SELECT data FROM workers WHERE worker_id = ?", (worker_id,)
             ).fetchone()
-            if row is None or not codec.is_registration(worker_id, row[0], if_expires):
+            if row is None or not codec.is_registration(worker_id, row[0], if_expires,
+                                                        retire=retire):
                 return False
             db.execute("DELETE FROM workers WHERE worker_id = ?", (worker_id,))
             db.execute("DELETE FROM acks WHERE worker_id = ?", (worker_id,))

@@ -18,6 +18,7 @@ from locstatus.errors import (
 from locstatus.names import (
     MAX_ACTOR,
     check_location,
+    check_worker_id,
 )
 
 from .app import (
@@ -213,6 +214,7 @@ def retire(
     registration whose holder is present is refused (naming its host and pid) unless --force.
     Exit 0 done, 1 no such worker or its holder present, 2 bad input or backend
     unavailable."""
+    check_worker_id(worker_id)  # named as a worker id, before the backend is opened
     check_option_text("--actor", actor, MAX_ACTOR)
     mgr = options_of(ctx).manager()
     info = mgr.retire_worker(worker_id, actor=actor or default_actor(), force=force)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -52,6 +52,10 @@ TIMEOUT = 10.0
 """Seconds to wait for ZooKeeper or MongoDB to answer before the import gives up (exit 2)."""
 
 Event = Literal["pause", "resume", "schedule_resume", "cancel_scheduled_resume"]
+MAX_SCHEDULE = timedelta(hours=87_600)
+"""Furthest ahead an imported ``scheduledResume`` may be: ten years, the bound the Backbeat
+routes put on ``hours`` (docs/http.md, "Backbeat-compatible routes"); one further is bad data
+(``9999-12-31T23:59:59.999Z`` is a pause for good spelled as a date), reported per location."""
 
 
 @dataclass(frozen=True)
@@ -330,8 +334,17 @@ def run_import(mgr: Manager, entries: Sequence[Entry], read: set[str], *,
             report.errors.append(Problem(location=entry.location, service=entry.service,
                                          source=entry.source, detail=entry.error))
             continue
-        rec = records.get(entry.location)
         assert entry.state is not None
+        at = entry.state.scheduled_resume
+        if entry.state.paused and at is not None and at > now + MAX_SCHEDULE:
+            report.errors.append(Problem(
+                location=entry.location, service=entry.service, source=entry.source,
+                detail=f"{entry.source}: scheduledResume {at.isoformat()} is more than ten "
+                       "years ahead (the Backbeat routes' bound, 87600 hours): fix it in "
+                       "Backbeat, or decide by hand with locstatus pause/resume",
+            ))
+            continue
+        rec = records.get(entry.location)
         if rec is None or entry.service not in rec.services:
             report.only_in_backbeat.append(key)
             continue

@@ -129,7 +129,7 @@ def retire_worker(
             "what it stands for; stop its holder first (it is then away), or retire with "
             "--force (docs/agent.md \"Standing registrations\")"
         )
-    if info is None or not core.backend.remove_worker(worker_id):
+    if info is None or not core.backend.remove_worker(worker_id, retire=True):
         names = sorted(listed)
         known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         raise NotFound(f"no worker {worker_id!r} is registered (registered: {known or 'none'})")

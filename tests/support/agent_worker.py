@@ -115,9 +115,11 @@ class Partition(Backend):
         self._check()
         self.inner.put_worker(info)
 
-    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+    def remove_worker(
+        self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
+    ) -> bool:
         self._check()
-        return self.inner.remove_worker(worker_id, if_expires=if_expires)
+        return self.inner.remove_worker(worker_id, if_expires=if_expires, retire=retire)
 
     def workers(self) -> list[WorkerInfo]:
         self._check()

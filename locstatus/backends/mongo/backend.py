@@ -137,9 +137,11 @@ class MongoBackend(Backend):
     def put_worker(self, info: WorkerInfo) -> None:
         self._workers.put(info)
 
-    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+    def remove_worker(
+        self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
+    ) -> bool:
         """See :meth:`Backend.remove_worker` and :meth:`Workers.remove`."""
-        return self._workers.remove(worker_id, if_expires=if_expires)
+        return self._workers.remove(worker_id, if_expires=if_expires, retire=retire)
 
     def workers(self) -> list[WorkerInfo]:
         return self._workers.listed()

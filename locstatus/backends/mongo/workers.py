@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from pymongo import ASCENDING
+from pymongo.errors import DuplicateKeyError
 
 from locstatus.backends import codec
 from locstatus.backends.base import AckMap, check_ack, stale_ack
@@ -52,18 +53,39 @@ class Workers:
             # the TTL field; a standing registration carries none (it outlives its lease, its
             # deadline kept in ``info`` only), so the TTL monitor never deletes it
             doc["expires_at"] = info.lease_expires_at
+        # an ordinary registration never replaces a standing one (docs/agent.md "Standing
+        # registrations"): the filter leaves it out, so the upsert's insert of the same _id
+        # fails with a duplicate key, and nothing is written
+        query: Doc = {"_id": info.worker_id}
+        if not info.standing:
+            query["info.standing"] = {"$ne": True}
         with self.store.io(f"registration of worker {info.worker_id!r}"):
-            self.store.workers.replace_one({"_id": info.worker_id}, doc, upsert=True)
+            try:
+                self.store.workers.replace_one(query, doc, upsert=True)
+            except DuplicateKeyError:
+                raise codec.standing_refusal(info.worker_id, registering=True) from None
 
-    def remove(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+    def remove(
+        self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
+    ) -> bool:
         """See :meth:`Backend.remove_worker`. With ``if_expires``: read the registration, and
         delete it only while its whole stored document is still the one read (a renewal or a
         new registration rewrites it); the acknowledgements go in a second request, so a
         worker registering again in between may lose acknowledgements it wrote then: a live
-        worker missing an acknowledgement is waited for (safe), never settled without."""
+        worker missing an acknowledgement is waited for (safe), never settled without.
+        Without ``retire`` a standing registration is left out by the delete's filter, and
+        kept with its acknowledgements."""
         with self.store.io(f"removal of worker {worker_id!r}"):
-            if if_expires is None:
+            if if_expires is None and retire:
                 removed = self.store.workers.delete_one({"_id": worker_id}).deleted_count > 0
+            elif if_expires is None:
+                removed = self.store.workers.delete_one(
+                    {"_id": worker_id, "info.standing": {"$ne": True}}
+                ).deleted_count > 0
+                if not removed and self.store.workers.find_one(
+                    {"_id": worker_id, "info.standing": True}, max_time_ms=self.store.mt
+                ) is not None:
+                    return False  # standing: only a retirement ends it
             else:
                 doc = self.store.workers.find_one({"_id": worker_id}, max_time_ms=self.store.mt)
                 if doc is None or not codec.is_registration(worker_id, doc.get("info"), if_expires):

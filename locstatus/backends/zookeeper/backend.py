@@ -148,10 +148,12 @@ class ZooKeeperBackend(Backend):
         another session (a restarted worker's) is taken over (see :meth:`Workers.put`)."""
         self._workers.put(info)
 
-    def remove_worker(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+    def remove_worker(
+        self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
+    ) -> bool:
         """See :meth:`Backend.remove_worker` and :meth:`Workers.remove` (one versioned multi-op
         with the acknowledgements)."""
-        return self._workers.remove(worker_id, if_expires=if_expires)
+        return self._workers.remove(worker_id, if_expires=if_expires, retire=retire)
 
     def has_worker(self, worker_id: str) -> bool:
         """One read of the registration's node (see :meth:`Workers.has`)."""

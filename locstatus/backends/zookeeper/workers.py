@@ -13,7 +13,10 @@ Why it is shaped so:
   same worker restarted) takes the child over in the same multi-op that rewrites the
   registration; one found without it is listed ``away``. Its acknowledgements stay ephemeral:
   when the holder's session goes they go, and a transition waits until the holder is back and
-  acknowledges again (conservative). Only an unconditional removal (retirement) ends it.
+  acknowledges again (conservative). Only a retirement ends it: an ordinary registration or
+  removal of its id judges the node in a multi-op that checks the count of registrations
+  created (read before the node), so a standing node created in between, at version 0 like
+  any new node, is neither rewritten nor deleted by it; one found is refused or kept.
 - **A new session re-registers** the workers this backend wrote (:meth:`Workers.restore`, run by
   the watcher), but not their acknowledgements: written back from here they would race the
   agent's own, so the ``resync`` of a new session says ``session_lost`` and agents acknowledge
@@ -121,7 +124,7 @@ class Workers:
         try:
             self.client.call(
                 f"register worker {info.worker_id!r}",
-                lambda: self._put_node(path, data, standing=info.standing),
+                lambda: self._put_node(path, data, standing=info.standing, wid=info.worker_id),
             )
         finally:
             self.copy.forget()
@@ -132,7 +135,9 @@ class Workers:
         limit = min(self.client.params.max_bytes, codec.MAX_REGISTRATION_BYTES)
         return codec.encode_worker(info, limit).encode()
 
-    def _put_node(self, path: str, data: bytes, *, standing: bool = False) -> None:
+    def _put_node(
+        self, path: str, data: bytes, *, wid: str, standing: bool = False
+    ) -> None:
         if standing:
             self._put_standing(path, data)
             return
@@ -146,26 +151,42 @@ class Workers:
                 return
             if not isinstance(refused.error, NodeExistsError):
                 raise refused.error
-            stat = client.get(kazoo.exists_async(path))
-            if stat is None:
+            # the count of registrations created, read before the node: the multi-op below
+            # checks it, so a node deleted and created again meanwhile (a standing one, whose
+            # version starts at 0 too) is never rewritten nor deleted by this ordinary write
+            created = client.get(kazoo.exists_async(self.paths.workers))
+            try:
+                stored, stat = client.get(kazoo.get_async(path))
+            except NoNodeError:
+                continue
+            if created is None:
                 continue
             session = client.session_id
             if session is None:
                 raise ConnectionLoss()  # retried by the caller once connected again
-            if stat.ephemeralOwner == 0:  # a standing registration of this id: replaced
-                log.warning("replacing standing worker registration %s by an ordinary one", path)
-                self._drop_standing(path, stat)
-                continue
-            if stat.ephemeralOwner == session:
-                try:
-                    client.get(kazoo.set_async(path, data, stat.version))
-                    return
-                except (BadVersionError, NoNodeError):
-                    continue
-            log.warning("taking over worker registration %s from session 0x%x", path,
-                        stat.ephemeralOwner)
-            with contextlib.suppress(BadVersionError, NoNodeError):
-                client.get(kazoo.delete_async(path, stat.version))
+            txn = Transaction(kazoo)
+            txn.check("registrations", self.paths.workers, created.version)
+            if stat.ephemeralOwner == 0:  # persistent: a standing registration, or a hand edit
+                if codec.decode_worker(wid, stored).standing:
+                    raise codec.standing_refusal(wid, registering=True)
+                log.warning("replacing persistent worker node %s (not a standing "
+                            "registration) by an ordinary registration", path)
+                if stat.numChildren:
+                    txn.delete("holder", f"{path}/{HOLDER}")
+                txn.delete("worker", path, stat.version)
+            elif stat.ephemeralOwner == session:
+                txn.set_data("worker", path, data, stat.version)
+            else:
+                log.warning("taking over worker registration %s from session 0x%x", path,
+                            stat.ephemeralOwner)
+                txn.delete("worker", path, stat.version)
+            refused = refusal(client.get(txn.tx.commit_async()), txn.labels)
+            if refused is None and stat.ephemeralOwner == session:
+                return
+            if refused is not None and not isinstance(
+                refused.error, BadVersionError | NoNodeError | NotEmptyError
+            ):
+                raise refused.error
         raise BackendUnavailable(f"could not register {path}: it kept changing")
 
     def _put_standing(self, path: str, data: bytes) -> None:
@@ -236,7 +257,7 @@ class Workers:
         try:
             for info in workers:
                 self._put_node(self.paths.worker(info.worker_id), self._bytes(info),
-                               standing=info.standing)
+                               standing=info.standing, wid=info.worker_id)
         except (LocstatusError, KazooException, KazooTimeoutError) as exc:
             log.warning("zookeeper backend %s: re-registration after session loss failed, "
                         "will retry: %s", self.paths.root, exc)
@@ -246,7 +267,9 @@ class Workers:
         self.copy.forget()
         return True
 
-    def remove(self, worker_id: str, *, if_expires: datetime | None = None) -> bool:
+    def remove(
+        self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
+    ) -> bool:
         """See :meth:`Backend.remove_worker`. With ``if_expires``: one multi-op deleting the
         registration at the znode version whose data was judged (a renewal changes it), checked
         against the count of registrations created (the data version of ``workers``: a
@@ -254,8 +277,10 @@ class Workers:
         acknowledgement node of the worker listed just before; an acknowledgement that
         vanished meanwhile makes it list again."""
         if if_expires is None:
-            self._forget_mine(worker_id)  # not restored on a new session from now on
-            return self._remove_now(worker_id)
+            removed = self._remove_now(worker_id, retire=retire)
+            if removed or retire:
+                self._forget_mine(worker_id)  # not restored on a new session from now on
+            return removed
         try:
             removed = self._remove_if(worker_id, if_expires)
         finally:
@@ -281,18 +306,54 @@ class Workers:
         )
         return [p for p, stat in found if stat is not None]
 
-    def _remove_now(self, worker_id: str) -> bool:
+    def _remove_now(self, worker_id: str, *, retire: bool) -> bool:
+        """An unconditional removal: a retirement (``retire``) ends a standing registration
+        too; an ordinary one keeps it (persistent node: ``ephemeralOwner`` 0), with its
+        acknowledgements, deleting only an ordinary node at the version read."""
         path = self.paths.worker(worker_id)
-        pa, client = self.paths, self.client
+        pa, client, kazoo = self.paths, self.client, self.kazoo
+
+        def ordinary() -> bool | None:
+            """Delete the ordinary registration at ``path``: True done, False none there,
+            None a standing one there (kept)."""
+            for _ in range(10):
+                # checked against the count of registrations created (read first), so a
+                # standing node created meanwhile at the same version is never deleted
+                created = client.get(kazoo.exists_async(pa.workers))
+                try:
+                    stored, stat = client.get(kazoo.get_async(path))
+                except NoNodeError:
+                    return False
+                if created is None:
+                    return False
+                if stat.ephemeralOwner == 0 and codec.decode_worker(worker_id, stored).standing:
+                    return None
+                txn = Transaction(kazoo)
+                txn.check("registrations", pa.workers, created.version)
+                if stat.numChildren:  # a persistent node (a hand edit) with a holder child
+                    txn.delete("holder", f"{path}/{HOLDER}")
+                txn.delete("worker", path, stat.version)
+                refused = refusal(client.get(txn.tx.commit_async()), txn.labels)
+                if refused is None:
+                    return True
+                if not isinstance(refused.error, BadVersionError | NoNodeError | NotEmptyError):
+                    raise refused.error
+            raise BackendUnavailable(f"could not remove {path}: it kept changing")
 
         def remove() -> bool:
-            try:
-                client.get(self.kazoo.delete_async(path))
-                gone = True
-            except NoNodeError:
-                gone = False
-            except NotEmptyError:  # a standing registration: its holder child goes with it
-                gone = self._drop_standing_now(path)
+            if not retire:
+                found = ordinary()
+                if found is None:
+                    return False  # standing: only a retirement ends it (acks kept)
+                gone = found
+            else:
+                try:
+                    client.get(kazoo.delete_async(path))
+                    gone = True
+                except NoNodeError:
+                    gone = False
+                except NotEmptyError:  # a standing registration: its holder child goes with it
+                    gone = self._drop_standing_now(path)
             locations = client.get(self.kazoo.get_children_async(pa.acks_root))
             client.bulk(  # one delete per location, those never acknowledged left out
                 [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
