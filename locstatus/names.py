@@ -46,38 +46,37 @@ def _shown(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _check_name(value: object, kind: str, what: str) -> str:
+    """The one rule location names and worker ids share (every backend keys records and
+    registrations alike): ``value`` if valid, else :class:`InvalidInput` naming it as ``kind``
+    (``"location"``, ``"worker id"``); ``what`` is how a reserved name is refused."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{kind} must be a string, got {_shown(value)}")
+    if not LOCATION_RE.fullmatch(value) or value in (".", ".."):
+        label = "location name" if kind == "location" else kind
+        raise InvalidInput(
+            f"invalid {label} {_shown(value)}: expected 1-128 characters of "
+            "A-Z a-z 0-9 . _ -, starting with a letter or digit"
+            + ("" if kind == "location" else " (see locstatus workers)")
+        )
+    if value == BULK_LOCATION:
+        raise InvalidInput(f"{value!r} is reserved for bulk operations and cannot name {what}")
+    return value
+
+
 def check_location(name: object) -> str:
     """Return ``name`` if it is a valid location name, else raise :class:`InvalidInput`.
 
     Valid: ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`` and not ``.`` or ``..`` (docs/design.md §2).
     """
-    if not isinstance(name, str):
-        raise InvalidInput(f"location must be a string, got {_shown(name)}")
-    if not LOCATION_RE.fullmatch(name) or name in (".", ".."):
-        raise InvalidInput(
-            f"invalid location name {_shown(name)}: expected 1-128 characters of "
-            "A-Z a-z 0-9 . _ -, starting with a letter or digit"
-        )
-    if name == BULK_LOCATION:
-        raise InvalidInput(f"{name!r} is reserved for bulk operations and cannot name a location")
-    return name
+    return _check_name(name, "location", "a location")
 
 
 def check_worker_id(worker_id: object) -> str:
     """Return ``worker_id`` if it is a valid worker id (the rules of location names, as every
     backend keys registrations like records), else raise :class:`InvalidInput` naming it as a
     worker id (docs/agent.md)."""
-    if not isinstance(worker_id, str):
-        raise InvalidInput(f"worker id must be a string, got {_shown(worker_id)}")
-    if not LOCATION_RE.fullmatch(worker_id) or worker_id in (".", ".."):
-        raise InvalidInput(
-            f"invalid worker id {_shown(worker_id)}: expected 1-128 characters of "
-            "A-Z a-z 0-9 . _ -, starting with a letter or digit (see locstatus workers)"
-        )
-    if worker_id == BULK_LOCATION:
-        raise InvalidInput(f"{worker_id!r} is reserved for bulk operations and cannot name a "
-                           "worker")
-    return worker_id
+    return _check_name(worker_id, "worker id", "a worker")
 
 
 def canonical_service(name: object, allowed: Iterable[str] | None = None) -> str:

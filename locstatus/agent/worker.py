@@ -31,7 +31,7 @@ from locstatus.agent.state import AgentState
 from locstatus.agent.watch import Watcher
 from locstatus.errors import InvalidInput, NotFound
 from locstatus.models import LocationStatus, ServiceStatus, State
-from locstatus.names import SERVICE_ALIASES, canonical_service, check_location
+from locstatus.names import SERVICE_ALIASES, canonical_service, check_location, check_worker_id
 from locstatus.settings import Settings
 
 if TYPE_CHECKING:
@@ -151,10 +151,7 @@ class Agent:
         standing: bool = False,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        try:
-            check_location(worker_id)
-        except InvalidInput as exc:
-            raise InvalidInput(f"invalid worker id: {exc}") from None
+        check_worker_id(worker_id)
         names = list(manager.services if services is None else services)
         if isinstance(services, str):
             names = [services]

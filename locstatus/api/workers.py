@@ -39,7 +39,7 @@ from starlette.concurrency import run_in_threadpool
 from locstatus.errors import InvalidInput, NotFound, StandingRegistered, VersionConflict
 from locstatus.manager import Manager, worker_live
 from locstatus.models import TOMBSTONE_ACK, LocationStatus, WorkerInfo, tombstone_generation
-from locstatus.names import check_location
+from locstatus.names import check_location, check_worker_id
 
 from .auth import bearer
 from .context import Ctx
@@ -154,10 +154,7 @@ class Acked(BaseModel):
 
 
 def _worker_id(worker_id: str) -> str:
-    try:
-        return check_location(worker_id)
-    except InvalidInput as exc:
-        raise InvalidInput(f"invalid worker id: {exc.message}") from None
+    return check_worker_id(worker_id)
 
 
 def _registration(mgr: Manager, worker_id: str) -> WorkerInfo:

@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from locstatus.backend_clock import time_source_for
 from locstatus.backends.base import Backend
 from locstatus.clock import CallerClock, Clock, TimeSource
-from locstatus.errors import CorruptRecord, InvalidInput
+from locstatus.errors import CorruptRecord
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
-from locstatus.names import DEFAULT_SERVICES, check_location
+from locstatus.names import DEFAULT_SERVICES, check_location, check_worker_id
 
 from . import bulk, operator, reads, reconcile
 from . import locations as sync
@@ -136,10 +136,7 @@ class Manager:
         registration as listed just before. Raises :class:`InvalidInput` (bad id or actor,
         before any I/O), :class:`NotFound` (not registered), :class:`HolderPresent`,
         :class:`BackendUnavailable`."""
-        try:
-            check_location(worker_id)
-        except InvalidInput as exc:
-            raise InvalidInput(f"invalid worker id: {exc.message}") from None
+        check_worker_id(worker_id)
         check_free_text(None, actor)
         return retire_worker(self._core, worker_id, actor, force=force)
 
