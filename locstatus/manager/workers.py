@@ -122,7 +122,8 @@ def retire_worker(
     :class:`~locstatus.errors.BackendUnavailable`."""
     listed = {w.worker_id: w for w in core.backend.workers()}
     info = listed.get(worker_id)
-    if info is not None and not force and holder_present(info, core.time):
+    present = info is not None and holder_present(info, core.time)
+    if info is not None and present and not force:
         raise HolderPresent(
             f"{worker_id} is a standing registration whose holder is present (host "
             f"{info.host or '?'}, pid {info.pid}): retired now, a pause would settle without "
@@ -137,8 +138,7 @@ def retire_worker(
         "worker %s retired by %s (%s registration; services %s)%s",
         worker_id, actor or "an unnamed actor",
         "standing" if info.standing else "ordinary", ",".join(info.services) or "?",
-        " with --force, its holder present" if force and holder_present(info, core.time)
-        else "",
+        " with --force, its holder present" if present else "",
         extra={"worker": worker_id, "actor": actor or ""},
     )
     return info
