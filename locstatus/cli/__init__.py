@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 
 from . import features, locations, mutations, reads
 from .app import app
@@ -51,4 +52,10 @@ def main() -> None:
         # kazoo logs every failed connection attempt on stderr; a one-shot command reports the
         # outcome in its own one line (docs/cli.md). ``serve`` turns them back on.
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-    app(prog_name="locstatus")
+    try:
+        app(prog_name="locstatus")
+    finally:
+        # The command has reported and chosen its exit status; what is left is the interpreter's
+        # teardown, which restores SIGINT's default action: a Ctrl-C landing there killed the
+        # process (status -2, nothing printed) after it had reported success. Ignored from here.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
