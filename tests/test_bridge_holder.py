@@ -1,5 +1,5 @@
-"""Two Backbeat bridges on one configuration: one publishes (docs/backbeat.md, "One bridge
-publishes"). Real parts: ``locstatus bridge backbeat`` subprocesses on SQLite and ZooKeeper
+"""Two Backbeat bridges on one configuration: one publishes (docs/backbeat.md, "2. The
+bridge", One bridge publishes). Real parts: ``locstatus bridge backbeat`` subprocesses on SQLite and ZooKeeper
 stores, Redis (Debian's redis-server), ZooKeeper, and the Node.js stand-in for Backbeat's queue
 processor (tests/node/legacy_processor.js). Each bridge talks to Redis on its own database
 number (Pub/Sub ignores it), so Redis's ``MONITOR`` tells whose ``PUBLISH`` each one is.
@@ -65,7 +65,7 @@ class Monitor:
         while not self._closing:
             try:
                 line = conn.read_response()
-            except Exception as exc:  # noqa: BLE001 - reported by by_db unless closing
+            except Exception as exc:  # reported by by_db, unless closing
                 self.failure = None if self._closing else repr(exc)
                 return
             text = line.decode(errors="replace") if isinstance(line, bytes) else str(line)

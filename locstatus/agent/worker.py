@@ -517,8 +517,8 @@ class Agent:
         settle at once. Idempotent. A ``standing`` agent's registration is left standing
         instead, marked away from now on (its lease ends now), and keeps counting.
         ``handed_over``: another process holds the standing registration now (the Backbeat
-        bridge's standby, docs/backbeat.md "One bridge publishes"): nothing is written, as
-        marking it away would overwrite the new holder's registration.
+        bridge stepping down, docs/backbeat.md "2. The bridge", One bridge publishes): nothing
+        is written, as marking it away would overwrite the new holder's registration.
 
         Returns within about ``timeout`` seconds (plus at most :data:`UNREGISTER_GRACE`) even
         when the backend does not answer: an unregistration still pending then goes on in the

@@ -174,7 +174,7 @@ class Bridge:
         self._holding = Holding(client, self.services)
         self.standby = True
         """Another bridge holds its registrations: this one publishes nothing (docs/backbeat.md
-        "One bridge publishes"); False once it holds them."""
+        "2. The bridge", One bridge publishes); False once it holds them."""
         self._held_at = 0.0
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -371,7 +371,7 @@ class Bridge:
         if self._docs.apply(location, paused):
             log.info("lifecycle %s at %s", "paused" if paused else "resumed", location)
 
-    # -- one bridge publishes (docs/backbeat.md, "One bridge publishes"; :mod:`.holding`) ------
+    # -- one bridge publishes (:mod:`.holding`) -----------------------------------------------
 
     def _hold(self, *, quiet: bool = False) -> None:
         """Judge who holds the registrations and act (:func:`.holding.judge`). Raises

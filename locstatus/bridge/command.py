@@ -92,7 +92,7 @@ def backbeat(
         bridge = Bridge(client, cfg, services=service or None,
                         settings=BridgeSettings(ack_wait=ack_wait, republish_interval=republish))
         with bridge:
-            if bridge.standby:  # docs/backbeat.md "One bridge publishes"
+            if bridge.standby:  # docs/backbeat.md "2. The bridge", One bridge publishes
                 typer.echo(f"standing by: another bridge holds the registrations of "
                            f"{', '.join(bridge.services)} (logged above); this one takes "
                            "them over once it is away", err=True)

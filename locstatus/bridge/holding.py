@@ -1,5 +1,5 @@
 """Who holds the bridge's standing registrations, so that one bridge publishes at a time
-(docs/backbeat.md, "One bridge publishes").
+(docs/backbeat.md, "2. The bridge", One bridge publishes).
 
 Two bridges on one configuration would both publish to Backbeat's processors, which then
 apply orders concurrently (their read-then-write chains interleave) and leave the state node
