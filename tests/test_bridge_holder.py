@@ -1,6 +1,6 @@
 """Two Backbeat bridges on one configuration: one publishes (docs/backbeat.md, "2. The
-bridge", One bridge publishes). Real parts: ``locstatus bridge backbeat`` subprocesses on SQLite and ZooKeeper
-stores, Redis (Debian's redis-server), ZooKeeper, and the Node.js stand-in for Backbeat's queue
+bridge", One bridge publishes). Real parts: ``locstatus bridge backbeat`` subprocesses on
+SQLite, ZooKeeper and MongoDB-wire stores, Redis (Debian's redis-server), ZooKeeper, and the Node.js stand-in for Backbeat's queue
 processor (tests/node/legacy_processor.js). Each bridge talks to Redis on its own database
 number (Pub/Sub ignores it), so Redis's ``MONITOR`` tells whose ``PUBLISH`` each one is.
 
@@ -31,6 +31,7 @@ import redis
 from locstatus import State, connect
 from locstatus.client import Client
 
+from support.kits_mongo import fresh_database, kit_url
 from support.kits_zk import raw_client, zk_url
 from support.legacy_processor import LegacyProcessor
 from support.redis_server import RedisServer, redis_server  # noqa: F401  (a fixture)
@@ -148,14 +149,18 @@ class Deployment:
             time.sleep(0.02)
 
 
-@pytest.fixture(params=["sqlite", "zookeeper"])
+@pytest.fixture(params=["sqlite", "zookeeper", "mongodb"])
 def deployment(request: pytest.FixtureRequest, tmp_path: Path, zk_server: Any,
                redis_server: RedisServer) -> Iterator[Deployment]:  # noqa: F811
     chroot = f"/bb-{uuid.uuid4().hex[:10]}"
     with raw_client(zk_server.hosts) as root:
         root.create(chroot)
-    url = (f"sqlite:///{tmp_path}/ls.db" if request.param == "sqlite"
-           else zk_url(zk_server.hosts, session_timeout=SESSION))
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/ls.db"
+    elif request.param == "zookeeper":
+        url = zk_url(zk_server.hosts, session_timeout=SESSION)
+    else:
+        url = kit_url(request.getfixturevalue("mongo_server"), fresh_database())
     mgr = connect(url)
     mgr.sync_locations({s: ["replication"] for s in SITES})
     dep = Deployment(url, f"{zk_server.hosts}{chroot}", redis_server, mgr, tmp_path, [])
