@@ -626,3 +626,31 @@ def test_a_processor_restarted_without_its_order_still_acknowledges(site: Site) 
                       action="deleteScheduledResumeService")
         assert not proc.find("resumed", since=mark, site="zenko")
         assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+
+
+def test_a_resume_is_not_acknowledged_by_a_node_written_before_it(site: Site) -> None:
+    """The same the other way round, with the duplicates a stall leaves: the processor is
+    stopped while a pause is published (and published again: a stall looks like a lost
+    message), then the pause is cancelled by a resume. The node still says ``paused: false``
+    from before: the resume stays ``resuming`` while the processor cannot act. Once it runs
+    it applies the queued pauses (its consumer stops) and ignores the resume (it was still
+    running when it read it); the resume settles only once it wrote ``paused: false`` again,
+    and node, consumer and locstatus agree."""
+    with site.processor(["zenko"]) as proc, site.bridge():
+        proc.freeze()
+        site.mgr.pause("zenko", "replication")
+        time.sleep(1.0)
+        site.mgr.resume("zenko", "replication")
+        time.sleep(1.5)
+        assert site.state("zenko") is State.RESUMING  # was: settled at once by the old node
+        assert site.node("zenko") == {"paused": False}
+        mark = proc.mark()
+        proc.thaw()
+        proc.wait_for("paused", since=mark, site="zenko")  # the queued pauses were applied
+        wait_state(site, "zenko", State.RUNNING)
+        proc.wait_for("resumed", since=mark, site="zenko")
+        proc.wait_until(lambda: _consumer_paused(proc, "zenko") is False)
+        time.sleep(1.0)
+        assert site.state("zenko") is State.RUNNING
+        assert site.node("zenko")["paused"] is False
+        assert _consumer_paused(proc, "zenko") is False
