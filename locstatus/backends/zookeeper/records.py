@@ -12,11 +12,12 @@ Why it is shaped so:
   (``match`` on the :class:`~locstatus.backends.zookeeper.txn.Refusal`), and an outcome lost
   with the connection (:class:`AmbiguousCommit`) is never mistaken for a refusal: the manager
   resolves it by the write's history (invariants 4, 9), a create and a delete here by a re-read.
-- **Batches** (:meth:`Records.compare_and_set_many`, :meth:`Records.create_many`) put ten
-  locations' operations in one multi-op and send every multi-op of the batch at once,
-  pipelined: one server transaction per ten locations and one wait per batch. A multi-op is
-  all or nothing, so a refused one is sent again one location per multi-op, and a conflict
-  fails only its own location.
+- **Batches** (:meth:`Records.compare_and_set_many`, :meth:`Records.create_many`) put
+  :data:`GROUP` locations' operations in one multi-op and send every multi-op of the batch at
+  once, pipelined: one server transaction per fifty locations and one wait per batch. A
+  multi-op is all or nothing: a refused compare-and-set group decides the location whose
+  operation failed and sends the others again as a group; a refused create group is sent
+  again one location per multi-op. A conflict fails only its own location.
 - **Delete** removes the record and its acknowledgements atomically; its history is keyed by
   incarnation, so what an interrupted clean-up leaves behind is never read again.
 
