@@ -66,23 +66,38 @@ def _fleet(mgr: Manager, clock: FakeClock, prefix: str) -> tuple[list[str], list
     return locations, workers
 
 
+def _running(rec: LocationStatus) -> LocationStatus:
+    """``rec`` as it read before the pause: replication running at generation 0."""
+    svc = rec.services[SVC].model_copy(update={"state": State.RUNNING, "generation": 0})
+    return rec.model_copy(update={"services": {**rec.services, SVC: svc}})
+
+
 ACK = st.sampled_from([None, 0, 1])
 """A worker's acknowledgement of a location: none, the generation before the pause, the
 pause's own."""
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(acks=st.lists(st.tuples(ACK, ACK), min_size=len(LOCS), max_size=len(LOCS)))
+@given(
+    acks=st.lists(st.tuples(ACK, ACK), min_size=len(LOCS), max_size=len(LOCS)),
+    held=st.sampled_from(["none", "current", "older"]),
+)
 def test_settles_exactly_the_locations_every_live_worker_acknowledged(
-    mgr: Manager, clock: FakeClock, acks: list[tuple[int | None, int | None]]
+    mgr: Manager, clock: FakeClock, acks: list[tuple[int | None, int | None]], held: str
 ) -> None:
-    locations, workers = _fleet(mgr, clock, f"p{next(_rounds)}")
+    """``held``: what the caller passes as ``known`` (an agent's local copy): nothing, the
+    pausing records, or the records from before the pause (generation 0, running: a copy
+    that missed the pause). Whatever it holds, the same locations settle."""
+    prefix = f"p{next(_rounds)}"
+    locations, workers = _fleet(mgr, clock, prefix)
+    older = {loc: _running(mgr.status(loc)) for loc in locations}
     for loc, per in zip(locations, acks, strict=True):
         for w, gen in zip(workers, per, strict=True):
             if gen is not None:
                 mgr.backend.ack(w, loc, SVC, gen)
     before = {loc: mgr.status(loc) for loc in locations}
-    got = mgr.settle_many([*locations, "atlantis"])
+    known = {"none": None, "current": before, "older": older}[held]
+    got = mgr.settle_many([*locations, "atlantis"], known=known)
     assert isinstance(got["atlantis"], NotFound)
     complete = {loc for loc, per in zip(locations, acks, strict=True) if per == (1, 1)}
     for loc in locations:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from locstatus.agent.lives import ask_lives
 from locstatus.agent.replica import Life
+from locstatus.agent.settle import SETTLE_GATHER
 from locstatus.agent.state import AgentState
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound
 from locstatus.models import Hint, LocationStatus, ServiceStatus
@@ -149,7 +150,7 @@ class Watcher:
             with s.lock:
                 resync = s.want_resync or now >= next_resync
                 dirty, s.dirty = s.dirty, set()
-                settle_now = s.settle.pop_due(now=now)
+                settle_now = s.settle.pop_due(now=now, gather=SETTLE_GATHER)
                 sweep = s.settle.take_sweep(now=now)
                 s.want_resync = False
             try:
@@ -295,17 +296,17 @@ class Watcher:
         not fatal, as :meth:`try_settle`'s."""
         s = self.state
         with s.lock:
-            wanted: list[str] = []
+            wanted: dict[str, LocationStatus] = {}
             for loc in locations:
                 rec = s.copy.records.get(loc)
                 if rec is None or not any(x.state.transitional for x in rec.services.values()):
                     s.settle.settled(loc)
                 else:
-                    wanted.append(loc)
+                    wanted[loc] = rec
         if not wanted:
             return
-        try:
-            results = self.manager.settle_many(wanted)
+        try:  # the copy's records: where another worker is still to acknowledge, no read
+            results = self.manager.settle_many(list(wanted), known=wanted)
         except LocstatusError as exc:
             s.count("backend_errors")
             log.warning("agent %s: settle of %d locations failed: %s", self.worker_id,
@@ -342,10 +343,12 @@ class Watcher:
         lease, or an acknowledging worker that died before settling)."""
         s = self.state
         with s.lock:
-            targets = s.copy.transitional()
+            targets = {loc: s.copy.records[loc] for loc in s.copy.transitional()}
         if not targets:
             return
-        results = self.manager.settle_many(sorted(targets))  # failing: the run loop retries
+        # failing: the run loop retries; the copy's records spare the reads of those another
+        # worker is still to acknowledge
+        results = self.manager.settle_many(sorted(targets), known=targets)
         corrupt: list[CorruptRecord] = []
         errors: list[LocstatusError] = []
         with s.cond:

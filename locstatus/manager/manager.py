@@ -285,7 +285,11 @@ class Manager:
         return reconcile.settle(self._core, location, service)
 
     def settle_many(
-        self, locations: Sequence[str], service: ServiceArg = None
+        self,
+        locations: Sequence[str],
+        service: ServiceArg = None,
+        *,
+        known: Mapping[str, LocationStatus] | None = None,
     ) -> dict[str, LocationStatus | LocstatusError]:
         """:meth:`settle` for many locations at once (a bulk change's acknowledgements, an
         agent's due settles): read, checked and written in batches, each location still its own
@@ -293,8 +297,11 @@ class Manager:
         settled only when every live worker acknowledged its current generation. Returns
         location -> its record after the settle, or the :class:`LocstatusError` it ended with
         (a conflict or error at one location fails no other). Raises :class:`InvalidInput` for
-        a bad location name or ``service``, nothing read."""
-        return reconcile.settle_many(self._core, locations, service)
+        a bad location name or ``service``, nothing read. ``known``: records this process
+        holds (an agent's local copy); a location where some live worker has not acknowledged
+        the known record's generation yet is not read, its known record returned
+        (:func:`~.reconcile.settle_many`)."""
+        return reconcile.settle_many(self._core, locations, service, known=known)
 
     def wait_settled(
         self, location: str, service: ServiceArg = None, *, timeout: float

@@ -112,7 +112,11 @@ def _settle_ready(
 
 
 def settle_many(
-    core: Core, locations: Sequence[str], service: ServiceArg = None
+    core: Core,
+    locations: Sequence[str],
+    service: ServiceArg = None,
+    *,
+    known: Mapping[str, LocationStatus] | None = None,
 ) -> dict[str, LocationStatus | LocstatusError]:
     """:func:`settle` for many locations, :data:`SETTLE_BATCH` at a time: per batch the
     records read together (:meth:`~locstatus.backends.base.Backend.read_many`), then, after
@@ -126,8 +130,18 @@ def settle_many(
 
     Returns location -> its record after the settle (the one read when nothing was to settle),
     or the :class:`LocstatusError` it ended with (:class:`NotFound`, a corrupt record, an
-    unknown service, a backend error of its batch's reads). Raises :class:`InvalidInput` for a
-    bad location name or service, before anything is read."""
+    unknown service, a backend error of its batch's reads).
+
+    ``known``: location -> a record of it this process holds (an agent's local copy). A batch
+    first reads the workers and the acks alone, and a location where some live worker has not
+    acknowledged the generation of ``known`` for any of its transitional services is not
+    read (a burst's settler tries while the others still acknowledge): its record returned is
+    the known one. Generations only grow within a life, so that check only ever skips an
+    attempt that could not settle (or one of a location re-created since, tried again once the
+    copy has its new life); the locations kept are settled as above.
+
+    Raises :class:`InvalidInput` for a bad location name or service, before anything is
+    read."""
     for loc in locations:
         check_location(loc)
     names = services_arg(service, core.services)
@@ -137,7 +151,9 @@ def settle_many(
     for i in range(0, len(wanted), SETTLE_BATCH):
         chunk = wanted[i : i + SETTLE_BATCH]
         try:
-            requests = _settle_requests(core, chunk, names, op_id, out)
+            if known:
+                chunk = _maybe_ready(core, chunk, names, known, out)
+            requests = _settle_requests(core, chunk, names, op_id, out) if chunk else []
         except LocstatusError as exc:  # this batch's reads: each of its locations ends so
             for loc in chunk:
                 out.setdefault(loc, exc)
@@ -145,6 +161,36 @@ def settle_many(
         for req, after in core.writer.write_batch(requests):
             out[req.location] = after
     return out
+
+
+def _maybe_ready(
+    core: Core,
+    chunk: Sequence[str],
+    names: Sequence[str] | None,
+    known: Mapping[str, LocationStatus],
+    out: dict[str, LocationStatus | LocstatusError],
+) -> list[str]:
+    """The locations of ``chunk`` that may settle, judged from the workers and the acks read
+    now against the ``known`` records; the others go to ``out`` as their known record."""
+    judged = {loc: rec for loc in chunk if (rec := known.get(loc)) is not None}
+    if not judged:
+        return list(chunk)
+    workers = core.backend.workers()
+    acks = core.backend.acks_many(list(judged))
+    kept: list[str] = []
+    for loc in chunk:
+        rec = judged.get(loc)
+        pending = None if rec is None else _pending(rec, names)
+        if rec is not None and isinstance(pending, list) and pending and all(
+            lagging_workers(
+                loc, s, rec.services[s].generation, workers, acks.get(loc, {}), core.time
+            )
+            for s in pending
+        ):
+            out[loc] = rec  # someone still to acknowledge what this copy holds: not read
+        else:
+            kept.append(loc)
+    return kept
 
 
 def _settle_requests(
