@@ -550,3 +550,107 @@ def test_the_bridge_retires_the_registration_of_a_processor_whose_location_is_go
     site.mgr.sync_locations({k: v for k, v in LOCATIONS.items() if k not in ("aws-location", "zenko")})
     with Bridge(site.mgr, cfg, services=["replication"], settings=settings):
         assert ids() == []
+
+
+# -- what the bridge counts as the acknowledgement (docs/backbeat.md, "What the bridge
+# guarantees") --
+
+
+def _consumer_paused(proc: LegacyProcessor, site_name: str) -> bool | None:
+    """The processor's consumer as its last ``paused``/``resumed`` event left it (None: no
+    such event)."""
+    flips = [e["event"] for e in list(proc.events)
+             if e.get("event") in ("paused", "resumed") and e.get("site") == site_name]
+    return flips[-1] == "paused" if flips else None
+
+
+def test_a_pause_is_not_acknowledged_by_a_node_written_before_it(site: Site) -> None:
+    """The hostile review's stale acknowledgement: the processor is stopped (SIGSTOP) with a
+    ``resumeService`` queued in its Redis connection, then a new pause is made. The node
+    still says ``paused: true`` from the earlier pause: that must not settle the new pause,
+    which settles only with a write of the processor made after the pause was published
+    (here: it applies the queued resume, then the pause published again), and at the end the
+    node, the consumer and locstatus agree."""
+    path = "/backbeat/replication/state/zenko"
+    with site.processor(["zenko"]) as proc, site.bridge():
+        site.mgr.pause("zenko", "replication")
+        wait_state(site, "zenko", State.PAUSED)
+        proc.wait_until(lambda: _consumer_paused(proc, "zenko") is True)
+        time.sleep(0.3)  # the pause's last write (scheduledResume: null) is in
+        before = site.zk.get(path)[1].mzxid
+        proc.freeze()
+        site.mgr.resume("zenko", "replication")
+        time.sleep(0.5)  # published: queued in the frozen processor's connection
+        assert site.state("zenko") is State.RESUMING
+        mark = proc.mark()
+        site.mgr.pause("zenko", "replication")
+        time.sleep(1.5)
+        assert site.state("zenko") is State.PAUSING  # was: settled at once by the old write
+        assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+        assert site.zk.get(path)[1].mzxid == before  # nothing written meanwhile
+        proc.thaw()
+        wait_state(site, "zenko", State.PAUSED)
+        proc.wait_for("resumed", since=mark, site="zenko")  # the queued resume was applied,
+        proc.wait_for("paused", since=mark, site="zenko")   # then the pause published again
+        proc.wait_until(lambda: _consumer_paused(proc, "zenko") is True)
+        time.sleep(1.0)  # nothing moves any more: the three agree
+        assert site.state("zenko") is State.PAUSED
+        assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+        assert _consumer_paused(proc, "zenko") is True
+
+
+def test_a_processor_restarted_without_its_order_still_acknowledges(site: Site) -> None:
+    """The way out: a processor that lost the order (killed with it queued, then restarted)
+    starts paused from its node and ignores a ``pauseService`` (it believes it is paused):
+    it writes nothing. The bridge then sends ``deleteScheduledResumeService``, which the
+    processor applies by writing its node back (``paused`` unchanged), and that write, the
+    only one since, acknowledges the pause."""
+    with site.processor(["zenko"]) as proc, site.bridge():
+        site.mgr.pause("zenko", "replication")
+        wait_state(site, "zenko", State.PAUSED)
+        proc.wait_until(lambda: _consumer_paused(proc, "zenko") is True)
+        time.sleep(0.3)
+        proc.freeze()
+        site.mgr.resume("zenko", "replication")
+        time.sleep(0.5)
+        site.mgr.pause("zenko", "replication")
+        time.sleep(0.5)
+        assert site.state("zenko") is State.PAUSING  # was: settled at once by the old write
+        proc.kill()  # the queued resume is lost with its connection
+        time.sleep(1.0)
+        mark = proc.mark()
+        proc.start()
+        assert proc.find("ready", since=mark, site="zenko", paused=True)
+        wait_state(site, "zenko", State.PAUSED)
+        proc.wait_for("message", since=mark, site="zenko",
+                      action="deleteScheduledResumeService")
+        assert not proc.find("resumed", since=mark, site="zenko")
+        assert site.node("zenko") == {"paused": True, "scheduledResume": None}
+
+
+def test_a_resume_is_not_acknowledged_by_a_node_written_before_it(site: Site) -> None:
+    """The same the other way round, with the duplicates a stall leaves: the processor is
+    stopped while a pause is published (and published again: a stall looks like a lost
+    message), then the pause is cancelled by a resume. The node still says ``paused: false``
+    from before: the resume stays ``resuming`` while the processor cannot act. Once it runs
+    it applies the queued pauses (its consumer stops) and ignores the resume (it was still
+    running when it read it); the resume settles only once it wrote ``paused: false`` again,
+    and node, consumer and locstatus agree."""
+    with site.processor(["zenko"]) as proc, site.bridge():
+        proc.freeze()
+        site.mgr.pause("zenko", "replication")
+        time.sleep(1.0)
+        site.mgr.resume("zenko", "replication")
+        time.sleep(1.5)
+        assert site.state("zenko") is State.RESUMING  # was: settled at once by the old node
+        assert site.node("zenko") == {"paused": False}
+        mark = proc.mark()
+        proc.thaw()
+        proc.wait_for("paused", since=mark, site="zenko")  # the queued pauses were applied
+        wait_state(site, "zenko", State.RUNNING)
+        proc.wait_for("resumed", since=mark, site="zenko")
+        proc.wait_until(lambda: _consumer_paused(proc, "zenko") is False)
+        time.sleep(1.0)
+        assert site.state("zenko") is State.RUNNING
+        assert site.node("zenko")["paused"] is False
+        assert _consumer_paused(proc, "zenko") is False

@@ -9,11 +9,19 @@ Why it is shaped so:
   processor that holds a pause up. Lifecycle's processes read one MongoDB collection: one
   worker, ``backbeat.lifecycle``, stands for them.
 - **The processor's own write is the acknowledgement.** A handler publishes the order and
-  returns only once the processor's state node, read afresh, says it applied it (``paused:
-  true`` is written by the processor before it stops its consumer, and only when that write
-  succeeded); the agent acknowledges after the handler returns, so ``pausing`` cannot settle
-  before that write. A handler that waited ``ack_wait`` seconds in vain fails, naming what the
-  node says; the agent retries it with backoff and publishes the error in the registration.
+  returns only once the processor's state node, read afresh, says it applied it in a write
+  made after the order was published (its ``version``/``mzxid`` against what the bridge saw
+  when it published: a node that agreed already may be a processor stalled with the opposite
+  order queued, docs/backbeat.md "What the bridge guarantees"); ``paused: true`` is written
+  by the processor before it stops its consumer, and only when that write succeeded, and the
+  agent acknowledges after the handler returns, so ``pausing`` cannot settle before that
+  write. A processor already in the state writes nothing: it is sent a probe
+  (``deleteScheduledResumeService``), whose single write acknowledges. A handler that waited
+  ``ack_wait`` seconds in vain fails, naming what the node says; the agent retries it with
+  backoff and publishes the error in the registration.
+- **One order in flight per processor.** Nothing more is published to a processor until its
+  order's writes came or ``republish_interval`` passed: its read-then-write chains must not
+  interleave (several at once can leave its node disagreeing with its consumer).
 - **Level-triggered.** One loop compares, for every processor, the desired state (the agent's
   local copy) with its state node, and publishes again while they differ (at most every
   ``republish_interval`` seconds per processor): a processor that was down, missed a message
@@ -48,7 +56,17 @@ from locstatus.client import Client
 from locstatus.errors import HandlerPending, InvalidInput, LocstatusError, NotFound
 from locstatus.models import LocationStatus
 
-from .legacy import LifecycleDocuments, NodeState, Publisher, StateNodes, action_for, agrees
+from .legacy import (
+    CANCEL,
+    PAUSE,
+    RESUME,
+    LifecycleDocuments,
+    NodeState,
+    Publisher,
+    StateNodes,
+    action_for,
+    agrees,
+)
 
 log = logging.getLogger("locstatus.bridge")
 
@@ -95,6 +113,67 @@ def _named(fn: Callable[[str], None], name: str) -> Callable[[str], None]:
     return fn
 
 
+QUIET = 0.1
+"""Seconds without a write to a state node after which a processor that wrote more than the
+order it was sent asks for is taken to have finished: the duplicates of an order republished
+to a stalled processor run at once when it runs again, each its own read-then-write."""
+
+
+def _expected(action: str) -> int:
+    """The writes a processor makes to its node when it applies ``action``: ``paused`` then
+    ``scheduledResume: null`` for a pause or a resume, one for a disarm (tests/node/
+    legacy_processor.js, as Backbeat's QueueProcessor does)."""
+    return 1 if action == CANCEL else 2
+
+
+@dataclass
+class _Order:
+    """The order last published to one processor (docs/backbeat.md, "What the bridge
+    guarantees").
+
+    ``version``/``mzxid``: the state node as the bridge had seen it when it first published
+    the order (-1: no node), the baseline its acknowledgement is counted from; ``copies``: how
+    many times it was published (a republish keeps the baseline); ``probe``: a
+    ``deleteScheduledResumeService`` sent only to make a processor that is already in the
+    state write its node, acknowledged by exactly one write."""
+
+    action: str
+    paused: bool
+    version: int
+    mzxid: int
+    last: float
+    subscribers: int
+    copies: int = 1
+    probe: bool = False
+    last_version: int = -1
+    last_mzxid: int = -1
+    """The node as seen when the last copy was published."""
+
+    def done_since_last(self, node: NodeState | None) -> bool:
+        """Whether the node had, since the last copy was published, as many writes as one
+        application of the order makes: the processor got past it (a heuristic: a chain
+        that started before it could make them, docs/backbeat.md "What the bridge
+        guarantees")."""
+        if node is None or node.missing or node.mzxid <= self.last_mzxid:
+            return False
+        if self.last_version < 0 or node.version <= self.last_version:
+            return True
+        return node.version - self.last_version >= _expected(self.action)
+
+    def writes(self, node: NodeState | None) -> int:
+        """How many writes the node had since the order was published (a large number when
+        they cannot be counted: the node was created, or created again, since)."""
+        if node is None or node.missing or node.mzxid <= self.mzxid:
+            return 0
+        if self.version < 0 or node.version <= self.version:
+            return 1_000_000
+        return node.version - self.version
+
+    @property
+    def expected(self) -> int:
+        return _expected(self.action) * self.copies
+
+
 @dataclass
 class _Processor:
     service: str
@@ -102,8 +181,13 @@ class _Processor:
     channel: str
     path: str
     agent: Agent
-    sent: tuple[str, float] | None = None
+    order: _Order | None = None
+    other: _Order | None = None
+    """An order for the other state the processor may still have queued (it was superseded
+    before its writes came): while it is, no probe is sent (a probe's read-then-write would
+    interleave with that order's chain and write back what it read before)."""
     subscribers: int | None = None
+    changed_at: float = 0.0
     changed: threading.Event = field(default_factory=threading.Event)
     """Set when this processor's state node changed (or every node may have): wakes its
     handler only, not the handlers of the other processors."""
@@ -328,23 +412,25 @@ class Bridge:
             return None
 
     def _converge(self, proc: _Processor, paused: bool) -> None:
-        """The handler: have the processor apply ``paused``; return once its state node,
-        read afresh, says so (or the desired state moved on). Raises :class:`NotApplied`.
+        """The handler: have the processor apply ``paused``; return once it acknowledged
+        (:meth:`_acked`: its state node, read afresh, says so in a write made after the
+        order was published), or the desired state moved on. Raises :class:`NotApplied`.
 
-        It publishes unless the loop has just published the same order (the loop may see the
-        agent's copy flip before this handler starts): a second ``pauseService`` makes the
-        processor read and write its node a second time before it gets to the next site's
-        (bench/bridge.py). It waits on its own processor's node changes only."""
+        It publishes through :meth:`_publish`, which sends nothing while the processor's
+        previous order is in flight (the loop may have published this one already: a second
+        ``pauseService`` makes the processor read and write its node a second time before it
+        gets to the next site's, bench/bridge.py). It waits on its own processor's node
+        changes only."""
         assert self._nodes is not None
-        self._publish(proc, paused)
         deadline = time.monotonic() + self.settings.ack_wait
         node: NodeState | None = None
         while not self._stop.is_set():
             proc.changed.clear()  # before the look at the cache: a change after it wakes us
+            self._publish(proc, paused)
             node = self._nodes.cached(proc.path)
-            if agrees(node, paused):
+            if self._acked(proc, node, paused):
                 node = self._nodes.read(proc.path)  # the cache lags: read before trusting it
-                if agrees(node, paused):
+                if self._acked(proc, node, paused):
                     return
             if self._desired(proc) is not paused:
                 return  # superseded: the agent runs the newer handler (and acks nothing old)
@@ -353,12 +439,55 @@ class Bridge:
                 break
             proc.changed.wait(min(left, 0.05))
         what = node.describe() if node is not None else "its state node cannot be read"
+        order = proc.order
+        if (order is not None and order.paused == paused and node is not None
+                and agrees(node, paused) and not order.writes(node)):
+            what += ", written before the order (no write of the processor since)"
         listeners = ("" if proc.subscribers is None else
                      f"; {proc.subscribers} subscriber(s) on {proc.channel}")
         raise NotApplied(
             f"Backbeat's {proc.service} processor for {proc.location} has not applied "
             f"{'the pause' if paused else 'the resume'}: {what}{listeners}"
         )
+
+    @staticmethod
+    def _acked(proc: _Processor, node: NodeState | None, paused: bool) -> bool:
+        """Whether the processor acknowledged ``paused`` (docs/backbeat.md, "What the bridge
+        guarantees"): its node agrees (:func:`agrees`) in a write made after the order for
+        that state was published, and no more writes than that order asks for (more: another
+        read-then-write ran meanwhile, so what the node says may be what one of them read
+        before another wrote; a new order is sent once it is quiet). A probe counts only with
+        exactly its own write. A node that does not exist acknowledges a resume: no processor
+        ever ran there, and one that starts creates it running. A bridge's first look, before
+        it published anything, trusts a node that agrees (it knows of no order in flight)."""
+        if node is not None and node.missing and not paused:
+            return True
+        order = proc.order
+        if order is None:
+            return agrees(node, paused)
+        if order.paused != paused or not agrees(node, paused):
+            return False
+        n = order.writes(node)
+        return n == 1 if order.probe else 1 <= n <= order.expected
+
+    def _in_flight(self, proc: _Processor, order: _Order, node: NodeState | None,
+                   now: float, force: bool) -> bool:
+        """Whether ``order`` may still be acted on by the processor, so that nothing else is
+        published to it yet (one order in flight per processor: its read-then-write chains
+        must not interleave, docs/backbeat.md "What the bridge guarantees"). It is done once
+        the writes it asks for came (more than that: once the node is quiet), or when
+        ``republish_interval`` passed since its last copy with fewer (lost, ignored by a
+        processor already in that state, or queued at a stalled processor: it is sent again,
+        or a probe is). A resync (``force``) sends at once an order nobody received."""
+        n = order.writes(node)
+        quiet = now - proc.changed_at >= QUIET
+        if n > order.expected:
+            return not quiet
+        if n == order.expected:
+            return False
+        if force and order.subscribers == 0:
+            return False
+        return now - order.last < self.settings.republish_interval or not quiet
 
     def _lifecycle_apply(self, location: str, paused: bool) -> None:
         assert self._docs is not None
@@ -374,7 +503,9 @@ class Bridge:
         with self._lock:
             procs = (list(self._by_path.values()) if path is None
                      else [p] if (p := self._by_path.get(path)) is not None else [])
+        now = time.monotonic()
         for proc in procs:
+            proc.changed_at = now
             proc.changed.set()
         self._kick()
 
@@ -384,25 +515,60 @@ class Bridge:
             self._wake.cond.notify_all()
 
     def _publish(self, proc: _Processor, paused: bool, *, force: bool = False) -> None:
+        """Publish what moves ``proc`` toward ``paused``, unless it acknowledged already or
+        its previous order is in flight (:meth:`_in_flight`). A node that agrees but was not
+        written since the order: the order again if the processor got none, else a probe
+        (``deleteScheduledResumeService``: the processor writes its node back as it read it,
+        ``paused`` unchanged), but never while an order for the other state may still be
+        queued at it (``_Processor.other``). The loop and the handler both call it; the lock
+        makes one of them publish."""
         assert self._publisher is not None and self._nodes is not None
         node = self._nodes.cached(proc.path)
-        if agrees(node, paused):
-            return
-        action = action_for(node, paused)
         now = time.monotonic()
-        with self._lock:  # the loop and the handler may both get here: one publishes
-            before = proc.sent
-            if (not force and before is not None and before[0] == action
-                    and now - before[1] < self.settings.republish_interval):
+        with self._lock:
+            order, other = proc.order, proc.other
+            if other is not None and other.done_since_last(node):
+                proc.other = other = None
+            if self._acked(proc, node, paused):
                 return
-            proc.sent = (action, now)
+            if order is not None and self._in_flight(proc, order, node, now, force):
+                return
+            agree = agrees(node, paused)
+            probe = (agree and order is not None and order.paused == paused
+                     and not order.probe and order.writes(node) == 0
+                     and order.subscribers > 0 and other is None)
+            if probe:
+                action = CANCEL
+            elif agree:
+                action = PAUSE if paused else RESUME
+            else:
+                action = action_for(node, paused)
+            if (order is not None and order.paused != paused
+                    and order.writes(node) < order.expected):
+                other = order  # superseded before its writes came: it may still be queued
+            before = (proc.order, proc.other)
+            version = node.version if node is not None else -1
+            mzxid = node.mzxid if node is not None else -1
+            if (order is not None and not probe and not order.probe
+                    and (order.action, order.paused) == (action, paused)
+                    and order.writes(node) == 0):
+                sent = _Order(action, paused, order.version, order.mzxid, now,
+                              order.subscribers, copies=order.copies + 1,
+                              last_version=version, last_mzxid=mzxid)
+            else:
+                sent = _Order(action, paused, version, mzxid, now, 0, probe=probe,
+                              last_version=version, last_mzxid=mzxid)
+            proc.order, proc.other = sent, other
         count = self._publisher.publish(proc.channel, action)
-        if count is None:
-            with self._lock:  # not sent: the next look publishes again
-                if proc.sent == (action, now):
-                    proc.sent = before
-        else:
+        with self._lock:
+            if count is None:  # not sent: the next look publishes again
+                if proc.order is sent:
+                    proc.order, proc.other = before
+                return
             proc.subscribers = count
+            sent.subscribers = max(sent.subscribers, count)
+            if count == 0:
+                proc.other = None  # nobody listens: what was queued went with its connection
 
     def _loop(self) -> None:
         last_rescan = time.monotonic()
@@ -432,6 +598,10 @@ class Bridge:
             for proc in procs:
                 self._nodes.read(proc.path)
         for proc in procs:
+            if (proc.other is not None and self._publisher is not None
+                    and self._publisher.subscribers(proc.channel) == 0):
+                with self._lock:  # its connection is gone, and what was queued on it
+                    proc.other = None
             want = self._desired(proc)
             if want is not None and self._publisher is not None:
                 self._publish(proc, want, force=force)

@@ -39,11 +39,16 @@ CANCEL = "deleteScheduledResumeService"
 @dataclass(frozen=True)
 class NodeState:
     """What a state node holds: its state, or why none (``missing``: no node yet, ``error``:
-    it does not parse)."""
+    it does not parse), and which write of the node it is: ``version`` (ZooKeeper's data
+    version, one more per write) and ``mzxid`` (the transaction of its last write), -1 for a
+    missing node. The bridge counts the writes made after it published an order
+    (docs/backbeat.md, "2. The bridge")."""
 
     state: LegacyState | None = None
     missing: bool = False
     error: str | None = None
+    version: int = -1
+    mzxid: int = -1
 
     def describe(self) -> str:
         if self.missing:
@@ -116,6 +121,16 @@ class Publisher:
         self.healthy = True
         return count
 
+    def subscribers(self, channel: str) -> int | None:
+        """How many connections subscribe to ``channel`` now (``PUBSUB NUMSUB``), None when
+        Redis cannot be reached. 0 says a processor's connection is gone, and with it the
+        messages still queued on it."""
+        try:
+            reply = self._redis.pubsub_numsub(channel)
+        except self._errors:
+            return None
+        return int(reply[0][1]) if reply else 0
+
     def probe(self) -> bool:
         """Ping; True when Redis answers again after a failure (or for the first time)."""
         was = self.healthy
@@ -166,20 +181,24 @@ class StateNodes:
         self.reconnected.clear()
 
     @staticmethod
-    def _parse(path: str, data: bytes | None) -> NodeState:
-        if data is None:
+    def _parse(path: str, data: bytes | None, stat: Any) -> NodeState:
+        if data is None or stat is None:
             return NodeState(missing=True)
+        version, mzxid = int(stat.version), int(stat.mzxid)
         try:
-            return NodeState(state=parse_node(data, f"zk:{path}"))
+            return NodeState(state=parse_node(data, f"zk:{path}"), version=version, mzxid=mzxid)
         except InvalidInput as exc:
-            return NodeState(error=exc.message)
+            return NodeState(error=exc.message, version=version, mzxid=mzxid)
 
     def watch(self, path: str) -> None:
         """Watch ``path`` (which need not exist yet)."""
 
-        def changed(data: bytes | None, _stat: Any, _event: Any) -> None:
+        def changed(data: bytes | None, stat: Any, _event: Any) -> None:
+            node = self._parse(path, data, stat)
             with self._lock:
-                self._cache[path] = self._parse(path, data)
+                # a fresh read (:meth:`read`) may have cached a later write already
+                if node.missing or node.mzxid >= self._cache.get(path, node).mzxid:
+                    self._cache[path] = node
             self._on_change(path)
 
         self._client.DataWatch(path, changed)
@@ -192,16 +211,18 @@ class StateNodes:
         """Read ``path`` now (and refresh the cache); None when ZooKeeper cannot be reached."""
         from kazoo.exceptions import KazooException, NoNodeError
 
+        stat: Any = None
         try:
-            data, _ = self._client.get(path)
+            data, stat = self._client.get(path)
         except NoNodeError:
             data = None
         except KazooException as exc:
             log.warning("reading %s from Backbeat's ZooKeeper: %r", path, exc)
             return None
-        node = self._parse(path, data)
+        node = self._parse(path, data, stat)
         with self._lock:
-            self._cache[path] = node
+            if node.missing or node.mzxid >= self._cache.get(path, node).mzxid:
+                self._cache[path] = node
         return node
 
     def close(self) -> None:
