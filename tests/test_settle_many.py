@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from locstatus import InvalidInput, Manager, NotFound, State, WorkerInfo
+from locstatus import Client, InvalidInput, Manager, NotFound, State, WorkerInfo
 from locstatus.backends.base import CasItem, CasResult
 from locstatus.manager import Operation
 from locstatus.models import LocationStatus
@@ -198,3 +198,33 @@ def test_a_location_nobody_applies_settles_and_one_missing_a_service_is_named(
     n2 = got["n-2"]
     assert isinstance(n2, LocationStatus) and n2.services["lifecycle"].state is State.PAUSED
     assert n2 == mgr.status("n-2")
+
+
+def test_an_agent_settling_past_a_corrupt_record_keeps_reporting_it(kit: Kit) -> None:
+    """An agent keeps trying to settle a location another worker has not acknowledged yet; once
+    the record reads corrupt, those attempts (answered from its copy, nothing read) must not
+    clear the report: it stays in ``errors()`` until the record reads again (docs/agent.md,
+    "Corrupt records")."""
+    mgr = Manager(kit.open(), services=(SVC,))
+    mgr.sync_locations({"x": [SVC]})
+    mgr.backend.put_worker(WorkerInfo(  # applies x, never acknowledges
+        worker_id="w-silent", services=(SVC,), locations=("x",),
+        lease_expires_at=datetime.now(UTC) + timedelta(minutes=10),
+    ))
+    client = Client(kit.open())
+    agent = client.agent("w-a", services=[SVC], lease_seconds=60)
+    agent.on_pause(SVC)(lambda _location: None)
+    agent.start(wait=True)
+    try:
+        _until(lambda: "w-silent" in {w.worker_id for w in client.workers()})
+        mgr.pause("x", SVC)
+        _until(lambda: agent.observed_generation("x", SVC) == 1)
+        kit.write_raw("x", '{"services": {"replication": {"state": "exploded"}}}')
+        _until(lambda: "x/*" in agent.errors())
+        deadline = time.monotonic() + 3.0  # the settle retries of both roles come in this
+        while time.monotonic() < deadline:
+            assert "x/*" in agent.errors()
+            time.sleep(0.01)
+        assert agent.metrics()["settles"] > 0
+    finally:
+        agent.stop()

@@ -325,7 +325,8 @@ class Watcher:
                     failed.append((loc, got))
                     continue
                 s.metrics["settles"] += 1
-                s.store_locked(got)
+                if got is not wanted[loc]:  # the copy's own record back: nothing was read
+                    s.store_locked(got)
                 if not any(x.state.transitional for x in got.services.values()):
                     s.settle.settled(loc)
                 elif s.settle.still_transitional(loc, now=s.monotonic()):
@@ -352,7 +353,7 @@ class Watcher:
         corrupt: list[CorruptRecord] = []
         errors: list[LocstatusError] = []
         with s.cond:
-            for got in results.values():
+            for loc, got in results.items():
                 if isinstance(got, CorruptRecord):  # that location only; the others settle
                     s.corrupt_locked(got)
                     corrupt.append(got)
@@ -360,7 +361,8 @@ class Watcher:
                     errors.append(got)
                 else:
                     s.metrics["settles"] += 1
-                    s.store_locked(got)
+                    if got is not targets[loc]:  # the copy's own record back: nothing read
+                        s.store_locked(got)
         for bad in corrupt:
             log.warning("agent %s: %s", self.worker_id, bad)
         if errors:
