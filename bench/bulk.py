@@ -212,6 +212,7 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
     Manager(open_backend(raw_url), services=(SERVICE,)).sync_locations(wanted)
     raw = RAW[backend](raw_url)
     progress(f"built 2 stores of {n} locations ({build:.1f} s for the locstatus one)")
+    loads: list[float] = []  # the 1-minute load average as each round ends
     for r in range(rounds):
         first_ls = r % 2 == 0
         for event in ("pause", "resume"):
@@ -245,7 +246,8 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
                 closing.backend.close()
             raw_sync.close()
             _drop(backend, ls_new, raw_new)
-        progress(f"round {r + 1}/{rounds}: " + ", ".join(
+        loads.append(os.getloadavg()[0])
+        progress(f"round {r + 1}/{rounds} (load {loads[-1]:.1f}): " + ", ".join(
             f"{k} {v['locstatus'][-1]:.2f} s (CPU {CPU[k]['locstatus'][-1]:.2f}) vs raw "
             f"{v['raw'][-1]:.2f} s (CPU {CPU[k]['raw'][-1]:.2f})"
             for k, v in results.items()
@@ -254,7 +256,8 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
     mgr.backend.close()
     _drop(backend, ls_url, raw_url)
     summary: dict[str, Any] = {"backend": backend, "locations": n, "rounds": rounds,
-                               "load_average": os.getloadavg()[0]}
+                               "load_average": os.getloadavg()[0],
+                               "load_averages": [round(x, 1) for x in loads]}
     for k, v in results.items():
         ls, bare = statistics.median(v["locstatus"]), statistics.median(v["raw"])
         ratios = [b / a for a, b in zip(v["locstatus"], v["raw"], strict=True)]
@@ -266,6 +269,13 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
             "rounds_raw_s": [round(x, 3) for x in v["raw"]],
             "locstatus_cpu_s": round(statistics.median(CPU[k]["locstatus"]), 3),
             "raw_cpu_s": round(statistics.median(CPU[k]["raw"]), 3),
+            "rounds_locstatus_cpu_s": [round(x, 3) for x in CPU[k]["locstatus"]],
+            "rounds_raw_cpu_s": [round(x, 3) for x in CPU[k]["raw"]],
+            # the ratio of CPU seconds: what the ratio tends to on an idle machine, where
+            # the write's own waits (its fsyncs) are all that wall time adds to CPU time
+            "cpu_ratio": round(statistics.median(
+                b / a for a, b in zip(CPU[k]["locstatus"], CPU[k]["raw"], strict=True)
+            ), 3),
         }
     return summary
 
@@ -383,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{k} all {args.locations} on {args.backend}: locstatus {s['locstatus_s']} s "
                   f"({s['locstatus_per_s']}/s), raw {s['raw_s']} s ({s['raw_per_s']}/s), "
                   f"ratio {s['ratio']}x (target >= 0.5x); CPU of this process: locstatus "
-                  f"{s['locstatus_cpu_s']} s, raw {s['raw_cpu_s']} s")
+                  f"{s['locstatus_cpu_s']} s, raw {s['raw_cpu_s']} s (ratio {s['cpu_ratio']}x)")
     if "propagate" in summary:
         s = summary["propagate"]
         print(f"propagate pause all {args.locations} to {s['agents']} agents ({s['mode']}) on "

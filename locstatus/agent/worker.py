@@ -511,11 +511,14 @@ class Agent:
             s.first_pass_done.wait()
         return self
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, *, handed_over: bool = False) -> None:
         """Stop the threads (waiting up to ``timeout`` seconds for a running handler) and
         unregister the worker, which drops its acknowledgements so it stops counting for
         settle at once. Idempotent. A ``standing`` agent's registration is left standing
         instead, marked away from now on (its lease ends now), and keeps counting.
+        ``handed_over``: another process holds the standing registration now (the Backbeat
+        bridge stepping down, docs/backbeat.md "2. The bridge", One bridge publishes): nothing
+        is written, as marking it away would overwrite the new holder's registration.
 
         Returns within about ``timeout`` seconds (plus at most :data:`UNREGISTER_GRACE`) even
         when the backend does not answer: an unregistration still pending then goes on in the
@@ -540,14 +543,18 @@ class Agent:
             if t is not threading.current_thread():
                 t.join(max(0.0, deadline - time.monotonic()))
         self._threads = []
-        self._teardown_registration(max(UNREGISTER_GRACE, deadline - time.monotonic()))
+        self._teardown_registration(max(UNREGISTER_GRACE, deadline - time.monotonic()),
+                                    write=not handed_over)
 
-    def _teardown_registration(self, wait: float | None = None) -> None:
+    def _teardown_registration(self, wait: float | None = None, *, write: bool = True) -> None:
         """Unsubscribe and unregister (see :meth:`Lease.unregister` for ``wait``); a standing
-        registration is left standing (:meth:`Lease.leave`)."""
+        registration is left standing (:meth:`Lease.leave`), or, without ``write`` (handed
+        over to another holder), untouched."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if self.standing and not write:
+            return
         if self.standing:
             self._lease.leave()
         else:

@@ -11,6 +11,8 @@ once Backbeat's consumer really stopped.
 - :mod:`.legacy`: the Backbeat side (Redis publisher, ZooKeeper state nodes, the lifecycle
   document), each level-triggered and resynced on reconnect;
 - :mod:`.bridge`: :class:`Bridge`, one agent per processor and the loop that keeps them agreed;
+- :mod:`.holding`: who holds the bridge's registrations, so that one bridge publishes (a
+  second one stands by);
 - :mod:`.command`: ``locstatus bridge backbeat``.
 
 The bridge sits above the manager and the agent (it consumes them, like any worker) and below

@@ -56,6 +56,7 @@ from locstatus.client import Client
 from locstatus.errors import HandlerPending, InvalidInput, LocstatusError, NotFound
 from locstatus.models import LocationStatus
 
+from .holding import Holding, judge
 from .legacy import (
     CANCEL,
     PAUSE,
@@ -254,6 +255,11 @@ class Bridge:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._lifecycle_at = 0.0
+        self._holding = Holding(client, self.services)
+        self.standby = True
+        """Another bridge holds its registrations: this one publishes nothing (docs/backbeat.md
+        "2. The bridge", One bridge publishes); False once it holds them."""
+        self._held_at = 0.0
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -273,7 +279,7 @@ class Bridge:
                 assert self.config.mongodb
                 self._docs = LifecycleDocuments(self.config.mongodb,
                                                 self.config.mongodb_database)
-            self._rescan()
+            self._hold()  # registers its agents, unless another bridge holds them
         except BaseException:
             self.stop()
             raise
@@ -494,6 +500,49 @@ class Bridge:
         if self._docs.apply(location, paused):
             log.info("lifecycle %s at %s", "paused" if paused else "resumed", location)
 
+    # -- one bridge publishes (:mod:`.holding`) -----------------------------------------------
+
+    def _hold(self, *, quiet: bool = False) -> None:
+        """Judge who holds the registrations and act (:func:`.holding.judge`). Raises
+        :class:`LocstatusError` when the store cannot be read, unless ``quiet`` (the loop's:
+        nothing changes then, the next tick looks again)."""
+        self._held_at = time.monotonic()
+        try:
+            self.standby = judge(self._holding, self.standby, take=self._rescan,
+                                 step_down=self._step_down, retake=self._retake)
+        except LocstatusError as exc:
+            if not quiet:
+                raise
+            log.debug("bridge: could not read who holds its registrations: %s", exc)
+
+    def _step_down(self) -> None:
+        """Another bridge holds registrations of this one: stop every agent without writing
+        (the other's registration stays as it wrote it); nothing is published from now on."""
+        with self._lock:
+            agents = [p.agent for p in self._processors.values()]
+            self._processors.clear()
+            self._by_path.clear()
+        if self._lifecycle is not None:
+            agents.append(self._lifecycle)
+            self._lifecycle = None
+        for agent in agents:
+            agent.stop(handed_over=True)
+
+    def _retake(self, worker_ids: list[str]) -> None:
+        """Register ``worker_ids`` again, taking them back from a bridge this one outranks.
+        Heartbeat backends: the next renewal rewrites them anyway; ZooKeeper: a renewal only
+        pings, so the agent registers again (its holder node taken over)."""
+        if not self.client.backend.session_leases:
+            return
+        with self._lock:
+            agents = [p.agent for p in self._processors.values()]
+        if self._lifecycle is not None:
+            agents.append(self._lifecycle)
+        for agent in agents:
+            if agent.worker_id in worker_ids:
+                agent.stop(handed_over=True)
+                agent.start(wait=False)
+
     # -- the loop -----------------------------------------------------------------------------
 
     def _node_changed(self, path: str | None) -> None:
@@ -574,8 +623,12 @@ class Bridge:
         last_rescan = time.monotonic()
         while not self._stop.is_set():
             try:
-                self._pass()
-                if time.monotonic() - last_rescan >= self.settings.rescan_interval:
+                if time.monotonic() - self._held_at >= self.settings.tick:
+                    self._hold(quiet=True)
+                if not self.standby:
+                    self._pass()
+                if (not self.standby
+                        and time.monotonic() - last_rescan >= self.settings.rescan_interval):
                     last_rescan = time.monotonic()
                     self._rescan()
             except Exception:  # the loop never dies; the next pass tries again

@@ -92,8 +92,13 @@ def backbeat(
         bridge = Bridge(client, cfg, services=service or None,
                         settings=BridgeSettings(ack_wait=ack_wait, republish_interval=republish))
         with bridge:
-            typer.echo(f"bridging {', '.join(bridge.services)} for {len(bridge.workers)} "
-                       "Backbeat worker(s)", err=True)
+            if bridge.standby:  # docs/backbeat.md "2. The bridge", One bridge publishes
+                typer.echo(f"standing by: another bridge holds the registrations of "
+                           f"{', '.join(bridge.services)} (logged above); this one takes "
+                           "them over once it is away", err=True)
+            else:
+                typer.echo(f"bridging {', '.join(bridge.services)} for "
+                           f"{len(bridge.workers)} Backbeat worker(s)", err=True)
             stop.wait()
     finally:
         for sig, handler in previous.items():
