@@ -399,7 +399,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"propagate pause all {args.locations} to {s['agents']} agents ({s['mode']}) on "
               f"{args.backend}: write {s['write_s']} s, then acknowledged in "
               f"{s['propagate_s']} s (total {s['total_s']} s); raw write {s['raw_s']} s: "
-              f"ratio {s['ratio']}x, total {s['total_ratio']}x (target <= 2x)")
+              f"ratio {s['ratio']}x, total {s['total_ratio']}x (target <= 2x); CPU of this "
+              f"process {s['cpu_s']} s (raw {s['raw_cpu_s']} s)")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))

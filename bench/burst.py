@@ -72,6 +72,16 @@ class InProcess:
     def acks(self) -> list[int]:
         return [a.metrics()["acks"] for a in self.agents]
 
+    def counts(self) -> dict[str, int]:
+        """The fleet's settle work so far: settle results stored by the agents (``settles``),
+        the compare-and-set writes their managers made (``writes``: settles only, acks are not
+        writes) and the batched ones that conflicted and were re-read alone (``stale``)."""
+        return {
+            "settles": sum(a.metrics()["settles"] for a in self.agents),
+            "writes": sum(c.stats["writes"] for c in self.clients),
+            "stale": sum(c.stats["stale_hints"] + c.stats["conflicts"] for c in self.clients),
+        }
+
     def wait(self, base: list[int], generation: int, timeout: float) -> float:
         """Monotonic time at which the last agent had acknowledged ``generation`` everywhere."""
         n = len(self.locations)
@@ -184,7 +194,10 @@ def run(
     fleet: InProcess | Processes = (Processes if processes else InProcess)(
         ls_url, agents, locations
     )
-    res: dict[str, list[float]] = {"write": [], "propagate": [], "total": [], "raw": []}
+    res: dict[str, list[float]] = {
+        "write": [], "propagate": [], "total": [], "raw": [], "cpu": [], "raw_cpu": [],
+    }
+    counted: list[dict[str, int]] = []
     try:
         started = settle_start(fleet, n, timeout)
         progress(f"{agents} agents started and acknowledged {n} locations in {started:.1f} s")
@@ -193,24 +206,32 @@ def run(
             def ours() -> None:
                 nonlocal generation
                 base = fleet.acks()
+                before = fleet.counts() if isinstance(fleet, InProcess) else {}
+                c0 = time.process_time()
                 t0 = time.monotonic()
                 report = mgr.bulk(Operation.pause(SERVICE))
                 t1 = time.monotonic()
                 assert len(report.items) == n and not report.failed, report.failed[:3]
                 generation += 1
                 t2 = fleet.wait(base, generation, timeout)
+                res["cpu"].append(time.process_time() - c0)
                 res["write"].append(t1 - t0)
                 res["propagate"].append(t2 - t1)
                 res["total"].append(t2 - t0)
+                if isinstance(fleet, InProcess):
+                    after = fleet.counts()
+                    counted.append({k: after[k] - before[k] for k in after})
                 base = fleet.acks()
                 mgr.bulk(Operation.resume(SERVICE))
                 generation += 1
                 fleet.wait(base, generation, timeout)
 
             def theirs() -> None:
+                c0 = time.process_time()
                 t0 = time.monotonic()
                 raw.flip("pause")
                 res["raw"].append(time.monotonic() - t0)
+                res["raw_cpu"].append(time.process_time() - c0)
                 raw.flip("resume")
 
             pair = [ours, theirs] if r % 2 == 0 else [theirs, ours]
@@ -219,7 +240,9 @@ def run(
             progress(
                 f"propagate round {r + 1}/{rounds}: write {res['write'][-1]:.2f} s, "
                 f"then all {agents} agents acknowledged in {res['propagate'][-1]:.2f} s "
-                f"(total {res['total'][-1]:.2f} s); raw write {res['raw'][-1]:.2f} s"
+                f"(total {res['total'][-1]:.2f} s, CPU {res['cpu'][-1]:.2f} s of this "
+                f"process); raw write {res['raw'][-1]:.2f} s"
+                + (f"; settle work during it {counted[-1]}" if counted else "")
             )
     finally:
         fleet.close()
@@ -234,4 +257,5 @@ def run(
         "ratio": round(statistics.median(ratios), 3),
         "total_ratio": round(statistics.median(totals), 3),
         **{f"rounds_{k}_s": [round(x, 3) for x in v] for k, v in res.items()},
+        "rounds_settle_work": counted,
     }

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from support import suite
+from support import model_runs, suite
 from support.fulldisk import small_disk  # noqa: F401  (a fixture: a tmpfs to fill up)
 from support.kit_table import DURABLE, KIT_FACTORIES
 from support.kits import Kit
@@ -38,6 +38,15 @@ settings.load_profile(suite.hypothesis_profile())
 def pytest_report_header(config: pytest.Config) -> str:
     return (f"locstatus test suite: {suite.suite()} ({suite.SUITE_ENV}; hypothesis profile "
             f"{suite.hypothesis_profile()})")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # the model checks, CPU-bound, start in the background (support/model_runs.py)
+    model_runs.start_for(session.items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    model_runs.stop()
 
 
 def _make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kit]:

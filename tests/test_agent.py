@@ -41,7 +41,7 @@ from locstatus.agent import UNREGISTER_GRACE, Agent, HandlerRetry
 from locstatus.agent.settle import rendezvous
 from locstatus.backends import Backend, open_backend
 from locstatus.errors import StandingRegistered
-from locstatus.models import TOMBSTONE_ACK, tombstone_generation
+from locstatus.models import TOMBSTONE_ACK, WorkerInfo, tombstone_generation
 
 from support.agent_worker import Partition
 from support.kits import Kit
@@ -822,6 +822,9 @@ def test_worker_dropped_as_expired_acknowledges_again_when_it_comes_back(
     slow.start()
     mgr.pause(LOC, SVC)
     eventually(lambda: mgr.backend.acks(LOC).get("napper", {}).get(SVC) == 1)
+    # under load a renewal may come late before the cut too (a lapse of its own): this cut's
+    # lapse is the one counted from here
+    lapses = napper.metrics()["lease_lapses"]
     link.cut()  # napper falls silent; its lease lapses
     eventually(
         lambda: not any(w.worker_id == "napper" and w.alive(mgr.clock()) for w in mgr.workers())
@@ -829,11 +832,72 @@ def test_worker_dropped_as_expired_acknowledges_again_when_it_comes_back(
     mgr.backend.remove_worker("napper")  # what the check job's repair does to expired workers
     assert "napper" not in mgr.backend.acks(LOC)
     link.heal()
-    eventually(lambda: mgr.backend.acks(LOC).get("napper", {}).get(SVC) == 1)  # acked again
+    # acked again; the lapses counted when it is (a later renewal may come late too)
+    assert acked_again(mgr, napper) == lapses + 1
     gate.set()
     assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
     assert calls.count(("pause", f"{LOC}/{SVC}", 1)) == 1  # without running the handler again
-    assert napper.metrics()["lease_lapses"] == 1
+
+
+def acked_again(mgr: Manager, agent: Agent) -> int:
+    """Once ``agent`` acknowledged generation 1 of LOC/SVC again: its count of lease lapses
+    then (the renewal that noticed the lapse counts it before acknowledging again)."""
+    seen: list[int] = eventually(
+        lambda: mgr.backend.acks(LOC).get(agent.worker_id, {}).get(SVC) == 1
+        and [agent.metrics()["lease_lapses"]]
+    )
+    return seen[0]
+
+
+class LateRenewal(Partition):
+    """The real backend behind a switch, whose next ``put_worker`` (a renewal) can be held
+    before it reaches the backend: sent at one time, landing :attr:`delay` seconds later."""
+
+    def __init__(self, inner: Backend, delay: float) -> None:
+        super().__init__(inner)
+        self.delay = delay
+        self.hold = threading.Event()
+        self.landed = threading.Event()
+
+    def put_worker(self, info: WorkerInfo) -> None:
+        self._check()
+        late = self.hold.is_set()
+        if late:
+            self.hold.clear()
+            time.sleep(self.delay)  # the renewal in flight (a slow network, a loaded machine)
+        self.inner.put_worker(info)
+        if late:
+            self.landed.set()
+
+
+def test_a_lease_that_ran_out_after_a_late_renewal_landed_counts_as_a_lapse(
+    tmp_path: Path, agents: list[Agent]
+) -> None:
+    """The last renewal before a cut landed late (0.5 s after it was sent, before its lease
+    of 1 s ran out); the lease then ran out, the check job's repair removed the worker, and
+    the link came back within a second of that landing. The lease is dated when the renewal
+    was sent, so it lapsed: the worker counts a lapse and acknowledges again (before: the
+    lapse was measured from when the renewal's answer came, it counted none; seen as
+    test_worker_dropped_as_expired_acknowledges_again_when_it_comes_back[zk] failing under
+    load with lease_lapses 0)."""
+    url = f"sqlite:///{tmp_path}/ls.db"
+    mgr = Client(open_backend(url))
+    mgr.sync_locations([LOC])
+    link = LateRenewal(open_backend(url), delay=0.5)
+    napper = make_agent(Client(link), agents, "napper", services=[SVC], lease_seconds=1.0,
+                        heartbeat_interval=0.1).start()
+    mgr.pause(LOC, SVC)
+    assert mgr.wait_settled(LOC, SVC, timeout=10).services[SVC].state is State.PAUSED
+    lapses = napper.metrics()["lease_lapses"]
+    link.hold.set()
+    assert link.landed.wait(10)
+    link.cut()  # right after the late renewal landed: nothing renews from here
+    eventually(
+        lambda: not any(w.worker_id == "napper" and w.alive(mgr.clock()) for w in mgr.workers())
+    )
+    mgr.backend.remove_worker("napper")  # what the check job's repair does to expired workers
+    link.heal()
+    assert acked_again(mgr, napper) == lapses + 1
 
 
 @pytest.mark.parametrize("kind", ["zk", "mongo"])

@@ -146,6 +146,23 @@ def test_settler_tries_after_the_quiet_period_within_its_bound() -> None:
     assert s.pop_due(now=at) == set() and s.next_at() is None
 
 
+def test_windows_opening_soon_after_an_open_one_are_tried_with_it_never_alone_early() -> None:
+    """A burst's windows, jittered apart, are taken together once one is open (one batched
+    settle); none is taken while none is open, and one further off waits its turn."""
+    s = SettleSchedule(settle_interval=1.0, rng=random.Random(3))
+    for i, loc in enumerate(["a", "b", "c"]):
+        s.acknowledged(loc, settler=True, now=100.0 + i * 0.01)
+    s.acknowledged("late", settler=False, now=100.0)  # the fallback: 0.5-1 s later
+    assert s.pop_due(now=100.0, gather=0.1) == set()
+    first = s.next_at()
+    assert first is not None
+    assert s.pop_due(now=first, gather=0.1) == {"a", "b", "c"}
+    assert s.pop_due(now=first + 0.1, gather=0.1) == set()
+    later = s.next_at()
+    assert later is not None and later >= 100.0 + SETTLE_FALLBACK
+    assert s.pop_due(now=later, gather=0.1) == {"late"}
+
+
 def test_others_acknowledging_put_the_settle_off_but_never_past_the_bound() -> None:
     s = SettleSchedule(settle_interval=1.0, rng=random.Random(2))
     s.acknowledged("x", settler=True, now=100.0)

@@ -1212,6 +1212,37 @@ def test_a_batch_writes_each_location_at_its_own_version_and_a_conflict_fails_on
     assert (b.read(stale), b.history(stale, limit=100)) == before
 
 
+def test_a_batch_with_several_conflicts_in_it_writes_every_other_location_once(
+    b: Backend,
+) -> None:
+    """More locations than one multi-op holds, conflicts at the start, at group boundaries and
+    at the end, and an unknown location among them: each refused alone, every other one
+    written once at its own version with its own history (docs/zookeeper.md)."""
+    names = [f"many-{i:03d}" for i in range(120)]
+    versions = {n: b.create(record(n), []).version for n in names}
+    stale = {names[i] for i in (0, 1, 9, 10, 49, 50, 51, 77, 119)}
+    for n in stale:
+        b.compare_and_set(record(n, State.PAUSING, 5), versions[n], [entry(n, "op-other")])
+    before = {n: (b.read(n), b.history(n, limit=100)) for n in stale}
+    items = [
+        CasItem(record(n, State.PAUSING, 1), versions[n], [entry(n, f"op-{n}")]) for n in names
+    ]
+    items.insert(60, CasItem(record("many-ghost"), 1, [entry("many-ghost", "op-g")]))
+    results = b.compare_and_set_many(items)
+    assert len(results) == len(items)
+    assert isinstance(results[60], NotFound)
+    del results[60]
+    for n, result in zip(names, results, strict=True):
+        if n in stale:
+            assert isinstance(result, VersionConflict), (n, result)
+            continue
+        assert isinstance(result, LocationStatus), (n, result)
+        assert result.version == versions[n] + 1
+        assert b.read(n) == result
+        assert [e.op_id for e in b.history(n, limit=100)].count(f"op-{n}") == 1
+    assert {n: (b.read(n), b.history(n, limit=100)) for n in stale} == before
+
+
 def test_a_batch_reports_a_missing_location_as_not_found_and_writes_the_rest(b: Backend) -> None:
     v = b.create(record("here"), []).version
     results = b.compare_and_set_many([

@@ -6,33 +6,33 @@ variant (a seeded bug of the hostile review, a design requirement, a discrepancy
 code) must still fail: its counter-example kept in ``model/trails/`` replays, event for event, to
 the property it violates. A model change
 that breaks a kept trail fails here; ``model/check.sh --regen NAME`` searches it again.
+
+The runs start in the background as soon as the session has collected them, at the lowest
+priority, and each test takes its run's result (``support/model_runs.py``: the model checks are
+CPU-bound, the rest of the suite mostly waits).
 """
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-CHECK = Path(__file__).resolve().parents[1] / "model" / "check.sh"
+from support import model_runs
+from support.model_runs import CHECK
 
 
-def _runs() -> list[str]:
-    out = subprocess.run([str(CHECK), "--list"], capture_output=True, text=True, check=True)
-    return out.stdout.split()
-
-
-@pytest.mark.parametrize("run", _runs())
+@pytest.mark.parametrize("run", model_runs.list_runs())
 def test_model_check(run: str) -> None:
-    proc = subprocess.run([str(CHECK), run], capture_output=True, text=True, timeout=290)
+    proc = model_runs.session_runs().result(run)
     report = proc.stdout + proc.stderr
     assert proc.returncode == 0, report
     assert proc.stdout.startswith(f"ok   {run} "), report
 
 
 def test_a_protocol_run_fails_on_a_counter_example(tmp_path: Path) -> None:
-    """The harness itself: a model whose fixed protocol has a bug makes its run fail."""
+    """The harness itself: a model whose fixed protocol has a bug makes its run fail, taken
+    as the suite takes it (started in the background, then waited for)."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "check.sh").write_text(CHECK.read_text())
@@ -41,9 +41,11 @@ def test_a_protocol_run_fails_on_a_counter_example(tmp_path: Path) -> None:
     broken = source.replace("#ifdef BUG_SKEW_SETTLE", "#ifndef BUG_SKEW_SETTLE", 1)
     assert broken != source
     (model / "locstatus.pml").write_text(broken)
-    proc = subprocess.run(
-        [str(model / "check.sh"), "join"], capture_output=True, text=True, timeout=290
-    )
+    runs = model_runs.ModelRuns(["join"], check=model / "check.sh").start()  # as the suite's
+    try:
+        proc = runs.result("join")
+    finally:
+        runs.close()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL join" in proc.stdout
     assert "VIOLATED: paused while a live worker runs" in proc.stdout

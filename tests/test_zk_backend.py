@@ -22,6 +22,7 @@ from kazoo.protocol.states import Callback
 
 from locstatus import Manager, connect
 from locstatus.backends import open_backend
+from locstatus.backends.base import CasItem
 from locstatus.backends.zookeeper import (
     ZooKeeperBackend,
     join_version,
@@ -718,6 +719,35 @@ def test_a_connection_cut_mid_compare_and_set_is_reported_ambiguous_and_the_trut
     landed = mode == "after"
     assert b.read("cut").version == (v + 1 if landed else v)
     assert history_ops(b, "cut") == (["op-cut"] if landed else [])
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+def test_a_connection_cut_mid_batch_leaves_each_location_written_once_or_not_at_all(
+    proxy: TcpProxy, chroot: str, opened: Callable[[str], ZooKeeperBackend], mode: str
+) -> None:
+    """A batch of several multi-ops, the first one cut (dropped unsent, or applied and its
+    answer lost): each location is reported applied, ambiguous or not sent, and what is
+    stored agrees: applied ones once at their version, none twice (docs/zookeeper.md)."""
+    b = opened(zk_url(proxy.hosts, chroot, timeout=20))
+    names = [f"cutb-{i:03d}" for i in range(120)]
+    versions = {n: b.create(record(n), []).version for n in names}
+    proxy.cut_next_multi(mode)  # type: ignore[arg-type]
+    results = b.compare_and_set_many([
+        CasItem(record(n, State.PAUSING, 1), versions[n], [entry(n, f"op-{n}")]) for n in names
+    ])
+    assert proxy.multis_cut == 1
+    assert any(isinstance(r, AmbiguousCommit) for r in results)
+    for n, result in zip(names, results, strict=True):
+        ops = history_ops(b, n)
+        assert ops in ([], [f"op-{n}"]), (n, ops)  # never twice
+        stored = b.read(n).version
+        assert stored == (versions[n] + 1 if ops else versions[n])
+        if isinstance(result, LocationStatus):
+            assert result.version == stored == versions[n] + 1
+        elif isinstance(result, BackendUnavailable) and not isinstance(result, AmbiguousCommit):
+            assert ops == []  # not sent: not written
+        else:
+            assert isinstance(result, AmbiguousCommit), (n, result)
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])

@@ -4,8 +4,10 @@ A worker counts for settle while its registration is alive (docs/agent.md, "Leas
 heartbeat backends (SQLite, MongoDB, memory) while ``lease_expires_at`` is ahead, so each
 renewal rewrites it; on ZooKeeper while its session holds the ephemeral node, so a renewal only
 pings unless what it publishes changed. :class:`Lease` does that I/O and remembers, on the
-local monotonic clock, when the last renewal succeeded: a renewal that succeeds after a failure
-or after the lease lapsed tells the agent to re-read everything and acknowledge again.
+local monotonic clock, when the last renewal succeeded and when it was sent: a renewal that
+succeeds after a failure or after the lease lapsed (more than ``lease_seconds`` since the last
+successful one was sent, as its lease is dated then) tells the agent to re-read everything and
+acknowledge again.
 
 It also tells how long the lease surely holds (:attr:`Lease.good_until`), by the monotonic
 clock alone (docs/agent.md "Self-fencing"): a successful renewal *sent* at ``t`` wrote a
@@ -222,7 +224,10 @@ class Lease:
                 log.exception("agent %s: heartbeat failed (unexpected error)", self.worker_id)
             return Renewal(ok=False, reconnected=False, lapsed=False)
         now = self._monotonic()
-        lapsed = now - self.last_ok > self.lease_seconds
+        # measured from when the last successful renewal was *sent*: its lease is dated then
+        # (as good_until is), so one answered late runs out earlier than its answer suggests,
+        # and a removal by the check job's repair may have followed
+        lapsed = now - self.last_sent > self.lease_seconds
         reconnected = not self.connected or lapsed
         self.connected = True
         self.last_ok = now

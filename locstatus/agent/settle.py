@@ -27,6 +27,7 @@ from collections.abc import Iterable
 __all__ = [
     "SETTLE_FALLBACK",
     "SETTLE_FALLBACK_CAP",
+    "SETTLE_GATHER",
     "SETTLE_JITTER",
     "SETTLE_MAX_DELAY",
     "SETTLE_QUIET",
@@ -49,6 +50,9 @@ SETTLE_FALLBACK = 0.5
 location tries to settle it, if it still reads it transitional (the settler died, or is slow)."""
 SETTLE_FALLBACK_CAP = 5.0
 """Longest wait (seconds) between a non-settler's later attempts (the delay doubles)."""
+SETTLE_GATHER = 0.1
+"""Seconds: when one settle window is open, the watch thread also takes those opening within
+this much after it, and settles them together (one batched settle, docs/agent.md "Bursts")."""
 SETTLE_RETRIES = 8
 """Attempts after the first while the location stays transitional; then the safety nets (a
 change of the worker list, the periodic resync, the check job, a ``wait=``) take over."""
@@ -123,9 +127,16 @@ class SettleSchedule:
         elif location in self._settler_of:
             self._due[location] = (now + self._delay(), now + SETTLE_MAX_DELAY)
 
-    def pop_due(self, *, now: float) -> set[str]:
-        """Remove and return the locations whose window is open at ``now``."""
-        ready = {loc for loc, (earliest, _) in self._due.items() if earliest <= now}
+    def pop_due(self, *, now: float, gather: float = 0.0) -> set[str]:
+        """Remove and return the locations whose window is open at ``now``; when any is, also
+        those opening within ``gather`` seconds after it, so that the windows of a burst
+        (jittered apart) are tried together, in one batched settle, not a few at a time
+        (their attempts come that much early: a settle's own check decides, docs/design.md
+        §3)."""
+        if not any(earliest <= now for earliest, _ in self._due.values()):
+            return set()
+        until = now + gather
+        ready = {loc for loc, (earliest, _) in self._due.items() if earliest <= until}
         for loc in ready:
             del self._due[loc]
         return ready

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from locstatus.agent.lives import ask_lives
 from locstatus.agent.replica import Life
+from locstatus.agent.settle import SETTLE_GATHER
 from locstatus.agent.state import AgentState
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound
 from locstatus.models import Hint, LocationStatus, ServiceStatus
@@ -149,7 +150,7 @@ class Watcher:
             with s.lock:
                 resync = s.want_resync or now >= next_resync
                 dirty, s.dirty = s.dirty, set()
-                settle_now = s.settle.pop_due(now=now)
+                settle_now = s.settle.pop_due(now=now, gather=SETTLE_GATHER)
                 sweep = s.settle.take_sweep(now=now)
                 s.want_resync = False
             try:
@@ -159,8 +160,8 @@ class Watcher:
                     sweep = True
                 else:
                     self.refresh_many(sorted(dirty))
-                for loc in sorted(settle_now):
-                    self.try_settle(loc)
+                if settle_now:
+                    self.try_settle_many(sorted(settle_now))
                 if sweep:
                     with s.lock:
                         s.settle.swept(now=now)
@@ -287,21 +288,85 @@ class Watcher:
             elif s.settle.still_transitional(location, now=s.monotonic()):
                 s.wake.set()
 
+    def try_settle_many(self, locations: Sequence[str]) -> None:
+        """:meth:`try_settle` for the locations whose windows opened together (after a burst of
+        acknowledgements, thousands at once): one :meth:`Manager.settle_many
+        <locstatus.manager.Manager.settle_many>` for those the local copy still shows
+        transitional, its reads and writes in batches (docs/agent.md, "Bursts"). Its errors are
+        not fatal, as :meth:`try_settle`'s."""
+        s = self.state
+        with s.lock:
+            wanted: dict[str, LocationStatus] = {}
+            for loc in locations:
+                rec = s.copy.records.get(loc)
+                if rec is None or not any(x.state.transitional for x in rec.services.values()):
+                    s.settle.settled(loc)
+                else:
+                    wanted[loc] = rec
+        if not wanted:
+            return
+        try:  # the copy's records: where another worker is still to acknowledge, no read
+            results = self.manager.settle_many(list(wanted), known=wanted)
+        except LocstatusError as exc:
+            s.count("backend_errors")
+            log.warning("agent %s: settle of %d locations failed: %s", self.worker_id,
+                        len(wanted), exc)
+            return
+        failed: list[tuple[str, LocstatusError]] = []
+        again = False
+        with s.cond:
+            for loc, got in results.items():
+                if isinstance(got, CorruptRecord):
+                    s.corrupt_locked(got)
+                    failed.append((loc, got))
+                    continue
+                if isinstance(got, LocstatusError):
+                    s.metrics["backend_errors"] += 1
+                    failed.append((loc, got))
+                    continue
+                s.metrics["settles"] += 1
+                if got is not wanted[loc]:  # the copy's own record back: nothing was read
+                    s.store_locked(got)
+                if not any(x.state.transitional for x in got.services.values()):
+                    s.settle.settled(loc)
+                elif s.settle.still_transitional(loc, now=s.monotonic()):
+                    again = True
+        if again:
+            s.wake.set()
+        for loc, error in failed[:3]:
+            log.warning("agent %s: settle %s failed: %s", self.worker_id, loc, error)
+        if len(failed) > 3:
+            log.warning("agent %s: ... and %d more settles failed", self.worker_id,
+                        len(failed) - 3)
+
     def _settle_transitional(self) -> None:
         """The sweep: try to settle every watched record that is pausing/resuming (a lapsed
         lease, or an acknowledging worker that died before settling)."""
         s = self.state
         with s.lock:
-            targets = s.copy.transitional()
-        for loc in targets:
-            try:
-                rec = self.manager.settle(loc)
-            except CorruptRecord as exc:  # that location only; the others are still settled
-                self._corrupt(exc)
-                continue
-            s.count("settles")
-            with s.cond:
-                s.store_locked(rec)
+            targets = {loc: s.copy.records[loc] for loc in s.copy.transitional()}
+        if not targets:
+            return
+        # failing: the run loop retries; the copy's records spare the reads of those another
+        # worker is still to acknowledge
+        results = self.manager.settle_many(sorted(targets), known=targets)
+        corrupt: list[CorruptRecord] = []
+        errors: list[LocstatusError] = []
+        with s.cond:
+            for loc, got in results.items():
+                if isinstance(got, CorruptRecord):  # that location only; the others settle
+                    s.corrupt_locked(got)
+                    corrupt.append(got)
+                elif isinstance(got, LocstatusError):
+                    errors.append(got)
+                else:
+                    s.metrics["settles"] += 1
+                    if got is not targets[loc]:  # the copy's own record back: nothing read
+                        s.store_locked(got)
+        for bad in corrupt:
+            log.warning("agent %s: %s", self.worker_id, bad)
+        if errors:
+            raise errors[0]  # as a settle of it alone would: the run loop retries
 
     # -- scheduled resumes -----------------------------------------------------------------------
 

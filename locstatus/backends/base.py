@@ -592,6 +592,14 @@ class Backend(ABC):
         """Acknowledgements for one location: worker_id -> service -> generation (integers);
         an unreadable one is left out (invariant 6)."""
 
+    def acks_many(self, locations: Sequence[str]) -> dict[str, AckMap]:
+        """:meth:`acks` of each of ``locations`` (location -> its AckMap; every one given is
+        in the result, an empty map when none are), as fresh as a call of :meth:`acks` made
+        now for each. A batched settle reads them together (docs/design.md §4, "Batches");
+        this default asks one location after the other, a backend overrides it with fewer
+        requests."""
+        return {loc: self.acks(loc) for loc in dict.fromkeys(locations)}
+
     @abstractmethod
     def all_acks(self) -> dict[str, AckMap]:
         """Acknowledgements for every location: location -> worker_id -> service -> gen;

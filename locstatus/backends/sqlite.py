@@ -556,6 +556,20 @@ class SQLiteBackend(Backend):
                 out.setdefault(str(worker), {})[str(service)] = gen
         return out
 
+    def acks_many(self, locations: Sequence[str]) -> dict[str, AckMap]:
+        """One query for the batch (``json_each`` in, as :meth:`read_many`)."""
+        out: dict[str, AckMap] = {loc: {} for loc in locations}
+        if not out:
+            return out
+        for loc, worker, service, raw in self._query(
+            "SELECT location, worker_id, service, generation FROM acks "
+            "WHERE location IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(out)),),
+        ):
+            if (gen := codec.ack_generation(raw)) is not None:  # unreadable: acknowledges nothing
+                out[str(loc)].setdefault(str(worker), {})[str(service)] = gen
+        return out
+
     def all_acks(self) -> dict[str, AckMap]:
         out: dict[str, AckMap] = {}
         for loc, worker, service, raw in self._query(

@@ -10,13 +10,13 @@ write loop with its version hints).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from locstatus.backend_clock import time_source_for
 from locstatus.backends.base import Backend
 from locstatus.clock import CallerClock, Clock, TimeSource
-from locstatus.errors import CorruptRecord
+from locstatus.errors import CorruptRecord, LocstatusError
 from locstatus.models import HistoryEntry, LocationStatus, WorkerInfo
 from locstatus.names import DEFAULT_SERVICES, check_location, check_worker_id
 
@@ -283,6 +283,25 @@ class Manager:
         until its lease has passed by the backend's time beyond doubt (:func:`worker_live
         <locstatus.manager.liveness.worker_live>`)."""
         return reconcile.settle(self._core, location, service)
+
+    def settle_many(
+        self,
+        locations: Sequence[str],
+        service: ServiceArg = None,
+        *,
+        known: Mapping[str, LocationStatus] | None = None,
+    ) -> dict[str, LocationStatus | LocstatusError]:
+        """:meth:`settle` for many locations at once (a bulk change's acknowledgements, an
+        agent's due settles): read, checked and written in batches, each location still its own
+        compare-and-set on its own version with its history (docs/design.md §4, "Batches"),
+        settled only when every live worker acknowledged its current generation. Returns
+        location -> its record after the settle, or the :class:`LocstatusError` it ended with
+        (a conflict or error at one location fails no other). Raises :class:`InvalidInput` for
+        a bad location name or ``service``, nothing read. ``known``: records this process
+        holds (an agent's local copy); a location where some live worker has not acknowledged
+        the known record's generation yet is not read, its known record returned
+        (:func:`~.reconcile.settle_many`)."""
+        return reconcile.settle_many(self._core, locations, service, known=known)
 
     def wait_settled(
         self, location: str, service: ServiceArg = None, *, timeout: float

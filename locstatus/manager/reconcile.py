@@ -15,17 +15,33 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from locstatus.errors import LocstatusError
+from locstatus.backends.base import AckMap
+from locstatus.errors import LocstatusError, NotFound
 from locstatus.fsm import Event
 from locstatus.models import LocationStatus, WorkerInfo, new_op_id
 from locstatus.names import check_location
 
 from .core import Core
 from .liveness import lagging_workers, settle_timeout, worker_live
-from .plans import NOTHING, Decision, Plan, Refuse, ServiceArg, plan_events, services_arg, targets
-from .writes import WriteRequest
+from .plans import (
+    NOTHING,
+    Decision,
+    Plan,
+    Refuse,
+    ServiceArg,
+    Write,
+    plan_events,
+    services_arg,
+    targets,
+)
+from .writes import Prepare, WriteRequest
 
 log = logging.getLogger("locstatus.manager")
+
+
+SETTLE_BATCH = 1000
+"""Locations one round of :func:`settle_many` reads and writes together (records, acks and
+compare-and-sets: bounded in memory, a few requests per round rather than a few per location)."""
 
 
 def settle(core: Core, location: str, service: ServiceArg = None) -> LocationStatus:
@@ -34,34 +50,187 @@ def settle(core: Core, location: str, service: ServiceArg = None) -> LocationSta
     check_location(location)
     names = services_arg(service, core.services)
     op_id = new_op_id()
+    return core.writer.write(
+        location, prepare=_settle_prepare(core, location, names, op_id), op_id=op_id
+    )
+
+
+def _settle_prepare(
+    core: Core, location: str, names: Sequence[str] | None, op_id: str
+) -> Prepare:
+    """The settle's ``prepare``: the worker list and the acks read after the record given
+    (model/README.md, finding 1), then a pure plan."""
 
     def prepare(rec: LocationStatus) -> Plan:
-        chosen = targets(rec, names)
-        if isinstance(chosen, LocstatusError):
-            error = chosen
+        pending = _pending(rec, names)
+        if isinstance(pending, LocstatusError):
+            error = pending
             return lambda _rec, _now: Refuse(error)
-        pending = [s for s in chosen if rec.services[s].state.transitional]
         if not pending:
             return lambda _rec, _now: NOTHING  # nothing to settle: no workers or acks read
         workers = core.backend.workers()
         acks = core.backend.acks(location)
+        return _settle_ready(core, rec, pending, workers, acks, op_id)
 
-        def plan(rec: LocationStatus, now: datetime) -> Decision:
-            ready = [
-                s
-                for s in pending
-                if not lagging_workers(
-                    location, s, rec.services[s].generation, workers, acks, core.time
-                )
-            ]
-            return plan_events(
-                rec, now, op_id, ready,
-                lambda s: Event("settle", generation=rec.services[s].generation, acked=True),
+    return prepare
+
+
+def _pending(rec: LocationStatus, names: Sequence[str] | None) -> list[str] | LocstatusError:
+    """The targeted services of ``rec`` that are pausing/resuming (or why none can be)."""
+    chosen = targets(rec, names)
+    if isinstance(chosen, LocstatusError):
+        return chosen
+    return [s for s in chosen if rec.services[s].state.transitional]
+
+
+def _settle_ready(
+    core: Core,
+    rec: LocationStatus,
+    pending: Sequence[str],
+    workers: Sequence[WorkerInfo],
+    acks: AckMap,
+    op_id: str,
+) -> Plan:
+    """The plan settling those of ``pending`` every live worker of ``workers`` acknowledged
+    at ``rec``'s generation (``workers`` and ``acks`` read after ``rec``)."""
+    location = rec.location
+
+    def plan(rec: LocationStatus, now: datetime) -> Decision:
+        ready = [
+            s
+            for s in pending
+            if not lagging_workers(
+                location, s, rec.services[s].generation, workers, acks, core.time
             )
+        ]
+        return plan_events(
+            rec, now, op_id, ready,
+            lambda s: Event("settle", generation=rec.services[s].generation, acked=True),
+        )
 
-        return plan
+    return plan
 
-    return core.writer.write(location, prepare=prepare, op_id=op_id)
+
+def settle_many(
+    core: Core,
+    locations: Sequence[str],
+    service: ServiceArg = None,
+    *,
+    known: Mapping[str, LocationStatus] | None = None,
+) -> dict[str, LocationStatus | LocstatusError]:
+    """:func:`settle` for many locations, :data:`SETTLE_BATCH` at a time: per batch the
+    records read together (:meth:`~locstatus.backends.base.Backend.read_many`), then, after
+    them, the worker list once and the acks of the transitional ones together
+    (:meth:`~locstatus.backends.base.Backend.acks_many`), and the settles written together
+    (:meth:`~.writes.Writer.write_batch`: each location its own compare-and-set on the version
+    read, its history in the same write). The settle rules are :func:`settle`'s (docs/design.md
+    §3): a location settles only when every live worker acknowledged its current generation.
+    A location that conflicted is read again and settled alone, its workers and acks read
+    again after that read; its conflict or error fails no other.
+
+    Returns location -> its record after the settle (the one read when nothing was to settle),
+    or the :class:`LocstatusError` it ended with (:class:`NotFound`, a corrupt record, an
+    unknown service, a backend error of its batch's reads).
+
+    ``known``: location -> a record of it this process holds (an agent's local copy). A batch
+    first reads the workers and the acks alone, and a location where some live worker has not
+    acknowledged the generation of ``known`` for any of its transitional services is not
+    read (a burst's settler tries while the others still acknowledge): its record returned is
+    the known one. Generations only grow within a life, so that check only ever skips an
+    attempt that could not settle (or one of a location re-created since, tried again once the
+    copy has its new life); the locations kept are settled as above.
+
+    Raises :class:`InvalidInput` for a bad location name or service, before anything is
+    read."""
+    for loc in locations:
+        check_location(loc)
+    names = services_arg(service, core.services)
+    op_id = new_op_id()
+    out: dict[str, LocationStatus | LocstatusError] = {}
+    wanted = list(dict.fromkeys(locations))
+    for i in range(0, len(wanted), SETTLE_BATCH):
+        chunk = wanted[i : i + SETTLE_BATCH]
+        try:
+            if known:
+                chunk = _maybe_ready(core, chunk, names, known, out)
+            requests = _settle_requests(core, chunk, names, op_id, out) if chunk else []
+        except LocstatusError as exc:  # this batch's reads: each of its locations ends so
+            for loc in chunk:
+                out.setdefault(loc, exc)
+            continue
+        for req, after in core.writer.write_batch(requests):
+            out[req.location] = after
+    return out
+
+
+def _maybe_ready(
+    core: Core,
+    chunk: Sequence[str],
+    names: Sequence[str] | None,
+    known: Mapping[str, LocationStatus],
+    out: dict[str, LocationStatus | LocstatusError],
+) -> list[str]:
+    """The locations of ``chunk`` that may settle, judged from the workers and the acks read
+    now against the ``known`` records; the others go to ``out`` as their known record."""
+    judged = {loc: rec for loc in chunk if (rec := known.get(loc)) is not None}
+    if not judged:
+        return list(chunk)
+    workers = core.backend.workers()
+    acks = core.backend.acks_many(list(judged))
+    kept: list[str] = []
+    for loc in chunk:
+        rec = judged.get(loc)
+        pending = None if rec is None else _pending(rec, names)
+        if rec is not None and isinstance(pending, list) and pending and all(
+            lagging_workers(
+                loc, s, rec.services[s].generation, workers, acks.get(loc, {}), core.time
+            )
+            for s in pending
+        ):
+            out[loc] = rec  # someone still to acknowledge what this copy holds: not read
+        else:
+            kept.append(loc)
+    return kept
+
+
+def _settle_requests(
+    core: Core,
+    chunk: Sequence[str],
+    names: Sequence[str] | None,
+    op_id: str,
+    out: dict[str, LocationStatus | LocstatusError],
+) -> list[WriteRequest]:
+    """Read one batch of :func:`settle_many` and plan it: the settles to write; what needs no
+    write goes to ``out``."""
+    got = core.backend.read_many(chunk)
+    pending: dict[str, tuple[LocationStatus, list[str]]] = {}
+    for loc, rec in zip(chunk, got, strict=True):
+        if isinstance(rec, LocstatusError):
+            if isinstance(rec, NotFound):
+                core.writer.hints.drop(loc)
+            out[loc] = rec
+            continue
+        core.writer.hints.put(rec)
+        svcs = _pending(rec, names)
+        if isinstance(svcs, LocstatusError) or not svcs:
+            out[loc] = svcs if isinstance(svcs, LocstatusError) else rec
+            continue
+        pending[loc] = (rec, svcs)
+    if not pending:
+        return []
+    workers = core.backend.workers()  # after every record of the batch is read
+    acks = core.backend.acks_many(list(pending))
+    requests: list[WriteRequest] = []
+    for loc, (rec, svcs) in pending.items():
+        plan = _settle_ready(core, rec, svcs, workers, acks.get(loc, {}), op_id)
+        if not isinstance(plan(rec, core.writer.clock()), Write):
+            out[loc] = rec  # someone still to acknowledge: nothing written
+            continue
+        requests.append(
+            WriteRequest(loc, plan, op_id, known=rec,
+                         prepare=_settle_prepare(core, loc, names, op_id))
+        )
+    return requests
 
 
 def fire_due_resumes(
@@ -278,8 +447,8 @@ def wait_all(
     """Wait for several locations at once until one shared deadline, ``timeout`` seconds from
     now on this process's monotonic clock: ``pending`` maps each location to the services to
     wait for (canonical names, or None: all of the location's). Each round settles every
-    location still pending (:func:`settle`), then sleeps until a change hint or at most 0.25 s.
-    Returns location -> its settled record, or the error it ended with: a
+    location still pending (:func:`settle_many`, in batches), then sleeps until a change hint
+    or at most 0.25 s. Returns location -> its settled record, or the error it ended with: a
     :class:`SettleTimeout` naming its lagging (and stuck) workers when the deadline passed, or
     what the settle raised (:class:`NotFound` for a location removed from the store...)."""
     deadline = time.monotonic() + timeout
@@ -291,13 +460,13 @@ def wait_all(
         while left:
             woken.clear()
             late: dict[str, tuple[LocationStatus, list[str]]] = {}
-            for location, names in list(left.items()):
-                try:
-                    rec = settle(core, location, names)
-                except LocstatusError as exc:
-                    out[location] = exc
+            for location, settled in _settle_each(core, left).items():
+                names = left[location]
+                if isinstance(settled, LocstatusError):
+                    out[location] = settled
                     del left[location]
                     continue
+                rec = settled
                 chosen = targets(rec, names)
                 if isinstance(chosen, LocstatusError):
                     out[location] = chosen
@@ -329,3 +498,17 @@ def wait_all(
         unsubscribe()
     return out
 
+
+
+def _settle_each(
+    core: Core, pending: Mapping[str, Sequence[str] | None]
+) -> dict[str, LocationStatus | LocstatusError]:
+    """One :func:`settle_many` per distinct service selection of ``pending`` (a bulk
+    operation's wait has one), every location's outcome."""
+    groups: dict[tuple[str, ...] | None, list[str]] = {}
+    for location, names in pending.items():
+        groups.setdefault(None if names is None else tuple(names), []).append(location)
+    out: dict[str, LocationStatus | LocstatusError] = {}
+    for names, locations in groups.items():
+        out.update(settle_many(core, locations, None if names is None else list(names)))
+    return out

@@ -134,7 +134,10 @@ class _Ambiguity:
 @dataclass(frozen=True, slots=True)
 class WriteRequest:
     """One location's write in a batch (:meth:`Writer.write_batch`); fields as the arguments
-    of :meth:`Writer.write`."""
+    of :meth:`Writer.write`. ``plan`` decides the batched attempt from the known record;
+    ``prepare``, when given, decides every attempt of the location written alone (after a
+    conflict, or from a fresh read) instead: a settle reads its workers and acks again after
+    the fresh record (model/README.md, finding 1)."""
 
     location: str
     plan: Plan
@@ -142,6 +145,7 @@ class WriteRequest:
     known: LocationStatus | None = None
     use_hint: bool = False
     replaced: list[LocationStatus] | None = None
+    prepare: Prepare | None = None
 
 
 class Writer:
@@ -311,9 +315,10 @@ class Writer:
     ) -> LocationStatus | LocstatusError:
         """One request written through the loop of :meth:`write` (from a fresh read unless
         ``known`` or ``use_hint`` says otherwise), its error as a value."""
+        prep = req.prepare if req.prepare is not None else _prepared(req.plan, None)
         try:
             return self._write(
-                req.location, _prepared(req.plan, None), req.op_id, None, known, use_hint,
+                req.location, prep, req.op_id, None, known, use_hint,
                 ambiguity or _Ambiguity(), req.replaced,
             )
         except LocstatusError as exc:

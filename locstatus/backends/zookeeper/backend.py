@@ -118,9 +118,9 @@ class ZooKeeperBackend(Backend):
     ) -> LocationStatus:
         return self._records.compare_and_set(record, expected_version, history)
 
-    batch_size = 500
-    """Locations per bulk write, pipelined on the session (bounded in flight: 500 multi-ops of
-    a few KiB each)."""
+    batch_size = 2000
+    """Locations per bulk write, pipelined on the session (bounded in flight: 40 multi-ops of
+    fifty locations, a few tens of KiB each; one wait for the answers per batch)."""
 
     def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
         return self._records.compare_and_set_many(items)

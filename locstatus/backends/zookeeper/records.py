@@ -12,11 +12,12 @@ Why it is shaped so:
   (``match`` on the :class:`~locstatus.backends.zookeeper.txn.Refusal`), and an outcome lost
   with the connection (:class:`AmbiguousCommit`) is never mistaken for a refusal: the manager
   resolves it by the write's history (invariants 4, 9), a create and a delete here by a re-read.
-- **Batches** (:meth:`Records.compare_and_set_many`, :meth:`Records.create_many`) put ten
-  locations' operations in one multi-op and send every multi-op of the batch at once,
-  pipelined: one server transaction per ten locations and one wait per batch. A multi-op is
-  all or nothing, so a refused one is sent again one location per multi-op, and a conflict
-  fails only its own location.
+- **Batches** (:meth:`Records.compare_and_set_many`, :meth:`Records.create_many`) put
+  :data:`GROUP` locations' operations in one multi-op and send every multi-op of the batch at
+  once, pipelined: one server transaction per fifty locations and one wait per batch. A
+  multi-op is all or nothing: a refused compare-and-set group decides the location whose
+  operation failed and sends the others again as a group; a refused create group is sent
+  again one location per multi-op. A conflict fails only its own location.
 - **Delete** removes the record and its acknowledgements atomically; its history is keyed by
   incarnation, so what an interrupted clean-up leaves behind is never read again.
 
@@ -28,6 +29,7 @@ its batched form side by side, where a change to one is seen to need the other.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 from collections.abc import Sequence
@@ -73,9 +75,13 @@ log = logging.getLogger(__name__)
 _HISTORY = TypeAdapter(list[HistoryEntry])
 _RACES = 20
 """Attempts of a create or delete that keeps meeting a concurrent one."""
-GROUP = 10
+GROUP = 50
 """Locations per multi-op in a batched compare-and-set or create (one server transaction, one
-log append, for ten locations)."""
+log append, for fifty locations). Measured with kazoo alone (docs/benchmarks.md, "Bulk
+operations"): 20 000 versioned sets with their history nodes took 2.4-2.9 s and 0.7 s of
+client CPU in multi-ops of ten, 0.9-1.1 s and 0.45 s in multi-ops of fifty, 7-10 s one
+location per multi-op; the server's and kazoo's cost is per request more than per
+operation."""
 
 
 class Records:
@@ -322,29 +328,54 @@ class Records:
         """Items grouped :data:`GROUP` locations to a multi-op (each location's operations
         those of :meth:`compare_and_set`, a group at most ``max_bytes``), every group sent at
         once, pipelined on the session (:meth:`ZkClient.commit_many`). A group that applied
-        wrote each of its locations at its own version with its history; a group the server
-        refused (a conflict at one of its locations refuses them all) is sent again one
-        location per multi-op, so a conflict fails only its own location. A group whose answer
-        was lost leaves each of its locations :class:`AmbiguousCommit` (each resolved by its
-        op_id, as a lone write's)."""
+        wrote each of its locations at its own version with its history. A group the server
+        refused (a conflict at one of its locations refuses them all) names the operation
+        that failed: that location alone is decided by it, as its lone write would be, and
+        the group's other locations are sent again as one group without it, until each is
+        decided; a refusal that names no operation sends each of its locations alone. A group
+        whose answer was lost leaves each of its locations :class:`AmbiguousCommit` (each
+        resolved by its op_id, as a lone write's)."""
         distinct_locations(item.record.location for item in items)
         out: list[CasResult | None] = [None] * len(items)
+        parts: dict[int, tuple[bytes, bytes]] = {}
+        for i, item in enumerate(items):
+            try:
+                parts[i] = self._cas_parts(item.record, item.expected_version, item.history)
+            except LocstatusError as exc:  # not a version of it, too large: nothing sent
+                out[i] = exc
+        work = [(list(parts), GROUP)]
+        while work:  # each round decides at least one location of every refused group
+            pending, group_size = work.pop()
+            again, alone = self._cas_round(items, parts, pending, group_size, out)
+            if again:
+                work.append((again, group_size))
+            if alone:
+                work.append((alone, 1))
+        return [r for r in out if r is not None]
+
+    def _cas_round(
+        self, items: Sequence[CasItem], parts: dict[int, tuple[bytes, bytes]],
+        pending: list[int], group_size: int, out: list[CasResult | None],
+    ) -> tuple[list[int], list[int]]:
+        """One pipelined round of :meth:`compare_and_set_many`: the items ``pending`` (their
+        indexes) sent in groups of ``group_size``, the outcome of each decided one put in
+        ``out``. Returns the undecided rest of the refused groups whose failed operation is
+        known (sent again as groups), and those of the refused groups whose is not (sent
+        again alone)."""
         groups: list[list[int]] = []
+        firsts: list[list[int]] = []  # per group: where each location's operations start
         txns: list[Transaction] = []
         size = self.client.params.max_bytes
         used = size
-        for i, item in enumerate(items):
-            try:
-                parts = self._cas_parts(item.record, item.expected_version, item.history)
-            except LocstatusError as exc:  # not a version of it, too large: nothing sent
-                out[i] = exc
-                continue
-            weight = sum(len(p) for p in parts) + 200
-            if used + weight > size or len(groups[-1]) >= GROUP:
+        for i in pending:
+            weight = sum(len(p) for p in parts[i]) + 200
+            if used + weight > size or len(groups[-1]) >= group_size:
                 groups.append([])
+                firsts.append([])
                 txns.append(self.client.transaction())
                 used = 0
-            self._cas_ops(txns[-1], item.record, item.expected_version, parts)
+            firsts[-1].append(len(txns[-1].labels))
+            self._cas_ops(txns[-1], items[i].record, items[i].expected_version, parts[i])
             groups[-1].append(i)
             used += weight
 
@@ -355,7 +386,9 @@ class Records:
             )
 
         again: list[int] = []
-        for group, outcome in zip(groups, self.client.commit_many(what, txns), strict=True):
+        alone: list[int] = []
+        outcomes = self.client.commit_many(what, txns)
+        for group, first, outcome in zip(groups, firsts, outcomes, strict=True):
             if isinstance(outcome, LocstatusError):  # lost, unreachable: each as alone
                 for i in group:
                     out[i] = outcome
@@ -365,20 +398,13 @@ class Records:
                     out[i] = with_version(item.record, item.expected_version + 1)
             elif len(group) == 1:
                 out[group[0]] = self._outcome_of(items[group[0]], outcome)
-            else:
-                again.extend(group)  # refused as a whole: each location alone
-        if again:
-            alone = [self._cas_txn(items[i].record, items[i].expected_version,
-                                   items[i].history) for i in again]
-            outcomes = self.client.commit_many(
-                lambda k: f"compare-and-set of location {items[again[k]].record.location!r}",
-                alone,
-            )
-            for i, outcome in zip(again, outcomes, strict=True):
-                out[i] = outcome if isinstance(outcome, LocstatusError) else self._outcome_of(
-                    items[i], outcome
-                )
-        return [r for r in out if r is not None]
+            elif outcome.at < 0:  # refused as a whole, no operation named: each alone
+                alone.extend(group)
+            else:  # the location whose operation failed is decided; the rest go again
+                failed = bisect.bisect_right(first, outcome.at) - 1
+                out[group[failed]] = self._outcome_of(items[group[failed]], outcome)
+                again.extend(i for k, i in enumerate(group) if k != failed)
+        return again, alone
 
     def _outcome_of(self, item: CasItem, refused: Refusal | None) -> CasResult:
         try:

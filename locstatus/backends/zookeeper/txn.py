@@ -39,6 +39,8 @@ class Refusal(NamedTuple):
 
     label: str
     error: Exception
+    at: int = -1
+    """The index of the failed operation in the transaction (-1: none named)."""
 
 
 class Transaction:
@@ -69,11 +71,11 @@ def refusal(results: Sequence[object], labels: Sequence[str]) -> Refusal | None:
     """The :class:`Refusal` of a committed transaction's ``results``, or None when it applied:
     the first operation whose result is a real error (not "rolled back"); when every result says
     "rolled back", that one, labelled ``"transaction"``."""
-    for label, result in zip(labels, results, strict=False):
+    for at, (label, result) in enumerate(zip(labels, results, strict=False)):
         if isinstance(result, (RolledBackError, RuntimeInconsistency)):
             continue
         if isinstance(result, Exception):
-            return Refusal(label, result)
+            return Refusal(label, result, at)
     for result in results:  # every result says "rolled back": report that one
         if isinstance(result, Exception):
             return Refusal("transaction", result)
