@@ -359,6 +359,32 @@ def test_an_unreachable_source_is_exit_2_and_writes_nothing(tmp_path: Any) -> No
         mgr.close()
 
 
+def test_a_zookeeper_chroot_without_any_backbeat_state_is_refused(
+    tmp_path: Any, legacy: Legacy
+) -> None:
+    """A mistyped chroot (``/bakbeat``) read as "no Backbeat state" listed every location as
+    only in locstatus, exit 0 (a new-user review): not one namespace there is an error naming
+    the paths, and nothing is written."""
+    url = f"sqlite:///{tmp_path}/ls.db"
+    legacy.put("replication", "zenko", node(True))
+    mgr = Manager(open_backend(url))
+    try:
+        mgr.sync_locations({"zenko": ["replication"]})
+        version = mgr.status("zenko").version
+        wrong = legacy.hosts + "-typo"
+        result = run(url, "--zookeeper", wrong)
+        assert result.exit_code != 0, result.stdout
+        assert f"no Backbeat state in ZooKeeper at {wrong}" in result.stderr, result.stderr
+        assert "/backbeat/replication/state" in result.stderr and "chroot" in result.stderr
+        assert "only in locstatus" not in result.stdout
+        assert mgr.status("zenko").version == version
+        good = run(url, "--zookeeper", legacy.hosts)  # the right chroot still imports
+        assert good.exit_code == 0, good.stderr
+        assert mgr.status("zenko").services["replication"].state is State.PAUSED
+    finally:
+        mgr.close()
+
+
 def test_after_the_bridge_took_over_the_import_refuses_unless_forced(
     kit: Kit, legacy: Legacy
 ) -> None:

@@ -148,8 +148,9 @@ def refuse_after_bridge(mgr: Manager) -> None:
 def read_zookeeper(hosts: str, namespaces: dict[str, str],
                    timeout: float = TIMEOUT) -> list[Entry]:
     """Every state node under each ``namespaces[service] + "/state"``, read with kazoo. A
-    namespace without a state node is no entry; a node that vanishes between the listing
-    and its read, or that does not parse, is an entry with ``error``. Raises
+    namespace without a state node is no entry, but none of them there raises
+    :class:`InvalidInput` (a wrong chroot or namespace); a node that vanishes between the
+    listing and its read, or that does not parse, is an entry with ``error``. Raises
     :class:`BackendUnavailable` when ZooKeeper does not answer within ``timeout`` seconds."""
     from kazoo.client import KazooClient
     from kazoo.exceptions import KazooException, NoNodeError
@@ -164,11 +165,13 @@ def read_zookeeper(hosts: str, namespaces: dict[str, str],
                 f"Backbeat's ZooKeeper at {hosts} did not answer within {timeout:g} s"
             ) from None
         out: list[Entry] = []
+        missing: list[str] = []
         for service, namespace in namespaces.items():
             parent = namespace.rstrip("/") + STATE_PATH
             try:
                 children = sorted(client.get_children(parent))
             except NoNodeError:
+                missing.append(parent)
                 continue
             for name in children:
                 path = node_path(namespace, name)
@@ -180,6 +183,15 @@ def read_zookeeper(hosts: str, namespaces: dict[str, str],
                                      error=f"{where}: the node vanished while it was read"))
                     continue
                 out.append(_entry(name, service, where, lambda r=raw, w=where: parse_node(r, w)))
+        if namespaces and len(missing) == len(namespaces):
+            # Not one namespace there: far likelier a wrong chroot or namespace than a Backbeat
+            # whose processors never started (they create their state nodes at start); read as
+            # "no state", it would list every location as only in locstatus (a new-user review).
+            raise InvalidInput(
+                f"no Backbeat state in ZooKeeper at {hosts}: {', '.join(missing)} "
+                f"{'does' if len(missing) == 1 else 'do'} not exist (a wrong chroot in "
+                "--zookeeper, or a wrong namespace?); nothing imported"
+            )
         return out
     except KazooException as exc:
         raise BackendUnavailable(f"reading Backbeat's ZooKeeper at {hosts}: {exc}") from None
