@@ -654,3 +654,19 @@ def test_a_resume_is_not_acknowledged_by_a_node_written_before_it(site: Site) ->
         assert site.state("zenko") is State.RUNNING
         assert site.node("zenko")["paused"] is False
         assert _consumer_paused(proc, "zenko") is False
+
+
+def test_a_service_the_configuration_cannot_bridge_is_named_at_start(tmp_path: Path) -> None:
+    """A store with lifecycle and a configuration without Backbeat's MongoDB: the bridge leaves
+    lifecycle alone and says so, since a pause of it settles with nothing following it (a
+    new-user review paused lifecycle through the Backbeat route, 200, settled at once)."""
+    client = connect(f"sqlite:///{tmp_path}/ls.db", services=["replication", "lifecycle"])
+    try:
+        cfg = BackbeatConfig(zookeeper="127.0.0.1:1", redis="redis://127.0.0.1:1")
+        bridge = Bridge(client, cfg)  # nothing connects before it is entered
+        assert bridge.services == ["replication"]
+        assert bridge.unbridged == {
+            "lifecycle": "no Backbeat MongoDB in the configuration (--mongodb)"}
+        assert Bridge(client, cfg, services=["replication"]).unbridged == {}  # narrowed: asked
+    finally:
+        client.close()

@@ -359,6 +359,32 @@ def test_an_unreachable_source_is_exit_2_and_writes_nothing(tmp_path: Any) -> No
         mgr.close()
 
 
+def test_a_zookeeper_chroot_that_does_not_exist_is_refused(
+    tmp_path: Any, legacy: Legacy
+) -> None:
+    """A mistyped chroot (``/bakbeat``) read as "no Backbeat state" listed every location as
+    only in locstatus, exit 0 (a new-user review): a chroot that does not exist is an error
+    naming it, and nothing is written."""
+    url = f"sqlite:///{tmp_path}/ls.db"
+    legacy.put("replication", "zenko", node(True))
+    mgr = Manager(open_backend(url))
+    try:
+        mgr.sync_locations({"zenko": ["replication"]})
+        version = mgr.status("zenko").version
+        wrong = legacy.hosts + "-typo"
+        result = run(url, "--zookeeper", wrong)
+        assert result.exit_code != 0, result.stdout
+        assert f"no Backbeat state in ZooKeeper at {wrong}" in result.stderr, result.stderr
+        assert "its chroot" in result.stderr and "does not exist" in result.stderr
+        assert "only in locstatus" not in result.stdout
+        assert mgr.status("zenko").version == version
+        good = run(url, "--zookeeper", legacy.hosts)  # the right chroot still imports
+        assert good.exit_code == 0, good.stderr
+        assert mgr.status("zenko").services["replication"].state is State.PAUSED
+    finally:
+        mgr.close()
+
+
 def test_after_the_bridge_took_over_the_import_refuses_unless_forced(
     kit: Kit, legacy: Legacy
 ) -> None:
@@ -392,6 +418,40 @@ def test_after_the_bridge_took_over_the_import_refuses_unless_forced(
         assert forced.exit_code == 0, (forced.stdout, forced.stderr)
         assert "did cancel_scheduled_resume zenko/replication" in forced.stdout
         assert mgr.status("zenko").services["replication"].resume_at is None
+    finally:
+        holder.close()
+        mgr.close()
+
+
+def test_a_service_the_bridge_does_not_bridge_yet_can_still_be_imported(
+    kit: Kit, legacy: Legacy
+) -> None:
+    """A bridge ran without Backbeat's MongoDB (replication only) and lifecycle is to be added:
+    its Backbeat state was unreachable to import (refused as taken over) and the bridge, given
+    MongoDB, would write locstatus's over it (a new-user review). ``--service lifecycle``
+    imports it while the bridge holds only replication; replication stays refused."""
+    mgr = Manager(open_backend(kit.url))
+    holder = kit.open()
+    try:
+        mgr.sync_locations({"aws-location": ["replication", "lifecycle"]})
+        holder.put_worker(WorkerInfo(
+            worker_id="backbeat.replication.aws-location", services=("replication",),
+            locations=("aws-location",), host="bridge-host", pid=42, standing=True,
+            lease_expires_at=None if holder.session_leases else NOW + timedelta(hours=1)))
+        legacy.put("replication", "aws-location", node(True))
+        legacy.doc("aws-location", lifecycle(True, LATER))
+        for args in ([], ["--service", "replication"], ["--service", "lifecycle",
+                                                         "--service", "replication"]):
+            refused = run(kit.url, *legacy.args(), *args)
+            assert refused.exit_code == 1 and "has taken over" in refused.stderr, args
+        bad = run(kit.url, *legacy.args(), "--service", "nosuch")
+        assert bad.exit_code != 0 and "--service 'nosuch': not a service" in bad.stderr
+        done = run(kit.url, *legacy.args(), "--service", "lifecycle")
+        assert done.exit_code == 0, (done.stdout, done.stderr)
+        status = mgr.status("aws-location").services
+        assert status["lifecycle"].paused and status["lifecycle"].resume_at == LATER
+        assert status["replication"].state is State.RUNNING  # not read: the bridge's
+        assert all(h.service == "lifecycle" for h in imported(mgr, "aws-location"))
     finally:
         holder.close()
         mgr.close()

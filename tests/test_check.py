@@ -562,8 +562,8 @@ def test_a_standing_registration_present_but_lagging_gets_its_advice_and_handler
         assert f"bb.zenko (last handler error: {error})" in stuck.message, stuck.message
         assert stuck.evidence["lagging_workers"][0]["handler_error"] == error
         assert stuck.repair.action is None
-        assert "start its holder again (e.g. the Backbeat bridge) or retire it: locstatus " \
-               "workers retire bb.zenko" in stuck.repair.description, stuck.repair.description
+        assert "start its holder again (e.g. the Backbeat bridge); retire it only once what it stands for is gone for good " \
+               "(the pauses it holds back then settle without it): locstatus workers retire bb.zenko" in stuck.repair.description, stuck.repair.description
         assert "fix or stop" not in stuck.repair.description
         assert mgr.status("us-east-1").services["replication"].state is State.PAUSING
     finally:

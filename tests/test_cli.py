@@ -643,7 +643,8 @@ def test_workers_shows_a_standing_registration_away_and_retire_ends_it(
     human = synced.ok("workers").stdout
     assert "standing, away since" in human and "expired" in human
     assert ("backbeat.replication.zenko: its holder (host host-1, pid 4242) is not running; "
-            "start it again, or retire it: locstatus workers retire "
+            "start it again; retire it only once what it stands for is gone for good "
+            "(the pauses it holds back then settle without it): locstatus workers retire "
             "backbeat.replication.zenko") in human, human
     result = synced("pause", "dr-site-a", "--wait", "0.3")
     assert result.exit_code == 1

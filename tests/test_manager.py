@@ -460,8 +460,8 @@ def test_a_standing_registration_whose_holder_is_away_keeps_a_pause_pausing_unti
         mgr.pause("us-east-1", "replication", wait=0.2)
     since = "(no session holds it)" if mgr.backend.session_leases else "since 2026-03-01T09:00:10Z"
     assert f"bb.zenko (standing registration, holder away {since}: its holder (host " \
-           "bridge-host, pid 42) is not running; start it again, or retire it: locstatus " \
-           "workers retire bb.zenko)" in str(info.value), str(info.value)
+           "bridge-host, pid 42) is not running; start it again; retire it only once what it stands for is gone for good " \
+           "(the pauses it holds back then settle without it): locstatus workers retire bb.zenko)" in str(info.value), str(info.value)
     assert info.value.lagging == ["bb.zenko"]
     assert mgr.settle("us-east-1").services["replication"].state is State.PAUSING
     [view] = mgr.worker_statuses().workers

@@ -244,6 +244,14 @@ class Bridge:
         if not wanted:
             raise InvalidInput("nothing to bridge: give Backbeat's ZooKeeper and Redis, or MongoDB")
         self.services = wanted
+        self.unbridged: dict[str, str] = {  # a pause of these settles with nothing following it
+            s: ("no Backbeat MongoDB in the configuration (--mongodb)" if s == "lifecycle"
+                else "no Backbeat ZooKeeper and Redis in the configuration")
+            for s in available if s not in wanted and services is None
+        }
+        """Services of the store this bridge leaves alone because its configuration lacks what
+        they need, with why (``--service`` narrowing is not listed): the command says so at
+        start, since a pause of one settles at once with nothing of Backbeat's following it."""
         self._wake = _Wake()
         self._processors: dict[tuple[str, str], _Processor] = {}
         self._by_path: dict[str, _Processor] = {}

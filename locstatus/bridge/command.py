@@ -99,6 +99,9 @@ def backbeat(
             else:
                 typer.echo(f"bridging {', '.join(bridge.services)} for "
                            f"{len(bridge.workers)} Backbeat worker(s)", err=True)
+            for svc, why in bridge.unbridged.items():
+                typer.echo(f"not bridging {svc}: {why}; nothing of Backbeat's follows its "
+                           "pauses", err=True)
             stop.wait()
     finally:
         for sig, handler in previous.items():

@@ -118,7 +118,8 @@ class Findings:
                     + ("is a standing registration" if len(standing) == 1
                        else "are standing registrations")
                     + " (its lease never lapses it): start its holder again (e.g. the Backbeat "
-                    "bridge) or retire it: "
+                    "bridge); retire it only once what it stands for is gone for good "
+                    "(the pauses it holds back then settle without it): "
                     + "; ".join(f"locstatus workers retire {w}" for w in standing)
                     + " (docs/agent.md \"Standing registrations\")"
                 )

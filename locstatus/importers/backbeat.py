@@ -114,21 +114,28 @@ BRIDGE_PREFIX = "backbeat."
 bridge")."""
 
 
-def bridge_registrations(mgr: Manager) -> list[WorkerInfo]:
-    """The Backbeat bridge's standing registrations in ``mgr``'s store (ids ``backbeat.*``):
-    once any exists, the bridge has taken over and Backbeat's state nodes and documents say
-    what locstatus said (it writes locstatus's state there), so they are no truth to import.
-    Raises :class:`BackendUnavailable`."""
-    return [w for w in mgr.workers() if w.standing and w.worker_id.startswith(BRIDGE_PREFIX)]
+def bridge_registrations(
+    mgr: Manager, services: Iterable[str] | None = None
+) -> list[WorkerInfo]:
+    """The Backbeat bridge's standing registrations in ``mgr``'s store (ids ``backbeat.*``),
+    of any of ``services`` (default: all): once one exists for a service, the bridge has taken
+    it over and Backbeat's state nodes and documents for it say what locstatus said (it writes
+    locstatus's state there), so they are no truth to import. Raises
+    :class:`BackendUnavailable`."""
+    wanted = None if services is None else set(services)
+    return [w for w in mgr.workers()
+            if w.standing and w.worker_id.startswith(BRIDGE_PREFIX)
+            and (wanted is None or wanted & set(w.services))]
 
 
-def refuse_after_bridge(mgr: Manager) -> None:
-    """Raise :class:`BridgeTookOver` (exit 1) naming the bridge's registrations when any
-    exists (:func:`bridge_registrations`): the import is a one-time step before the bridge
-    (docs/backbeat.md, "1. Import"); run again after it, it would read locstatus's own state
-    back with the scheduled resumes cleared, cancel them and undo resumes made while the
-    bridge was down. Raises :class:`BackendUnavailable`."""
-    found = bridge_registrations(mgr)
+def refuse_after_bridge(mgr: Manager, services: Iterable[str] | None = None) -> None:
+    """Raise :class:`BridgeTookOver` (exit 1) naming the bridge's registrations of any of
+    ``services`` (default: all) when one exists (:func:`bridge_registrations`; a service the
+    bridge does not bridge yet can still be imported): the import is a one-time step before
+    the bridge (docs/backbeat.md, "1. Import"); run again after it, it would read locstatus's
+    own state back with the scheduled resumes cleared, cancel them and undo resumes made
+    while the bridge was down. Raises :class:`BackendUnavailable`."""
+    found = bridge_registrations(mgr, services)
     if not found:
         return
     names = [w.worker_id for w in found]
@@ -148,8 +155,9 @@ def refuse_after_bridge(mgr: Manager) -> None:
 def read_zookeeper(hosts: str, namespaces: dict[str, str],
                    timeout: float = TIMEOUT) -> list[Entry]:
     """Every state node under each ``namespaces[service] + "/state"``, read with kazoo. A
-    namespace without a state node is no entry; a node that vanishes between the listing
-    and its read, or that does not parse, is an entry with ``error``. Raises
+    namespace without a state node is no entry, unless the chroot of ``hosts`` does not exist
+    (:class:`InvalidInput`: a typo); a node that vanishes between the listing and its read,
+    or that does not parse, is an entry with ``error``. Raises
     :class:`BackendUnavailable` when ZooKeeper does not answer within ``timeout`` seconds."""
     from kazoo.client import KazooClient
     from kazoo.exceptions import KazooException, NoNodeError
@@ -164,11 +172,13 @@ def read_zookeeper(hosts: str, namespaces: dict[str, str],
                 f"Backbeat's ZooKeeper at {hosts} did not answer within {timeout:g} s"
             ) from None
         out: list[Entry] = []
+        missing = False
         for service, namespace in namespaces.items():
             parent = namespace.rstrip("/") + STATE_PATH
             try:
                 children = sorted(client.get_children(parent))
             except NoNodeError:
+                missing = True
                 continue
             for name in children:
                 path = node_path(namespace, name)
@@ -180,6 +190,13 @@ def read_zookeeper(hosts: str, namespaces: dict[str, str],
                                      error=f"{where}: the node vanished while it was read"))
                     continue
                 out.append(_entry(name, service, where, lambda r=raw, w=where: parse_node(r, w)))
+        if missing and client.chroot and client.exists("/") is None:
+            # A chroot that does not exist is a typo, not a Backbeat without state: read as "no
+            # state", it listed every location as only in locstatus, exit 0 (a new-user review).
+            raise InvalidInput(
+                f"no Backbeat state in ZooKeeper at {hosts}: its chroot {client.chroot} does "
+                "not exist (a typo in --zookeeper?); nothing imported"
+            )
         return out
     except KazooException as exc:
         raise BackendUnavailable(f"reading Backbeat's ZooKeeper at {hosts}: {exc}") from None

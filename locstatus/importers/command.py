@@ -149,6 +149,12 @@ def backbeat(
     ] = TIMEOUT,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan; write nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    service: Annotated[
+        list[str] | None,
+        typer.Option("--service", metavar="NAME",
+                     help="Import only this service (repeatable; default every one of the "
+                     "store): e.g. lifecycle, added to a bridge that already bridges the others."),
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Import even though the Backbeat bridge has taken "
                            "over (its backbeat.* registrations exist). Dangerous: Backbeat's "
@@ -171,9 +177,16 @@ def backbeat(
     require_extra("import backbeat", *(["kazoo"] if cfg.zookeeper is not None else []),
                   *(["pymongo"] if cfg.mongodb is not None else []))
     mgr = _manager(ctx)
+    services = list(mgr.services)
+    if service:
+        unknown = [s for s in service if s not in services]
+        if unknown:
+            raise InvalidInput(f"--service {unknown[0]!r}: not a service of this store "
+                               f"(it has {', '.join(services)})")
+        services = [s for s in services if s in service]
     if not force:
-        refuse_after_bridge(mgr)
-    entries, read = read_backbeat(cfg, mgr.services, timeout)
+        refuse_after_bridge(mgr, services)
+    entries, read = read_backbeat(cfg, services, timeout)
     report = run_import(mgr, entries, read, dry_run=dry_run)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))

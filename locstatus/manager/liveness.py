@@ -76,7 +76,9 @@ def away_note(worker: WorkerInfo, time_source: TimeSource) -> str | None:
     last = f"host {worker.host or '?'}, pid {worker.pid}"
     return (
         f"standing registration, holder away {since}: its holder ({last}) is not running; "
-        f"start it again, or retire it: locstatus workers retire {worker.worker_id}"
+        f"start it again; retire it only once what it stands for is gone for good "
+        f"(the pauses it holds back then settle without it): "
+        f"locstatus workers retire {worker.worker_id}"
     )
 
 
