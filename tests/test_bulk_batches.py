@@ -150,3 +150,21 @@ def test_a_fleet_is_a_few_batches_and_every_location_reported(kit: Kit) -> None:
         i.status is not None and i.status.services["replication"].state is State.PAUSED
         for i in report.items
     )
+
+
+def test_a_list_given_out_of_order_over_several_batches_is_reported_in_location_order(
+    stored: Kit,
+) -> None:
+    """The report is sorted by location whatever order the list came in and however it was
+    batched, an unknown one in its place, and each location's changed services are
+    in name order (what the CLI prints, docs/cli.md, "Bulk: `all`")."""
+    backend = Batching(stored.open(), batch_size=16)
+    asked = [*reversed(NAMES), "loc-0155"]
+    report = Manager(backend).bulk(Operation.pause(), asked)
+    assert [i.location for i in report.items] == sorted(asked)
+    assert backend.batches == [16, 16, 16, 16, 8, 8]  # each pause, then its settle
+    unknown = report.items[16]  # between loc-015 and loc-016
+    assert unknown.location == "loc-0155" and unknown.outcome is Outcome.FAILED
+    written = [i for i in report.items if i is not unknown]
+    assert {i.outcome for i in written} == {Outcome.CHANGED}
+    assert {i.changed for i in written} == {("lifecycle", "replication")}

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from itertools import islice
+from operator import attrgetter
 
 from pydantic_core import PydanticSerializationError
 
@@ -207,36 +208,36 @@ def _run(
     op_id = new_op_id() if op_id is None else check_op_id(op_id)
     names = None if locations is None else _names(locations)
     report = BulkReport(op, op_id)
-    inflight: dict[str, WriteRequest] = {}
+    decide = _Decider(op, op_id)
+    requests: list[WriteRequest] = []  # the batch's writes in flight
     written: list[BulkItem] = []  # the batch's outcomes known, before its settles
-    plans: dict[tuple[str, ...], Plan] = {}
+    reported = 0  # how many of ``written`` are in the report
     try:
-        total, source = _source(core, names)
+        total, batches = _source(core, names, max(1, core.backend.batch_size))
         done = 0
-        for batch in _batched(source, max(1, core.backend.batch_size)):
-            requests: list[WriteRequest] = []
+        for batch in batches:
+            requests, written, reported = [], [], 0
             for location, entry in batch:
-                decided = _decide(op, op_id, location, entry, plans)
+                decided = decide(location, entry)
                 if isinstance(decided, WriteRequest):
                     requests.append(decided)
-                    inflight[location] = decided
                     continue
                 report.items.append(decided)
                 done += 1
                 if progress is not None:
                     progress(decided, done, total)
-            written.clear()
+            outcome, keep = decide.written, written.append
             for req, result in core.writer.write_batch(requests):
-                written.append(_written(op, op_id, req, result))
+                keep(outcome(req, result))
             changed = [
                 i.status for i in written if i.outcome is Outcome.CHANGED and i.status is not None
             ]
             settled = settle_unwatched_many(core, changed, op_id, op.actor, op.reason)
             for item in written:
-                if (after := settled.get(item.location)) is not None:
+                if settled and (after := settled.get(item.location)) is not None:
                     item = replace(item, status=after)
                 report.items.append(item)
-                del inflight[item.location]
+                reported += 1
                 done += 1
                 if progress is not None:
                     progress(item, done, total)
@@ -245,26 +246,29 @@ def _run(
     except (KeyboardInterrupt, PydanticSerializationError) as exc:
         if not interrupted(exc):
             raise
-        for item in written:
-            if item.location in inflight:
-                del inflight[item.location]
-                report.items.append(item)
-        for location in inflight:
+        report.items.extend(written[reported:])
+        known = {item.location for item in written}
+        for req in requests:
+            if req.location in known:
+                continue
             report.items.append(
                 BulkItem(
-                    location,
+                    req.location,
                     Outcome.FAILED,
                     error=AmbiguousCommit(
-                        f"location {location!r}: interrupted while writing: the write may or "
-                        f"may not have been applied: look for op_id {op_id} in the history"
+                        f"location {req.location!r}: interrupted while writing: the write may "
+                        f"or may not have been applied: look for op_id {op_id} in the history"
                     ),
                 )
             )
         report.interrupted = True
-        report.items.sort(key=lambda i: i.location)
+        report.items.sort(key=_by_location)
         raise BulkInterrupted(report) from None
-    report.items.sort(key=lambda i: i.location)
+    report.items.sort(key=_by_location)
     return report
+
+
+_by_location = attrgetter("location")
 
 
 def interrupted(exc: BaseException) -> bool:
@@ -287,25 +291,30 @@ def _names(locations: Iterable[str]) -> list[str]:
 
 
 def _source(
-    core: Core, names: Sequence[str] | None
-) -> tuple[int | None, Iterator[tuple[str, _Entry]]]:
-    """The operation's locations with their records, in order: every stored one that is not
-    removed (``names`` None), a corrupt one as its :class:`CorruptRecord`; or each of
-    ``names``, an unknown one as :class:`NotFound`. Today every record of the store is one
-    read (``read_all``), whose records are let go as they are handed out, and a named one one
-    ``read`` each; a paged read slots in here."""
+    core: Core, names: Sequence[str] | None, size: int
+) -> tuple[int | None, Iterator[list[tuple[str, _Entry]]]]:
+    """The operation's locations with their records, in order, in batches of ``size``: every
+    stored one that is not removed (``names`` None), a corrupt one as its
+    :class:`CorruptRecord`; or each of ``names``, an unknown one as :class:`NotFound`. Today
+    every record of the store is one read (``read_all``), whose records are let go a batch at
+    a time as they are handed out, and a named one one ``read`` each; a paged read slots in
+    here."""
     if names is None:
-        found = list(core.backend.read_all())  # our own list: a backend may keep its result
-        found.reverse()  # handed out from the end, so each record read is let go once decided
-        total = sum(1 for item in found if isinstance(item, CorruptRecord) or not item.deleted)
+        # our own list (a backend may keep its result), handed out from the end
+        found = [
+            item for item in core.backend.read_all()
+            if isinstance(item, CorruptRecord) or not item.deleted
+        ]
+        found.reverse()
 
-        def stored() -> Iterator[tuple[str, _Entry]]:
+        def stored() -> Iterator[list[tuple[str, _Entry]]]:
             while found:
-                item = found.pop()
-                if isinstance(item, CorruptRecord) or not item.deleted:
-                    yield item.location, item
+                batch = found[-size:]
+                del found[-size:]
+                batch.reverse()
+                yield [(item.location, item) for item in batch]
 
-        return total, stored()
+        return len(found), stored()
 
     def each() -> Iterator[tuple[str, _Entry]]:
         for name in names:
@@ -314,61 +323,75 @@ def _source(
             except (NotFound, CorruptRecord) as exc:
                 yield name, exc
 
-    return len(names), each()
+    entries = each()
+    return len(names), iter(lambda: list(islice(entries, size)), [])
 
 
-def _batched(items: Iterator[tuple[str, _Entry]], size: int) -> Iterator[list[tuple[str, _Entry]]]:
-    while batch := list(islice(items, size)):
-        yield batch
+class _Decider:
+    """One operation's per-location decisions, what they share computed once (the targeted
+    services, a plan per set of them, whether it schedules): a fleet pays only what differs
+    per location."""
 
+    def __init__(self, op: Operation, op_id: str) -> None:
+        self.op, self.op_id = op, op_id
+        self.wanted = op.names()
+        self.schedules = op.schedules
+        self.plans: dict[tuple[str, ...], Plan] = {}
 
-def _decide(
-    op: Operation, op_id: str, location: str, entry: _Entry, plans: dict[tuple[str, ...], Plan]
-) -> WriteRequest | BulkItem:
-    """Pure: the write request of one location, or its outcome when there is nothing to write
-    (a record that cannot be read, a location without any targeted service). ``plans``: the
-    operation's plan per set of targeted services, made once for every location with that set
-    (a plan is pure: the same for any record)."""
-    if isinstance(entry, LocstatusError):
-        return BulkItem(location, Outcome.FAILED, error=entry)
-    wanted = op.names()
-    if wanted is None:
-        present: tuple[str, ...] = ()
-    else:
-        present = tuple(s for s in wanted if s in entry.services)
-        if not present:
-            return BulkItem(
-                location, Outcome.SKIPPED, entry, why=f"has no {', '.join(wanted)}"
+    def __call__(self, location: str, entry: _Entry) -> WriteRequest | BulkItem:
+        """Pure: the write request of one location, or its outcome when there is nothing to
+        write (a record that cannot be read, a location without any targeted service). A plan
+        is made once for every location with the same targeted services (a plan is pure: the
+        same for any record)."""
+        if isinstance(entry, LocstatusError):
+            return BulkItem(location, Outcome.FAILED, error=entry)
+        wanted = self.wanted
+        if wanted is None:
+            present: tuple[str, ...] = ()
+        else:
+            services = entry.services
+            present = tuple([s for s in wanted if s in services])
+            if not present:
+                return BulkItem(
+                    location, Outcome.SKIPPED, entry, why=f"has no {', '.join(wanted)}"
+                )
+        plan = self.plans.get(present)
+        if plan is None:
+            plan = self.plans[present] = self.op.plan(
+                self.op_id, None if wanted is None else list(present)
             )
-    plan = plans.get(present)
-    if plan is None:
-        plan = plans[present] = op.plan(op_id, None if wanted is None else list(present))
-    # the record replaced only where a report compares with it (a schedule's 'was')
-    return WriteRequest(location, plan, op_id, known=entry, replaced=[] if op.schedules else None)
+        # the record replaced only where a report compares with it (a schedule's 'was')
+        if self.schedules:
+            return WriteRequest(location, plan, self.op_id, entry, False, [])
+        return WriteRequest(location, plan, self.op_id, entry)
 
-
-def _written(
-    op: Operation, op_id: str, req: WriteRequest, result: LocationStatus | LocstatusError
-) -> BulkItem:
-    """One location's outcome from its write."""
-    if isinstance(result, InvalidTransition) and op.schedules:
-        # a location with nothing paused simply has nothing to schedule
-        return BulkItem(req.location, Outcome.SKIPPED, req.known, why="nothing paused to schedule")
-    if isinstance(result, LocstatusError):
-        return BulkItem(req.location, Outcome.FAILED, error=result)
-    changed = tuple(s for s, st in sorted(result.services.items()) if st.op_id == op_id)
-    before = req.replaced[-1] if req.replaced else None
-    moved = () if before is None or not op.schedules else tuple(
-        (s, was)
-        for s in changed
-        if s in before.services
-        and (was := before.services[s].resume_at) is not None
-        and was != result.services[s].resume_at
-    )
-    return BulkItem(
-        req.location, Outcome.CHANGED if changed else Outcome.UNCHANGED, result, changed,
-        rescheduled=moved,
-    )
+    def written(self, req: WriteRequest, result: LocationStatus | LocstatusError) -> BulkItem:
+        """One location's outcome from its write."""
+        if isinstance(result, LocstatusError):
+            if self.schedules and isinstance(result, InvalidTransition):
+                # a location with nothing paused simply has nothing to schedule
+                return BulkItem(
+                    req.location, Outcome.SKIPPED, req.known, why="nothing paused to schedule"
+                )
+            return BulkItem(req.location, Outcome.FAILED, error=result)
+        op_id, services = self.op_id, result.services
+        mine = [s for s, st in services.items() if st.op_id == op_id]
+        if len(mine) > 1:
+            mine.sort()
+        changed = tuple(mine)
+        if not changed:
+            return BulkItem(req.location, Outcome.UNCHANGED, result)
+        before = req.replaced[-1] if self.schedules and req.replaced else None
+        if before is None:
+            return BulkItem(req.location, Outcome.CHANGED, result, changed)
+        moved = tuple(
+            (s, was)
+            for s in changed
+            if s in before.services
+            and (was := before.services[s].resume_at) is not None
+            and was != services[s].resume_at
+        )
+        return BulkItem(req.location, Outcome.CHANGED, result, changed, rescheduled=moved)
 
 
 def _wait(core: Core, report: BulkReport, wait: float) -> None:
