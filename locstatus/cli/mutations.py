@@ -200,11 +200,21 @@ def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool, full: bool) -> None:
     is the worst per-location one; a refused operation (no location stored, every one skipped)
     exits 1 after the report. Ctrl-C prints what was done, then exits 130."""
     title = f"{m.command} {ALL}"
+    report: BulkReport | None = None
     try:
-        with bulk_progress(title, enabled=not as_json) as bar:
-            report = mgr.bulk(
-                m.operation(), wait=m.wait, progress=lambda _item, done, total: bar(done, total)
-            )
+        try:
+            with bulk_progress(title, enabled=not as_json) as bar:
+                report = mgr.bulk(
+                    m.operation(), wait=m.wait,
+                    progress=lambda _item, done, total: bar(done, total),
+                )
+        except BulkInterrupted:
+            raise
+        except KeyboardInterrupt:  # after the operation returned (the bar closing): still shown
+            if report is None:
+                raise
+            report.interrupted = True
+            raise BulkInterrupted(report) from None
     except BulkInterrupted as stop:
         bulk_view.show(stop.report, title, _detail(m, stop.report), as_json=as_json, full=full)
         fail(

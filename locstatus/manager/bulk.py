@@ -190,8 +190,20 @@ def run(
 ) -> BulkReport:
     """See :meth:`Manager.bulk <locstatus.manager.Manager.bulk>` (run with the cyclic
     collector held off: :mod:`.collector`)."""
-    with collection_paused():
-        return _run(core, operation, locations, wait=wait, progress=progress, op_id=op_id)
+    report: BulkReport | None = None
+    try:
+        with collection_paused():
+            report = _run(core, operation, locations, wait=wait, progress=progress, op_id=op_id)
+    except KeyboardInterrupt as exc:
+        if report is None or isinstance(exc, BulkInterrupted):
+            raise
+        # Every location was decided, and the Ctrl-C landed as the block ended (the collector's
+        # first run after it, scanning the report's records, takes a fraction of a second):
+        # still an interrupt, with the whole report, never a bare KeyboardInterrupt that loses
+        # it (a CI run printed nothing and exited 130).
+        report.interrupted = True
+        raise BulkInterrupted(report) from None
+    return report
 
 
 def _run(
@@ -243,6 +255,8 @@ def _run(
                     progress(item, done, total)
         if wait is not None and op.event in ("pause", "resume"):
             _wait(core, report, wait)
+        report.items.sort(key=_by_location)
+        return report
     except (KeyboardInterrupt, PydanticSerializationError) as exc:
         if not interrupted(exc):
             raise
@@ -264,8 +278,6 @@ def _run(
         report.interrupted = True
         report.items.sort(key=_by_location)
         raise BulkInterrupted(report) from None
-    report.items.sort(key=_by_location)
-    return report
 
 
 _by_location = attrgetter("location")
