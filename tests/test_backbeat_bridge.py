@@ -354,6 +354,40 @@ def test_lifecycle_documents_are_kept_in_step_by_guarded_writes(
         client.close()
 
 
+@pytest.mark.parametrize("entry", ["paused", 0, True])
+def test_a_lifecycle_entry_that_is_no_object_holds_the_pause_and_is_named(
+    site: Site, mongo_server: MongoHandle, entry: Any
+) -> None:
+    """``value.lifecycle`` a string, a number or a boolean: neither guarded write matches and
+    the pause settled as if the document already said so, though Backbeat reads no
+    ``paused`` there (a hostile review). It stays pausing, the handler's error names the
+    document, and nothing is written."""
+    database = f"bb_{uuid.uuid4().hex[:10]}"
+    client = mongo_server.client()
+    coll = client[database]["__locationStatusStore"]
+    coll.insert_one({"_id": "zenko", "value": {"crr": None, "ingestion": None,
+                                               "lifecycle": entry}})
+    try:
+        with site.bridge(mongodb=mongo_server.uri, mongodb_database=database) as bridge:
+            assert "backbeat.lifecycle" in bridge.workers
+            site.mgr.pause("zenko", "lifecycle")
+            def errors() -> list[str]:
+                return [v for w in site.mgr.workers() if w.worker_id == "backbeat.lifecycle"
+                        for k, v in w.errors.items() if k.startswith("zenko")]
+
+            deadline = time.monotonic() + 15
+            while not errors():
+                assert time.monotonic() < deadline, site.mgr.workers()
+                time.sleep(0.1)
+            assert any("not an object or null" in e for e in errors()), errors()
+            assert site.state("zenko", "lifecycle") is State.PAUSING
+            doc = coll.find_one({"_id": "zenko"})
+            assert doc is not None and doc["value"]["lifecycle"] == entry
+    finally:
+        client.drop_database(database)
+        client.close()
+
+
 def node_bytes(paused: bool, when: str | None) -> bytes:
     return json.dumps({"paused": paused, "scheduledResume": when},
                       separators=(",", ":")).encode()

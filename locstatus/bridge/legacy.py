@@ -271,7 +271,8 @@ class LifecycleDocuments:
         write was needed. The write names the value it replaces in its filter (the lifecycle
         entry not already so), so a concurrent writer's other fields are kept; a document
         that does not exist is created as Backbeat creates one. Raises
-        :class:`BackendUnavailable`."""
+        :class:`BackendUnavailable`, and :class:`InvalidInput` when the document's lifecycle
+        entry is neither an object nor null (nothing written: the pause waits, naming it)."""
         from pymongo.errors import DuplicateKeyError
 
         target = {"paused": paused, "scheduledResume": None}
@@ -290,8 +291,21 @@ class LifecycleDocuments:
             )
             if res.matched_count:
                 return True
-            if self._coll.count_documents({"_id": location}, limit=1):
-                return False  # already so
+            doc = self._coll.find_one({"_id": location}, {key: 1})
+            if doc is not None:
+                entry = doc["value"].get(DOCUMENT_KEYS["lifecycle"]) if isinstance(
+                    doc.get("value"), dict) else doc.get("value")
+                if (isinstance(entry, dict) and entry.get("paused") is paused
+                        and entry.get("scheduledResume") is None):
+                    return False  # already so
+                # Neither write matched and it is not so: value.lifecycle is no object (a
+                # string, a number...), which Backbeat cannot read either. Taking it as "already
+                # so" settled a pause on a document never written (a hostile review).
+                shown = json.dumps(entry, default=str)[:80]
+                raise InvalidInput(
+                    f"Backbeat's {STATUS_COLLECTION} document {location!r}: {key} is {shown}, "
+                    "not an object or null: nothing written; fix or delete the document"
+                )
             try:
                 self._coll.insert_one({"_id": location, "value": {
                     "crr": None, "ingestion": None, "lifecycle": target}})
