@@ -189,6 +189,10 @@ class _Processor:
     interleave with that order's chain and write back what it read before)."""
     subscribers: int | None = None
     changed_at: float = 0.0
+    handed_over: bool = False
+    """Set when this bridge stepped down (:meth:`Bridge._step_down`): a handler still running
+    for it publishes nothing more and acknowledges nothing (a hostile review saw a stepped-down
+    bridge's in-flight handler publish a resume for 0.8 s, over the other bridge's pause)."""
     changed: threading.Event = field(default_factory=threading.Event)
     """Set when this processor's state node changed (or every node may have): wakes its
     handler only, not the handlers of the other processors."""
@@ -439,12 +443,15 @@ class Bridge:
         deadline = time.monotonic() + self.settings.ack_wait
         node: NodeState | None = None
         while not self._stop.is_set():
+            if proc.handed_over:
+                raise NotApplied(f"this bridge stood down for {proc.channel}: another bridge "
+                                 "holds its registration")
             proc.changed.clear()  # before the look at the cache: a change after it wakes us
             self._publish(proc, paused)
             node = self._nodes.cached(proc.path)
             if self._acked(proc, node, paused):
                 node = self._nodes.read(proc.path)  # the cache lags: read before trusting it
-                if self._acked(proc, node, paused):
+                if self._acked(proc, node, paused) and not proc.handed_over:
                     return
             if self._desired(proc) is not paused:
                 return  # superseded: the agent runs the newer handler (and acks nothing old)
@@ -527,6 +534,9 @@ class Bridge:
         """Another bridge holds registrations of this one: stop every agent without writing
         (the other's registration stays as it wrote it); nothing is published from now on."""
         with self._lock:
+            for proc in self._processors.values():
+                proc.handed_over = True
+                proc.changed.set()  # its handler, if one runs, sees it at once
             agents = [p.agent for p in self._processors.values()]
             self._processors.clear()
             self._by_path.clear()
@@ -583,6 +593,8 @@ class Bridge:
         node = self._nodes.cached(proc.path)
         now = time.monotonic()
         with self._lock:
+            if proc.handed_over:
+                return  # stepped down: the other bridge publishes
             order, other = proc.order, proc.other
             if other is not None and other.done_since_last(node):
                 proc.other = other = None
