@@ -124,6 +124,13 @@ class Deployment:
         return {w.pid for w in self.mgr.worker_statuses().workers
                 if w.worker_id.startswith("backbeat.replication.") and not w.away}
 
+    def wait_started(self, n: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+        """Wait until bridge ``n`` said whether it bridges or stands by (alive meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while not ("standing by" in self.log(n) or "bridging" in self.log(n)):
+            assert proc.poll() is None and time.monotonic() < deadline, self.log(n)
+            time.sleep(0.1)
+
     def wait_held_by(self, proc: subprocess.Popen[bytes], timeout: float = 30) -> float:
         """Wait until every processor's registration is held by ``proc``; the seconds it took."""
         start = time.monotonic()
@@ -227,10 +234,7 @@ def test_a_second_bridge_stands_by_and_takes_over_once_the_first_is_killed(
             first = dep.bridge(1)
             dep.wait_held_by(first)
             second = dep.bridge(2)
-            deadline = time.monotonic() + 30
-            while not ("standing by" in dep.log(2) or "bridging" in dep.log(2)):
-                assert second.poll() is None and time.monotonic() < deadline, dep.log(2)
-                time.sleep(0.1)
+            dep.wait_started(2, second)
             time.sleep(LEASE)  # its renewals, if it held anything, would show by now
             cycles(dep, 4)
             agree(dep, proc)
@@ -304,10 +308,7 @@ def test_a_bridge_frozen_past_its_lease_and_back_leaves_one_publishing(
             first = dep.bridge(1)
             dep.wait_held_by(first)
             second = dep.bridge(2)
-            deadline = time.monotonic() + 30
-            while not ("standing by" in dep.log(2) or "bridging" in dep.log(2)):
-                assert time.monotonic() < deadline, dep.log(2)
-                time.sleep(0.1)
+            dep.wait_started(2, second)
             first.send_signal(signal.SIGSTOP)
             try:
                 dep.wait_held_by(second, timeout=LEASE + SESSION + 10)
