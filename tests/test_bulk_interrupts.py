@@ -93,7 +93,9 @@ def test_ctrl_c_as_the_operation_ends_is_an_interrupt_with_the_whole_report(
         setup.sync_locations({n: ["replication"] for n in names})
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "c_call" and arg is gc.enable:
+        # on its return: raised on its call, the interrupt would skip gc.enable itself and
+        # leave the collector off for every later test of the process
+        if event == "c_return" and arg is gc.enable:
             sys.setprofile(None)
             signal.raise_signal(signal.SIGINT)
 
@@ -105,6 +107,7 @@ def test_ctrl_c_as_the_operation_ends_is_an_interrupt_with_the_whole_report(
                 mgr.bulk(Operation.pause("replication"))
         finally:
             sys.setprofile(None)
+        assert gc.isenabled()
         report = info.value.report
         assert report.interrupted
         assert [i.location for i in report.items] == names
