@@ -18,7 +18,7 @@ from typing import Any
 from locstatus.check.history import Problem
 from locstatus.check.report import Action, Finding, Kind, RepairPlan
 from locstatus.check.text import human_age, iso, offset_text
-from locstatus.manager.liveness import handler_errors
+from locstatus.manager.liveness import RETIRE_ADVICE, handler_errors
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
 
 SKEW_REPAIR = RepairPlan(
@@ -118,8 +118,7 @@ class Findings:
                     + ("is a standing registration" if len(standing) == 1
                        else "are standing registrations")
                     + " (its lease never lapses it): start its holder again (e.g. the Backbeat "
-                    "bridge); retire it only once what it stands for is gone for good "
-                    "(the pauses it holds back then settle without it): "
+                    f"bridge); {RETIRE_ADVICE}: "
                     + "; ".join(f"locstatus workers retire {w}" for w in standing)
                     + " (docs/agent.md \"Standing registrations\")"
                 )

@@ -15,6 +15,7 @@ from locstatus.audit import history_by_actor
 from locstatus.errors import (
     CorruptRecord,
 )
+from locstatus.manager.liveness import RETIRE_ADVICE
 from locstatus.names import (
     MAX_ACTOR,
     check_location,
@@ -187,8 +188,7 @@ def workers(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             if w.standing and w.away:
                 console.print(plain(
                     f"{w.worker_id}: its holder (host {w.host or '?'}, pid {w.pid}) is not "
-                    f"running; start it again; retire it only once what it stands for is gone "
-                    f"for good (the pauses it holds back then settle without it): "
+                    f"running; start it again; {RETIRE_ADVICE}: "
                     f"locstatus workers retire "
                     f"{w.worker_id}"), soft_wrap=True)
     report_corrupt_workers([w for w in infos if w.corrupt is not None], bool(corrupt))

@@ -60,6 +60,13 @@ def holder_present(worker: WorkerInfo, time_source: TimeSource) -> bool:
     return time_source.now() + timedelta(seconds=slack) < expires
 
 
+RETIRE_ADVICE = ("retire it only once what it stands for is gone for good (the pauses it "
+                 "holds back then settle without it)")
+"""When to retire a standing registration whose holder is away, as every message that names
+one says it (the wait= timeout, ``locstatus workers``, the check's repair plan): retiring one
+whose Backbeat processor still runs lets a pause settle while that processor works on."""
+
+
 def away_note(worker: WorkerInfo, time_source: TimeSource) -> str | None:
     """``"standing registration, holder away since 2026-05-01T10:00:00Z"`` for a standing
     registration whose holder is away (:func:`holder_away`): since its lease ran out, or, on
@@ -76,9 +83,7 @@ def away_note(worker: WorkerInfo, time_source: TimeSource) -> str | None:
     last = f"host {worker.host or '?'}, pid {worker.pid}"
     return (
         f"standing registration, holder away {since}: its holder ({last}) is not running; "
-        f"start it again; retire it only once what it stands for is gone for good "
-        f"(the pauses it holds back then settle without it): "
-        f"locstatus workers retire {worker.worker_id}"
+        f"start it again; {RETIRE_ADVICE}: locstatus workers retire {worker.worker_id}"
     )
 
 
