@@ -124,6 +124,15 @@ class Deployment:
         return {w.pid for w in self.mgr.worker_statuses().workers
                 if w.worker_id.startswith("backbeat.replication.") and not w.away}
 
+    def holder_and_second(self) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+        """Bridge 1 started and holding every registration, then bridge 2 started (it said
+        whether it bridges or stands by)."""
+        first = self.bridge(1)
+        self.wait_held_by(first)
+        second = self.bridge(2)
+        self.wait_started(2, second)
+        return first, second
+
     def wait_started(self, n: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
         """Wait until bridge ``n`` said whether it bridges or stands by (alive meanwhile)."""
         deadline = time.monotonic() + timeout
@@ -231,10 +240,7 @@ def test_a_second_bridge_stands_by_and_takes_over_once_the_first_is_killed(
     monitor = Monitor(dep.redis.url)
     try:
         with LegacyProcessor(dep.zk_hosts, f"127.0.0.1:{dep.redis.port}", SITES) as proc:
-            first = dep.bridge(1)
-            dep.wait_held_by(first)
-            second = dep.bridge(2)
-            dep.wait_started(2, second)
+            first, second = dep.holder_and_second()
             time.sleep(LEASE)  # its renewals, if it held anything, would show by now
             cycles(dep, 4)
             agree(dep, proc)
@@ -305,10 +311,7 @@ def test_a_bridge_frozen_past_its_lease_and_back_leaves_one_publishing(
     monitor = Monitor(dep.redis.url)
     try:
         with LegacyProcessor(dep.zk_hosts, f"127.0.0.1:{dep.redis.port}", SITES) as proc:
-            first = dep.bridge(1)
-            dep.wait_held_by(first)
-            second = dep.bridge(2)
-            dep.wait_started(2, second)
+            first, second = dep.holder_and_second()
             first.send_signal(signal.SIGSTOP)
             try:
                 dep.wait_held_by(second, timeout=LEASE + SESSION + 10)
