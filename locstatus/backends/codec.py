@@ -18,11 +18,12 @@ location writes it in this version's format.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import to_json
 
 from locstatus.errors import CorruptRecord, InvalidInput, NewerFormat, StandingRegistered
 from locstatus.models import (
@@ -59,6 +60,33 @@ def encode_record(record: LocationStatus) -> str:
     """The stored JSON text of a record (without location and version), its ``format``
     first."""
     return _FORMAT_PREFIX + record.model_dump_json(include={"services", "deleted_at"})[1:]
+
+
+def service_text(status: ServiceStatus) -> str:
+    """The JSON text of one service status as :func:`encode_record` writes it in a record
+    (the same serializer)."""
+    return _SERVICE_JSON(status).decode()
+
+
+def live_record_text(services: Iterable[tuple[str, str]]) -> str:
+    """:func:`encode_record`'s text of a record that is not removed (``deleted_at`` null),
+    from each service's name and :func:`service_text`, in the record's order: for a caller
+    that has the texts of its statuses already (a bulk operation's plan,
+    ``locstatus.manager.bulkplan``, which compares the two encodings). Names are canonical
+    service names, which JSON writes as they are."""
+    return (
+        f'{_FORMAT_PREFIX}"services":{{'
+        + ",".join([f'"{name}":{text}' for name, text in services])
+        + '},"deleted_at":null}'
+    )
+
+
+def json_text(value: str) -> str:
+    """The JSON text of a string as the encoders here write it."""
+    return to_json(value).decode()
+
+
+_SERVICE_JSON = ServiceStatus.__pydantic_serializer__.to_json
 
 
 def stored_format(location: str, data: dict[str, Any]) -> int:

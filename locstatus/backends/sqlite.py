@@ -361,8 +361,8 @@ class SQLiteBackend(Backend):
         distinct_locations(item.record.location for item in items)
         if not items:
             return []
-        rows = [  # encoded before the write lock is taken
-            (
+        rows = [  # encoded before the write lock is taken (or given, CasItem.texts)
+            item.texts if item.texts is not None and item.history else (
                 codec.encode_record(item.record),
                 codec.encode_history(codec.stamp(item.history, item.expected_version + 1))
                 if item.history else None,
