@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +23,8 @@ def mgr() -> Iterator[Manager]:
     m.sync_locations({f"loc-{i}": ["replication"] for i in range(5)})
     yield m
     gc.enable()
+    gc.collect()  # what a bulk operation froze is thawed by a full collection
+    assert gc.get_freeze_count() == 0
 
 
 def test_a_bulk_operation_holds_the_collector_off_and_enables_it_again(mgr: Manager) -> None:
@@ -64,3 +67,49 @@ def test_an_error_inside_gives_the_collector_back() -> None:
     with pytest.raises(RuntimeError), collection_paused():
         raise RuntimeError("boom")
     assert gc.isenabled()
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_what_a_bulk_leaves_alive_is_out_of_the_collections_until_the_next_full_one(
+    mgr: Manager,
+) -> None:
+    """The report's records are not scanned by the collections that follow the operation
+    (frozen), and the next full collection takes them back: cyclic garbage made during the
+    operation is then collected, nothing leaks."""
+    made: list[weakref.ref[_Cycle]] = []
+
+    def progress(_item: BulkItem, _done: int, _total: int | None) -> None:
+        made.append(weakref.ref(_Cycle()))  # garbage with a cycle: only the collector frees it
+
+    gc.collect()  # what an earlier bulk froze
+    assert gc.get_freeze_count() == 0
+    report = mgr.bulk(Operation.pause("replication"), progress=progress)
+    frozen = gc.get_freeze_count()
+    assert frozen > len(report.items) and all(r() is not None for r in made)
+    gc.collect(0)
+    gc.collect(1)
+    assert gc.get_freeze_count() == frozen  # the young generations leave them alone
+    gc.collect()
+    assert gc.get_freeze_count() == 0 and all(r() is None for r in made)
+
+
+def test_objects_the_process_froze_itself_stay_frozen() -> None:
+    """A process that uses ``gc.freeze`` itself (e.g. before forking) keeps what it froze, and
+    nothing is frozen on top of it."""
+    m = Manager(MemoryBackend())
+    m.sync_locations({f"loc-{i}": ["replication"] for i in range(5)})
+    gc.collect()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        m.bulk(Operation.pause("replication"))
+        after = gc.get_freeze_count()
+        assert 0 < after <= frozen  # nothing frozen on top (some of it may have been freed)
+        gc.collect()
+        assert gc.get_freeze_count() == after
+    finally:
+        gc.unfreeze()
