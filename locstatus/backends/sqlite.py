@@ -310,12 +310,10 @@ class SQLiteBackend(Backend):
         ]
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
-        return [
-            _decode_row_or_error(str(loc), version, data)
-            for loc, version, data in self._query(
-                "SELECT location, version, data FROM locations ORDER BY location"
-            )
-        ]
+        return codec.decode_rows(
+            self._query("SELECT location, version, data FROM locations ORDER BY location"),
+            _decode_row_or_error,
+        )
 
     def scan_with_history(self) -> _ChunkedScan:
         return _ChunkedScan(self)

@@ -17,8 +17,10 @@ collector is enabled again, everything alive is frozen (``gc.freeze``: left out 
 until the next collection of the oldest generation, which takes it back (``gc.unfreeze`` from a
 ``gc.callbacks`` hook as that collection starts): scanned once then if still alive, never if
 freed before; cyclic garbage made meanwhile waits for that collection instead of a younger one.
-A process that freezes objects itself (more is frozen than this module froze) is left to do so:
-nothing is frozen here then, and nothing thawed.
+A process that froze objects itself (something is frozen while this module froze nothing, e.g.
+before forking workers) is left alone: nothing is frozen here then, and nothing thawed. (One
+that freezes objects while this module's are frozen has them thawed with these by the next full
+collection. The hook takes no lock: it runs inside the collector, on any thread.)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 _lock = threading.Lock()
 _depth = 0
 _was_enabled = False
-_frozen = 0  # objects frozen when this module last froze them (0: it has not since a thaw)
+_frozen = False  # what is frozen, this module froze (until _thaw)
 _OLDEST = len(gc.get_threshold()) - 1  # the oldest generation's number (2)
 
 
@@ -54,12 +56,11 @@ def collection_paused() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0 and _was_enabled:
-                count = gc.get_freeze_count()
-                if count == 0 or (_frozen and count <= _frozen):
-                    gc.freeze()  # (what is frozen was frozen here: its count only went down)
-                    _frozen = gc.get_freeze_count()
-                else:
-                    _frozen = 0  # the process froze objects itself: leave it all to it
+                # (counting is a walk of what is frozen: only while this module froze nothing,
+                # when it is what the process froze itself, usually nothing)
+                if _frozen or gc.get_freeze_count() == 0:
+                    gc.freeze()
+                    _frozen = True
                 gc.enable()
 
 
@@ -69,9 +70,8 @@ def _thaw(phase: str, info: dict[str, Any]) -> None:
     the generation being collected)."""
     global _frozen
     if _frozen and phase == "start" and info.get("generation") == _OLDEST:
-        if gc.get_freeze_count() <= _frozen:  # nothing frozen since, but here
-            gc.unfreeze()
-        _frozen = 0
+        _frozen = False
+        gc.unfreeze()
 
 
 gc.callbacks.append(_thaw)
