@@ -396,10 +396,11 @@ class Bridge:
             if proc is not None:
                 proc.agent.stop()
             try:
-                # its agent stopped above (or it was an earlier run's): force, as a lease
-                # ended just now may not read as passed beyond doubt yet
-                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat",
-                                          force=True)
+                # its agent stopped above, its lease ended now (or it was an earlier run's):
+                # its holder is not present. Not forced: a forced retirement would wait here
+                # for a holder still present (its stop could not write the lease's end, or
+                # another bridge holds it); refused, the next rescan tries again
+                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat")
             except NotFound:
                 continue  # retired meanwhile
             except LocstatusError as exc:
