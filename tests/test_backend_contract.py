@@ -853,6 +853,11 @@ def test_a_standing_registration_outlives_its_holder_until_it_is_retired(kit: Ki
 
     assert reader.remove_worker("w-standing") is False  # an ordinary removal keeps it
     assert reader.acks("loc") == {"w-standing": {"replication": 4}}
+    if session:  # ZooKeeper: not while another session holds it (its holder is present)
+        assert reader.remove_worker("w-standing", retire=True) is False
+        assert [w.worker_id for w in reader.workers()] == ["w-standing"]
+        assert reader.acks("loc") == {"w-standing": {"replication": 4}}
+        taker.close()
     assert reader.remove_worker("w-standing", retire=True) is True  # retired
     assert reader.workers() == [] and reader.acks("loc") == {}
     taker.close()
@@ -883,6 +888,9 @@ def test_only_a_retirement_ends_a_standing_registration(kit: Kit) -> None:
     assert other.acks("loc") == {"w-1": {"replication": 3}}
     other.put_worker(standing("w-1", lease, host="h2"))  # a new holder still takes it over
     assert [(w.worker_id, w.host) for w in b.workers()] == [("w-1", "h2")]
+    if b.session_leases:  # ZooKeeper: another session's holder is present, kept
+        assert b.remove_worker("w-1", retire=True) is False
+        other.close()
     assert b.remove_worker("w-1", retire=True) is True
     assert b.workers() == [] and b.acks("loc") == {}
     b.put_worker(worker("w-1", lease))  # retired: the id is free for an ordinary worker

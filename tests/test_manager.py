@@ -928,32 +928,31 @@ def test_worker_statuses_list_lag_only_where_a_transition_waits(
 
 
 def test_a_retirement_racing_a_holder_taking_the_registration_over_leaves_it_counting(
-    mgr: Manager, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    kit: Kit, mgr: Manager, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """docs/agent.md "Standing registrations": a retirement judges the holder away, and a
-    holder (a bridge starting) takes the registration over before the removal lands: on a
-    heartbeat backend the removal is conditional on the lease judged, so the taken-over
-    registration is kept (HolderPresent, naming the new holder) and a pause waits for it.
-    On ZooKeeper the retirement is unconditional (its lease is the session): it is removed,
-    and the holder registers it again at its next renewal (docs/backbeat.md, Known gaps)."""
-    b = mgr.backend
+    """docs/agent.md "Standing registrations", Judged in the removal: a retirement judges the
+    holder away, and a holder in another process (a bridge starting) takes the registration
+    over before the removal lands. The removal is judged in its own atomic step (heartbeat
+    backends: the lease deadline judged; ZooKeeper: no other session holds it), so the
+    taken-over registration is kept (HolderPresent, naming the new holder) and a pause
+    waits for it."""
+    b, taker = mgr.backend, kit.open()
     b.put_worker(WorkerInfo(worker_id="bb.1", services=("replication",), host="h1", pid=1,
                             lease_expires_at=START - timedelta(seconds=5), standing=True))
     remove = b.remove_worker
 
     def taken_over_first(worker_id: str, **kw: object) -> bool:
-        b.put_worker(WorkerInfo(worker_id="bb.1", services=("replication",), host="h2",
-                                pid=2, lease_expires_at=clock() + timedelta(seconds=60),
-                                standing=True))
+        taker.put_worker(WorkerInfo(worker_id="bb.1", services=("replication",), host="h2",
+                                    pid=2, lease_expires_at=clock() + timedelta(seconds=60),
+                                    standing=True))
         return remove(worker_id, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(b, "remove_worker", taken_over_first)
-    if b.session_leases:
-        assert mgr.retire_worker("bb.1", actor="ops").host == "h1"
-        assert mgr.workers() == []
-        return
-    with pytest.raises(HolderPresent, match=r"host h2, pid 2\), registered again just now"):
-        mgr.retire_worker("bb.1", actor="ops")
-    assert [(w.worker_id, w.host) for w in mgr.workers()] == [("bb.1", "h2")]
-    mgr.pause("eu-west-1", "replication")
-    assert state(mgr, "eu-west-1", "replication") is State.PAUSING
+    try:
+        with pytest.raises(HolderPresent, match=r"host h2, pid 2\), registered again just now"):
+            mgr.retire_worker("bb.1", actor="ops")
+        assert [(w.worker_id, w.host) for w in mgr.workers()] == [("bb.1", "h2")]
+        mgr.pause("eu-west-1", "replication")
+        assert state(mgr, "eu-west-1", "replication") is State.PAUSING
+    finally:
+        taker.close()
