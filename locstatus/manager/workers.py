@@ -125,8 +125,9 @@ def _wait_bound(core: Core, info: WorkerInfo) -> float:
     """Seconds a forced retirement waits for ``info``'s holder to be away: until its lease
     deadline passed beyond doubt (heartbeat backends), or one session timeout (ZooKeeper,
     where the lease is the holder's session), and a few looks more."""
-    try:
-        slack = max(0.0, core.time.uncertainty_seconds())
+    try:  # at most the clock's bound: above it the wait ends refused (it cannot tell)
+        slack = min(max(0.0, core.time.uncertainty_seconds()),
+                    core.time.max_uncertainty_seconds)
     except Exception:  # a source that cannot say: judge on its estimate alone
         slack = 0.0
     expires = info.lease_expires_at
@@ -158,8 +159,10 @@ def _await_away(
             raise _holder_refusal(worker_id, now, ", and it wrote its registration while "
                                   "this retirement waited for it to be away: it runs")
         if time.monotonic() >= deadline:
+            problem = core.time.problem()
             raise _holder_refusal(worker_id, now, ", still, after its lease had time to run "
-                                  "out: it runs")
+                                  "out: it runs" + (f" (or the {problem}: docs/time.md)"
+                                                    if problem else ""))
 
 
 def retire_worker(
