@@ -111,12 +111,16 @@ FORCE_POLL = 0.2
 """Seconds between two looks at a registration a forced retirement waits on."""
 
 
-def _holder_refusal(worker_id: str, info: WorkerInfo, why: str) -> HolderPresent:
+def _holder_refusal(worker_id: str, info: WorkerInfo, why: str, *,
+                    forced: bool = False) -> HolderPresent:
+    """The refusal naming ``info``'s holder; ``why`` adds to "whose holder is present"."""
+    force = "" if forced else (
+        ", or, if it is gone for good and its lease has not run out yet, retire with "
+        "--force, which waits for that")
     return HolderPresent(
         f"{worker_id} is a standing registration whose holder is present (host "
         f"{info.host or '?'}, pid {info.pid}){why}: retired now, a pause would settle without "
-        "what it stands for; stop its holder first (it is then away), or, if it is gone for "
-        "good and its lease has not run out yet, retire with --force, which waits for that "
+        f"what it stands for; stop its holder first (it is then away){force} "
         "(docs/agent.md \"Standing registrations\")"
     )
 
@@ -157,12 +161,13 @@ def _await_away(
             return now
         if now != info:
             raise _holder_refusal(worker_id, now, ", and it wrote its registration while "
-                                  "this retirement waited for it to be away: it runs")
+                                  "this retirement waited for it to be away: it runs",
+                                  forced=True)
         if time.monotonic() >= deadline:
             problem = core.time.problem()
             raise _holder_refusal(worker_id, now, ", still, after its lease had time to run "
                                   "out: it runs" + (f" (or the {problem}: docs/time.md)"
-                                                    if problem else ""))
+                                                    if problem else ""), forced=True)
 
 
 def retire_worker(
