@@ -452,6 +452,36 @@ def test_hints_for_locations_acks_and_workers_arrive_from_watches(
     unsubscribe()
 
 
+def test_hints_of_quick_successive_writes_carry_records_in_order_ending_with_the_last(
+    zk_server: ZkServer, chroot: str, opened: Callable[[str], ZooKeeperBackend]
+) -> None:
+    """The read a changed location's hint carries is sent from kazoo's callback as its watch
+    fires, before the watcher thread takes the event (locstatus/backends/zookeeper/watcher.py):
+    under writes that follow each other faster than the watcher's rounds, no hint carries an
+    older record than one before it, the last carried record is the last write, and the watch
+    stays set (a write after a quiet moment is hinted too)."""
+    url = zk_url(zk_server.hosts, chroot)
+    writer, watcher = opened(url), opened(url)
+    v = writer.create(record("q-loc"), []).version
+    got: list[Hint] = []
+    watcher.subscribe(got.append, kinds=("location", "resync"))
+
+    def carried() -> list[int]:
+        return [h.record.version for h in list(got)
+                if h.location == "q-loc" and h.record is not None]
+
+    for i in range(40):
+        state = State.PAUSING if i % 2 == 0 else State.RUNNING
+        v = writer.compare_and_set(record("q-loc", state, i + 1), v, []).version
+    wait_until(lambda: v in carried(), 10, what="a hint carrying the last write")
+    versions = carried()
+    assert versions == sorted(versions), versions
+    assert not [h for h in got if h.kind == "resync"]
+    time.sleep(0.3)
+    v = writer.compare_and_set(record("q-loc", State.PAUSED, 99), v, []).version
+    wait_until(lambda: v in carried(), 10, what="a hint after a quiet moment")
+
+
 def test_acknowledgements_are_watched_only_for_subscribers_that_want_them(
     zk_server: ZkServer, chroot: str, opened: Callable[[str], ZooKeeperBackend]
 ) -> None:
