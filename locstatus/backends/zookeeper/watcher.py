@@ -119,7 +119,10 @@ class Watcher:
         path = event.path or ""
         if event.type == EventType.NONE or path.startswith(self.paths.workers):
             self.copy.forget()
-        elif event.type in (EventType.CHANGED, EventType.CREATED) and self._is_location(path):
+        elif (event.type in (EventType.CHANGED, EventType.CREATED) and self.machine.armed
+              and self._is_location(path)):
+            # armed only: the read sets the watch again, and a disarmed backend's watches
+            # must die out (nobody subscribed, or every one is armed anew after a reconnection)
             self._prefetch(path)
         self._events.put(("watch", event))
 
