@@ -357,17 +357,19 @@ def test_a_forced_retire_of_a_running_bridges_registration_lets_no_pause_settle_
         with contextlib.suppress(subprocess.TimeoutExpired):
             retire.wait(2)  # before the fix it returned at once, the registration gone
         dep.mgr.pause("zenko", "replication")
-        watch_until = time.monotonic() + max(LEASE, SESSION) + 2
+        # past the bridge's next renewal (LEASE / 3; ZooKeeper: SESSION / 3), and short of the
+        # processor's own ZooKeeper session (10 s: frozen longer, it would expire)
+        watch_until = time.monotonic() + 2.5
         while time.monotonic() < watch_until:
             assert dep.state("zenko") is State.PAUSING, "settled without the processor"
             time.sleep(0.05)
+        assert not node_paused(dep, "zenko")
+        proc.thaw()
         out, err = retire.communicate(timeout=30)
         assert retire.returncode == 1, (retire.returncode, out, err)
         assert f"holder is present (host {socket.gethostname()}, pid {bridge.pid})" in \
             err.decode(), err
         assert dep.holders() == {bridge.pid}
-        assert not node_paused(dep, "zenko")
-        proc.thaw()
         dep.wait_state("zenko", State.PAUSED)
         assert node_paused(dep, "zenko")
         agree(dep, proc)
