@@ -18,8 +18,8 @@ same: one operation, one time per batch, services in a handful of distinct state
 - **The same bytes.** The texts come from the codec's own encoders (the status through
   :func:`~locstatus.backends.codec.service_text`, the entry through
   :func:`~locstatus.backends.codec.encode_history` with sentinels cut out), and each case's
-  first record is also encoded the general way and compared: a case whose texts differ is
-  never used, its locations go to the general plan. So does every record the cases do not
+  first record in a batch is also encoded the general way and compared: a case whose texts
+  differ is not used, its locations go to the general plan. So does every record the cases do not
   cover: a removed one, a refusal, a generation at the top, a schedule of "every service"
   (which leaves refused services alone), more distinct statuses than :data:`MAX_CASES`.
 - **Still one write per location.** The plan decides one location's write from its record,
