@@ -704,3 +704,67 @@ def test_a_service_the_configuration_cannot_bridge_is_named_at_start(tmp_path: P
         assert Bridge(client, cfg, services=["replication"]).unbridged == {}  # narrowed: asked
     finally:
         client.close()
+
+
+def _error(site: Site, worker_id: str, loc: str) -> str | None:
+    """The last handler error the worker published for ``loc``'s replication."""
+    for w in site.mgr.workers():
+        if w.worker_id == worker_id:
+            return w.errors.get(f"{loc}/replication")
+    return None
+
+
+def test_a_state_node_deleted_by_hand_does_not_acknowledge_a_resume(site: Site) -> None:
+    """A missing node is no write of the processor: once the bridge published an order, a
+    node deleted by hand (the processor paused, its consumer stopped) must not settle a
+    resume, which the processor cannot apply (its read of the node fails). Before the fix a
+    missing node acknowledged every resume, and it settled at once."""
+    path = "/backbeat/replication/state/zenko"
+    with site.processor(["zenko"]) as proc, site.bridge():
+        site.mgr.pause("zenko", "replication")
+        wait_state(site, "zenko", State.PAUSED)
+        proc.wait_until(lambda: _consumer_paused(proc, "zenko") is True)
+        time.sleep(0.3)  # the pause's last write is in
+        site.zk.delete(path)
+        mark = proc.mark()
+        site.mgr.resume("zenko", "replication")
+        proc.wait_for("message", since=mark, site="zenko", action="resumeService")
+        time.sleep(1.5)
+        assert site.state("zenko") is State.RESUMING  # was: RUNNING, the consumer stopped
+        assert _consumer_paused(proc, "zenko") is True
+        assert site.mgr.lagging("zenko", "replication") == ["backbeat.replication.zenko"]
+        error = _error(site, "backbeat.replication.zenko", "zenko")
+        assert error is not None and "does not exist" in error, error
+
+
+def test_the_lag_message_says_the_subscriber_count_is_unknown_while_redis_is_down(
+    site: Site,
+) -> None:
+    """The lag message names the subscribers of the processor's channel as last seen; while
+    Redis cannot be reached that count is stale (the processor may have gone meanwhile), so
+    the message says it is unknown and when it was last seen. Before the fix it kept
+    saying ``1 subscriber(s)``."""
+    worker = "backbeat.replication.zenko"
+    with site.processor(["zenko"]) as proc, site.bridge():
+        proc.freeze()
+        site.mgr.pause("zenko", "replication")
+        deadline = time.monotonic() + 10
+        while "1 subscriber(s) on backbeat-replication-zenko" not in (
+                _error(site, worker, "zenko") or ""):
+            assert time.monotonic() < deadline, _error(site, worker, "zenko")
+            time.sleep(0.05)
+        site.redis.stop()
+        stopped = time.monotonic()
+        deadline = stopped + 15
+        while True:
+            error = _error(site, worker, "zenko") or ""
+            if "unknown" in error:
+                break
+            assert time.monotonic() < deadline, error
+            time.sleep(0.05)
+        assert "subscriber(s) on backbeat-replication-zenko unknown" in error, error
+        assert "Redis unreachable" in error and "1 seen at " in error, error
+        assert site.state("zenko") is State.PAUSING
+        proc.thaw()
+        site.redis.start()
+        wait_state(site, "zenko", State.PAUSED, timeout=30)

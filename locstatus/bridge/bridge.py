@@ -48,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from locstatus.agent import Agent, HandlerRetry
@@ -188,6 +189,9 @@ class _Processor:
     before its writes came): while it is, no probe is sent (a probe's read-then-write would
     interleave with that order's chain and write back what it read before)."""
     subscribers: int | None = None
+    """How many subscribers the last publish reached (None: none reached Redis yet), at
+    ``subscribers_at`` (aware UTC)."""
+    subscribers_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     changed_at: float = 0.0
     handed_over: bool = False
     """Set when this bridge stepped down (:meth:`Bridge._step_down`): a handler still running
@@ -464,12 +468,23 @@ class Bridge:
         if (order is not None and order.paused == paused and node is not None
                 and agrees(node, paused) and not order.writes(node)):
             what += ", written before the order (no write of the processor since)"
-        listeners = ("" if proc.subscribers is None else
-                     f"; {proc.subscribers} subscriber(s) on {proc.channel}")
         raise NotApplied(
             f"Backbeat's {proc.service} processor for {proc.location} has not applied "
-            f"{'the pause' if paused else 'the resume'}: {what}{listeners}"
+            f"{'the pause' if paused else 'the resume'}: {what}{self._listeners(proc)}"
         )
+
+    def _listeners(self, proc: _Processor) -> str:
+        """The lag message's word on who listens on ``proc``'s channel: the count the last
+        publish returned while Redis answers; while it does not, that count is stale (the
+        processor may be gone since), so it is said to be unknown, with when it was last
+        seen."""
+        if proc.subscribers is None:
+            return ""
+        if self._publisher is not None and self._publisher.healthy:
+            return f"; {proc.subscribers} subscriber(s) on {proc.channel}"
+        seen = proc.subscribers_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return (f"; subscriber(s) on {proc.channel} unknown: Redis unreachable "
+                f"({proc.subscribers} seen at {seen})")
 
     @staticmethod
     def _acked(proc: _Processor, node: NodeState | None, paused: bool) -> bool:
@@ -478,12 +493,15 @@ class Bridge:
         that state was published, and no more writes than that order asks for (more: another
         read-then-write ran meanwhile, so what the node says may be what one of them read
         before another wrote; a new order is sent once it is quiet). A probe counts only with
-        exactly its own write. A node that does not exist acknowledges a resume: no processor
-        ever ran there, and one that starts creates it running. A bridge's first look, before
-        it published anything, trusts a node that agrees (it knows of no order in flight)."""
-        if node is not None and node.missing and not paused:
-            return True
+        exactly its own write. A bridge's first look, before it published anything, trusts a
+        node that agrees (it knows of no order in flight), and a node that does not exist
+        agrees with running then (no processor ever ran there, and one that starts creates
+        it running); once an order was published, a missing node acknowledges nothing (a
+        node deleted by hand is no write of the processor, which cannot apply a resume
+        without it)."""
         order = proc.order
+        if node is not None and node.missing and not paused:
+            return order is None  # a node deleted after an order is no processor write
         if order is None:
             return agrees(node, paused)
         if order.paused != paused or not agrees(node, paused):
@@ -634,7 +652,7 @@ class Bridge:
                 if proc.order is sent:
                     proc.order, proc.other = before
                 return
-            proc.subscribers = count
+            proc.subscribers, proc.subscribers_at = count, datetime.now(UTC)
             sent.subscribers = max(sent.subscribers, count)
             if count == 0:
                 proc.other = None  # nobody listens: what was queued went with its connection
