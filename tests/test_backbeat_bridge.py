@@ -37,7 +37,8 @@ from support.tcp_relay import TcpRelay
 SITES = ["zenko", "aws-location"]
 LOCATIONS = {"zenko": ["replication", "lifecycle"], "aws-location": ["replication"],
              "a-zenko-location": ["ingestion"], "us-east-1": ["lifecycle"]}
-FAST = BridgeSettings(ack_wait=1.0, republish_interval=0.3, tick=0.2, lease_seconds=6)
+FAST = BridgeSettings(ack_wait=1.0, republish_interval=0.3, lost_after=3.0, tick=0.2,
+                      lease_seconds=6)
 
 
 @dataclass
@@ -768,3 +769,55 @@ def test_the_lag_message_says_the_subscriber_count_is_unknown_while_redis_is_dow
         proc.thaw()
         site.redis.start()
         wait_state(site, "zenko", State.PAUSED, timeout=30)
+
+
+def _messages(proc: LegacyProcessor, since: int, site_name: str = "zenko") -> list[str]:
+    return [e["action"] for e in proc.find("message", since=since, site=site_name)]
+
+
+def test_a_processor_stalled_past_the_republish_interval_gets_the_order_once(
+    site: Site,
+) -> None:
+    """A processor stopped (SIGSTOP) for several republish intervals is not sent the order
+    again: its copy was received by its Redis connection, which is still open (Redis lists
+    it), so nothing was lost, and a copy sent now would only queue behind it (docs/backbeat.md
+    "What the bridge guarantees"). Before the fix one copy per interval queued up, and the
+    processor ran them all at once when it ran again (a read-then-write each)."""
+    with site.processor(["zenko"]) as proc, site.bridge():
+        mark = proc.mark()
+        proc.freeze()
+        site.mgr.pause("zenko", "replication")
+        time.sleep(2.0)  # six republish intervals
+        assert site.state("zenko") is State.PAUSING
+        proc.thaw()
+        wait_state(site, "zenko", State.PAUSED)
+        time.sleep(1.0)
+        assert _messages(proc, mark) == ["pauseService"]
+        assert _consumer_paused(proc, "zenko") is True
+
+
+def test_an_order_superseded_during_a_stall_is_not_queued_behind_it(site: Site) -> None:
+    """A pause published to a stopped processor, then a resume made during the stall: the
+    resume is not published while the pause may still be queued in the processor's open
+    connection; once the processor ran again and wrote the pause, it is sent, alone. So the
+    processor never holds two orders at once (its read-then-write chains would interleave,
+    and the bridge could only guess from a count of writes which one the node shows). Before
+    the fix the copies of both queued (pause, pause, ..., resume, resume) and the processor
+    ignored the resumes it read while still running."""
+    with site.processor(["zenko"]) as proc, site.bridge():
+        mark = proc.mark()
+        proc.freeze()
+        site.mgr.pause("zenko", "replication")
+        time.sleep(1.0)
+        site.mgr.resume("zenko", "replication")
+        time.sleep(1.0)
+        assert site.state("zenko") is State.RESUMING
+        assert site.node("zenko") == {"paused": False}
+        proc.thaw()
+        wait_state(site, "zenko", State.RUNNING)
+        proc.wait_until(lambda: _consumer_paused(proc, "zenko") is False)
+        time.sleep(1.0)
+        assert _messages(proc, mark) == ["pauseService", "resumeService"]
+        assert not proc.find("noop", since=mark, site="zenko")
+        assert site.state("zenko") is State.RUNNING
+        assert site.node("zenko")["paused"] is False

@@ -82,7 +82,11 @@ class BridgeSettings:
     - ``ack_wait``: how long one handler run waits for the processor's write before it fails
       (and is retried by the agent);
     - ``republish_interval``: a processor whose node still disagrees gets the order again
-      after this long;
+      after this long when its copy may be lost (nobody received it, or a connection that
+      did closed since);
+    - ``lost_after``: a copy a still-open connection received and the processor has not
+      acted on is taken as lost after this long (its own write of the node failed, or it
+      is stalled that long: docs/backbeat.md "What the bridge guarantees");
     - ``tick``: the loop's period when nothing wakes it (and how often Redis is probed while
       down, and the lifecycle documents compared);
     - ``rescan_interval``: how often locations added to locstatus get their processors;
@@ -91,12 +95,14 @@ class BridgeSettings:
 
     ack_wait: float = 2.0
     republish_interval: float = 1.0
+    lost_after: float = 10.0
     tick: float = 0.5
     rescan_interval: float = 10.0
     lease_seconds: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ack_wait", "republish_interval", "tick", "rescan_interval"):
+        for name in ("ack_wait", "republish_interval", "lost_after", "tick",
+                     "rescan_interval"):
             value = getattr(self, name)
             if not 0 < value <= 3600:
                 raise InvalidInput(f"bridge setting {name} must be in (0, 3600] s, got {value}")
@@ -150,6 +156,17 @@ class _Order:
     last_version: int = -1
     last_mzxid: int = -1
     """The node as seen when the last copy was published."""
+    receivers: frozenset[str] = frozenset()
+    """The subscriber connections open when the last copy was published (``id@addr``,
+    :class:`~.legacy.Delivery`): while they all are, a copy received was not lost."""
+    lost: bool = False
+    """One of :attr:`receivers` closed since: what it had not read yet is gone."""
+
+    @property
+    def delivered(self) -> bool:
+        """A copy reached a subscriber whose connection is still open: the processor has it,
+        or has run it (a stall and a lost message no longer look alike)."""
+        return self.subscribers > 0 and not self.lost
 
     def done_since_last(self, node: NodeState | None) -> bool:
         """Whether the node had, since the last copy was published, as many writes as one
@@ -173,7 +190,8 @@ class _Order:
 
     @property
     def expected(self) -> int:
-        return _expected(self.action) * self.copies
+        """The writes the copies that reached a subscriber ask for (at least one copy's)."""
+        return _expected(self.action) * max(1, self.copies)
 
 
 @dataclass
@@ -526,7 +544,9 @@ class Bridge:
             return False
         if force and order.subscribers == 0:
             return False
-        return now - order.last < self.settings.republish_interval or not quiet
+        wait = (self.settings.lost_after if order.delivered
+                else self.settings.republish_interval)
+        return now - order.last < wait or not quiet
 
     def _lifecycle_apply(self, location: str, paused: bool) -> None:
         assert self._docs is not None
@@ -621,16 +641,18 @@ class Bridge:
             if order is not None and self._in_flight(proc, order, node, now, force):
                 return
             agree = agrees(node, paused)
-            probe = (agree and order is not None and order.paused == paused
-                     and not order.probe and order.writes(node) == 0
-                     and order.subscribers > 0 and other is None)
+            gone = (order is not None and not order.delivered and order.writes(node) == 0
+                    and node is not None and not node.missing)
+            probe = (agree and order is not None and other is None and (
+                gone or (order.paused == paused and not order.probe
+                         and order.writes(node) == 0 and order.subscribers > 0)))
             if probe:
                 action = CANCEL
             elif agree:
                 action = PAUSE if paused else RESUME
             else:
                 action = action_for(node, paused)
-            if (order is not None and order.paused != paused
+            if (order is not None and order.paused != paused and order.delivered
                     and order.writes(node) < order.expected):
                 other = order  # superseded before its writes came: it may still be queued
             before = (proc.order, proc.other)
@@ -640,22 +662,37 @@ class Bridge:
                     and (order.action, order.paused) == (action, paused)
                     and order.writes(node) == 0):
                 sent = _Order(action, paused, order.version, order.mzxid, now,
-                              order.subscribers, copies=order.copies + 1,
+                              0, copies=order.copies,
                               last_version=version, last_mzxid=mzxid)
             else:
-                sent = _Order(action, paused, version, mzxid, now, 0, probe=probe,
+                sent = _Order(action, paused, version, mzxid, now, 0, copies=0, probe=probe,
                               last_version=version, last_mzxid=mzxid)
             proc.order, proc.other = sent, other
-        count = self._publisher.publish(proc.channel, action)
+        delivery = self._publisher.publish(proc.channel, action)
         with self._lock:
-            if count is None:  # not sent: the next look publishes again
+            if delivery is None:  # not sent: the next look publishes again
                 if proc.order is sent:
                     proc.order, proc.other = before
                 return
+            count = delivery.count
             proc.subscribers, proc.subscribers_at = count, datetime.now(UTC)
-            sent.subscribers = max(sent.subscribers, count)
+            sent.subscribers, sent.receivers = count, delivery.connections
+            if count > 0:
+                sent.copies += 1
             if count == 0:
                 proc.other = None  # nobody listens: what was queued went with its connection
+
+    def _forget_lost(self, proc: _Processor, listening: frozenset[str]) -> None:
+        """Mark ``proc``'s order lost when a subscriber connection open at its last copy
+        closed since (``listening``: the ones open now): what that connection had not read
+        is gone, so the order is published again (or, if the node agrees, probed) without
+        waiting ``lost_after``; and forget an order for the other state it may have queued."""
+        with self._lock:
+            order, other = proc.order, proc.other
+            if order is not None and order.delivered and not order.receivers <= listening:
+                order.lost = True
+            if other is not None and not other.receivers <= listening:
+                proc.other = None
 
     def _loop(self) -> None:
         last_rescan = time.monotonic()
@@ -688,11 +725,10 @@ class Bridge:
         if force and self._nodes is not None:
             for proc in procs:
                 self._nodes.read(proc.path)
+        listening = self._publisher.listeners() if self._publisher is not None else None
         for proc in procs:
-            if (proc.other is not None and self._publisher is not None
-                    and self._publisher.subscribers(proc.channel) == 0):
-                with self._lock:  # its connection is gone, and what was queued on it
-                    proc.other = None
+            if listening is not None:
+                self._forget_lost(proc, listening)
             want = self._desired(proc)
             if want is not None and self._publisher is not None:
                 self._publish(proc, want, force=force)
