@@ -20,13 +20,16 @@ Why it is shaped so:
   ``ack_wait`` seconds in vain fails, naming what the node says; the agent retries it with
   backoff and publishes the error in the registration.
 - **One order in flight per processor.** Nothing more is published to a processor until its
-  order's writes came or ``republish_interval`` passed: its read-then-write chains must not
-  interleave (several at once can leave its node disagreeing with its consumer).
+  order's writes came, or its copy may be lost (nobody received it, or a subscriber
+  connection open when it was published closed since: Redis's ``PUBLISH`` count and
+  ``CLIENT LIST``), or ``lost_after`` passed: its read-then-write chains must not interleave
+  (several at once can leave its node disagreeing with its consumer), and a copy sent to a
+  stalled processor whose connection still holds one would only queue behind it.
 - **Level-triggered.** One loop compares, for every processor, the desired state (the agent's
-  local copy) with its state node, and publishes again while they differ (at most every
-  ``republish_interval`` seconds per processor): a processor that was down, missed a message
-  or lost its Redis connection catches up. A reconnection to Redis or ZooKeeper re-reads
-  every node and publishes at once wherever they differ.
+  local copy) with its state node, and publishes again while they differ and the last copy
+  may be lost (at most every ``republish_interval`` seconds per processor): a processor that
+  was down, restarted or lost its Redis connection catches up. A reconnection to Redis or
+  ZooKeeper re-reads every node and publishes at once wherever they differ.
 - **Scheduled resumes stay locstatus data.** The agents fire due resumes; the bridge publishes
   a plain ``resumeService`` then, never a date (a date arms the processor's own timer), and
   disarms a timer a processor still has (``deleteScheduledResumeService``).
@@ -141,7 +144,7 @@ class _Order:
 
     ``version``/``mzxid``: the state node as the bridge had seen it when it first published
     the order (-1: no node), the baseline its acknowledgement is counted from; ``copies``: how
-    many times it was published (a republish keeps the baseline); ``probe``: a
+    many of its publishes reached a subscriber (a republish keeps the baseline); ``probe``: a
     ``deleteScheduledResumeService`` sent only to make a processor that is already in the
     state write its node, acknowledged by exactly one write."""
 
