@@ -292,6 +292,7 @@ class Bridge:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._lifecycle_at = 0.0
+        self._listened_at = 0.0
         self._holding = Holding(client, self.services)
         self.standby = True
         """Another bridge holds its registrations: this one publishes nothing (docs/backbeat.md
@@ -728,7 +729,12 @@ class Bridge:
         if force and self._nodes is not None:
             for proc in procs:
                 self._nodes.read(proc.path)
-        listening = self._publisher.listeners() if self._publisher is not None else None
+        listening = None
+        now = time.monotonic()
+        if (self._publisher is not None and now - self._listened_at >= self.settings.tick
+                and any(p.order is not None or p.other is not None for p in procs)):
+            self._listened_at = now  # once a tick: a pass runs at every node change
+            listening = self._publisher.listeners()
         for proc in procs:
             if listening is not None:
                 self._forget_lost(proc, listening)
