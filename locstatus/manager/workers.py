@@ -22,7 +22,7 @@ from locstatus.errors import CorruptRecord, HolderPresent, NotFound
 from locstatus.models import WorkerInfo
 
 from .core import Core
-from .liveness import holder_away, holder_present, worker_live
+from .liveness import acks_lapsed, holder_away, holder_present, worker_live
 from .reads import listing
 
 audit = logging.getLogger("locstatus.audit")
@@ -31,13 +31,16 @@ audit = logging.getLogger("locstatus.audit")
 
 class Lag(BaseModel):
     """A change a live worker has not acknowledged yet: it acknowledged generation ``acked``
-    of ``service`` at ``location``, whose current generation is ``generation``."""
+    of ``service`` at ``location``, whose current generation is ``generation``. ``acked`` is
+    None when what it acknowledged is not known any more: a standing registration whose holder
+    is away on a store whose acknowledgements went with the holder's session (ZooKeeper,
+    :func:`.liveness.acks_lapsed`), not "it applied nothing" (0)."""
 
     model_config = ConfigDict(frozen=True)
 
     location: str
     service: str
-    acked: int
+    acked: int | None
     generation: int
 
 
@@ -80,6 +83,7 @@ def worker_statuses(core: Core) -> WorkerReport:
     acks = core.backend.all_acks()
     out: list[WorkerStatus] = []
     for w in infos:
+        lapsed = acks_lapsed(w, core.backend.session_leases)
         lag: list[Lag] = []
         for rec in records:
             for svc, st in sorted(rec.services.items()):
@@ -88,9 +92,11 @@ def worker_statuses(core: Core) -> WorkerReport:
                 # go with the session that wrote them), as /metrics and the check judge it
                 if not st.state.transitional or not w.applies(rec.location, svc):
                     continue
-                acked = acks.get(rec.location, {}).get(w.worker_id, {}).get(svc, 0)
+                stored = acks.get(rec.location, {}).get(w.worker_id, {}).get(svc)
+                acked = stored if stored is not None else 0
                 if acked < st.generation:
-                    lag.append(Lag(location=rec.location, service=svc, acked=acked,
+                    lag.append(Lag(location=rec.location, service=svc,
+                                   acked=None if stored is None and lapsed else acked,
                                    generation=st.generation))
         unknown = [
             bad.location
