@@ -730,6 +730,9 @@ def test_workers_retire_refuses_a_standing_registration_whose_holder_is_present(
         "backbeat.replication.zenko"]
     done = synced.ok("workers", "retire", "backbeat.replication.zenko", "--force")
     assert datetime.now(UTC) >= now + timedelta(seconds=2)  # it waited for the lease
+    # said before the wait, not silent for up to a lease (issue 18's new-user review)
+    assert re.search(r"waiting up to \d+ s for backbeat\.replication\.zenko's holder \(host "
+                     r"host-1, pid 4242\) to be away", done.stderr), done.stderr
     assert "retired the standing registration of backbeat.replication.zenko" in done.stdout
     assert json.loads(synced.ok("workers", "--json").stdout) == []
 
