@@ -942,6 +942,22 @@ def stop_sidecar(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
+def test_the_startup_line_names_the_backbeat_trust_networks(tmp_path: Path) -> None:
+    """Found by the new-user review (issue 18): with --backbeat-trust set, nothing said which
+    networks were trusted; the startup line now lists them (docs/http.md, "Putting locstatus
+    where Backbeat's API server was")."""
+    proc, _url, log_path = start_sidecar(
+        f"sqlite:///{tmp_path}/trust.db", tmp_path, "trust", env={"LOCSTATUS_API_TOKEN": TOKEN},
+        backbeat_trust=["10.100.0.0/16", "::1"],
+    )
+    try:
+        line = next(x for x in log_path.read_text().splitlines() if "locstatus sidecar on" in x)
+        assert ("Backbeat-route mutations need no token from 10.100.0.0/16, ::1/128 "
+                "(--backbeat-trust)") in line, line
+    finally:
+        stop_sidecar(proc)
+
+
 def test_serve_process_never_logs_the_token(
     backend_url: str, tmp_path: Path, mgr: Manager
 ) -> None:
