@@ -40,9 +40,11 @@ from urllib.parse import urlsplit
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials
 
 from locstatus.errors import InvalidInput
 
+from .principals import require
 from .problems import ProblemError
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -189,6 +191,10 @@ def native_refusal(request: Request) -> ProblemError | None:
         return ProblemError(403, "forbidden", reason, type_="urn:locstatus:cross-origin")
     kind = media_type(request)
     if not _is_json(kind):
+        # who is asking is judged before what the body is: a caller without the token is told
+        # that (401), not about a media type it would fix only to be refused next (the
+        # route's own dependency judges the role after)
+        authenticate_first(request)
         return ProblemError(
             415, "unsupported media type",
             f"a mutation needs 'Content-Type: application/json' (got "
@@ -197,6 +203,15 @@ def native_refusal(request: Request) -> ProblemError | None:
             type_="urn:locstatus:unsupported-media-type",
         )
     return None
+
+
+def authenticate_first(request: Request) -> None:
+    """With tokens: raise as :func:`~.principals.require` does when the request carries no
+    bearer token (401) or one that is not the sidecar's (403); the role is not judged here."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    credentials = (HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
+                   if scheme.lower() == "bearer" and token.strip() else None)
+    require(request, credentials, "read")
 
 
 def backbeat_refusal(request: Request) -> ProblemError | None:
