@@ -40,11 +40,9 @@ from urllib.parse import urlsplit
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
-from fastapi.security import HTTPAuthorizationCredentials
 
 from locstatus.errors import InvalidInput
 
-from .principals import require
 from .problems import ProblemError
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -206,12 +204,12 @@ def native_refusal(request: Request) -> ProblemError | None:
 
 
 def authenticate_first(request: Request) -> None:
-    """With tokens: raise as :func:`~.principals.require` does when the request carries no
-    bearer token (401) or one that is not the sidecar's (403); the role is not judged here."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    credentials = (HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
-                   if scheme.lower() == "bearer" and token.strip() else None)
-    require(request, credentials, "read")
+    """Run the app's ``state.authenticate(request)`` (:func:`~.auth.authenticate`, set by the
+    app factory: this module is below the principals), which raises when the request carries
+    no bearer token (401) or one that is not the sidecar's (403); none set: nothing to judge."""
+    hook: Callable[[Request], None] | None = getattr(request.app.state, "authenticate", None)
+    if hook is not None:
+        hook(request)
 
 
 def backbeat_refusal(request: Request) -> ProblemError | None:
