@@ -50,7 +50,7 @@ from tenacity import (
 )
 
 from locstatus import monotonic
-from locstatus.backends.base import Backend, CasItem
+from locstatus.backends.base import Backend, CasItem, StaleVersion
 from locstatus.clock import Clock
 from locstatus.errors import (
     AmbiguousCommit,
@@ -150,14 +150,18 @@ class WriteRequest:
 
 class Writer:
     """Runs plans against ``backend`` under ``retry``; counts what it did in ``stats``
-    (``writes``, ``conflicts``, ``ambiguous``, ``stale_hints``: the manager's ``stats``)."""
+    (``writes``, ``conflicts``, ``ambiguous``, ``stale_hints``, and ``replanned``: attempts
+    planned from the record a refused write came back with, no read; the manager's
+    ``stats``)."""
 
     def __init__(self, backend: Backend, clock: Clock, retry: RetryPolicy) -> None:
         self.backend = backend
         self.clock = clock
         self.retry = retry
         self.hints = VersionHints()
-        self.stats = {"writes": 0, "conflicts": 0, "ambiguous": 0, "stale_hints": 0}
+        self.stats = {
+            "writes": 0, "conflicts": 0, "ambiguous": 0, "stale_hints": 0, "replanned": 0,
+        }
 
     def read(self, location: str) -> LocationStatus:
         """The stored record (and remember it as the location's hint). Raises as
@@ -212,21 +216,23 @@ class Writer:
         with what it sent, so the first read looks for its op_id)."""
         if known is None and use_hint:
             known = self.hints.get(location)
+        fresh: LocationStatus | None = None  # the record a refused write came back with
         if known is not None and (if_version is None or known.version == if_version):
             try:
                 stored = self._from_known(known, prep, op_id, ambiguity, replaced)
-            except VersionConflict:
+            except VersionConflict as exc:
                 if not ambiguity.sent:
                     self.stats["stale_hints"] += 1
+                fresh = _current(exc)
             except BackendUnavailable as exc:
                 _raise_unresolved(exc, op_id, ambiguity)
             else:
                 if stored is not None:
                     return stored
         try:
-            return self._attempt(location, prep, op_id, if_version, ambiguity, replaced)
-        except VersionConflict:
-            pass
+            return self._attempt(location, prep, op_id, if_version, ambiguity, replaced, fresh)
+        except VersionConflict as exc:
+            fresh = _current(exc)
         except BackendUnavailable as exc:
             _raise_unresolved(exc, op_id, ambiguity)
         policy = self.retry
@@ -239,9 +245,13 @@ class Writer:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._attempt(
-                        location, prep, op_id, if_version, ambiguity, replaced
-                    )
+                    try:
+                        return self._attempt(
+                            location, prep, op_id, if_version, ambiguity, replaced, fresh
+                        )
+                    except VersionConflict as exc:
+                        fresh = _current(exc)  # planned from by the next attempt, after the wait
+                        raise
         except BackendUnavailable as exc:
             _raise_unresolved(exc, op_id, ambiguity)
         except RetryError as exc:
@@ -348,14 +358,25 @@ class Writer:
         if_version: int | None,
         ambiguity: _Ambiguity,
         replaced: list[LocationStatus] | None,
+        fresh: LocationStatus | None = None,
     ) -> LocationStatus:
         """One read-plan-write. Raises VersionConflict to be retried (also after an ambiguous
-        commit, which records what was sent so the next read first looks for ``op_id``)."""
-        try:
-            rec = self.backend.read(location)
-        except NotFound:
-            self.hints.drop(location)
-            raise
+        commit, which records what was sent so the next read first looks for ``op_id``).
+
+        ``fresh``: the record the previous attempt's refused write came back with
+        (:class:`~locstatus.backends.base.StaleVersion`), read by the backend at or after
+        that refusal: this attempt plans from it exactly as from its own read (the op_id
+        look-up of an ambiguous commit, ``if_version``, a no-op or a refusal included), and
+        reads only when there is none."""
+        if fresh is not None:
+            rec = fresh
+            self.stats["replanned"] += 1
+        else:
+            try:
+                rec = self.backend.read(location)
+            except NotFound:
+                self.hints.drop(location)
+                raise
         self.hints.put(rec)
         if ambiguity.sent:
             landed = _landed(self.backend, rec, op_id, ambiguity)
@@ -397,6 +418,11 @@ class Writer:
         if replaced is not None:
             replaced.append(rec)
         return stored
+
+
+def _current(exc: VersionConflict) -> LocationStatus | None:
+    """The record a refused compare-and-set came back with (:class:`StaleVersion`), if any."""
+    return exc.current if isinstance(exc, StaleVersion) else None
 
 
 def _prepared(plan: Plan | None, prepare: Prepare | None) -> Prepare:
