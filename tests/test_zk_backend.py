@@ -44,6 +44,7 @@ from support import corrupt_shapes as shapes
 from support.fakeclock import FakeClock
 from support.kits_zk import TcpProxy, ZkServer, raw_client, wait_until, zk_url
 from support.servers import free_ports
+from support.zk_round_trips import RoundTrips
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -835,6 +836,42 @@ def test_a_pause_whose_connection_is_cut_mid_write_happens_exactly_once(
         ]
     finally:
         mgr.close()
+
+
+def test_a_pause_planned_from_a_stale_hint_costs_one_round_trip_more_not_two(
+    zk_server: ZkServer, chroot: str,
+) -> None:
+    """A compare-and-set refused by another process's write comes back with the record, read
+    by a get pipelined behind the multi-op (docs/design.md §3.1): a pause whose version hint
+    another process made stale costs its refused write and nothing else over one planned
+    from a current hint (bench/bridge.py --store zk: the bridge's settle makes the hint of
+    every pause stale). Counted on kazoo's own request log, the fewest of three rounds (a
+    loaded machine may let the multi-op's answer in before the get is sent)."""
+    url = zk_url(zk_server.hosts, chroot)
+    a, other = connect(url), connect(url)
+    try:
+        names = [f"rt-{i}" for i in range(7)]
+        a.sync_locations({n: ["replication", "lifecycle"] for n in names})
+        for n in names:
+            a.status(n)
+        a.pause(names[0], "replication")  # warm: the worker list is copied, the paths known
+        fresh: list[int] = []
+        stale: list[int] = []
+        for i in range(3):
+            current, behind = names[1 + 2 * i], names[2 + 2 * i]
+            other.pause(behind, "lifecycle")  # a's hint of it is now two versions behind
+            time.sleep(0.05)
+            with RoundTrips() as trips:
+                a.pause(current, "replication")
+            fresh.append(trips.round_trips)
+            with RoundTrips() as trips:
+                a.pause(behind, "replication")
+            stale.append(trips.round_trips)
+        assert min(stale) == min(fresh) + 1, (stale, fresh)
+        assert a.stats["stale_hints"] == a.stats["replanned"] == 3
+    finally:
+        a.close()
+        other.close()
 
 
 def test_a_worker_lease_is_kept_as_given_and_the_session_bounds_it(

@@ -6,8 +6,10 @@ reads:
 1. read the record and its version;
 2. plan purely (:mod:`.plans`: a :data:`~.plans.Decision`, never I/O);
 3. write with ``compare_and_set(expected_version)``, history in the same write;
-4. on :class:`VersionConflict` re-read and re-apply under a bounded, jittered retry policy
-   (tenacity), then raise :class:`ConflictError`;
+4. on :class:`VersionConflict` re-apply to the fresh record under a bounded, jittered retry
+   policy (tenacity), then raise :class:`ConflictError`: the record the refused write came back
+   with (:class:`~locstatus.backends.base.StaleVersion`: got in the write's own round trip, at
+   or after the refusal, so as fresh as a read), or else a read;
 5. on :class:`AmbiguousCommit` (connection lost after send) re-read and look for the
    operation's op_id in the history write at the version it would have produced before trying
    again, never retrying blindly (:func:`_landed`).
@@ -17,8 +19,10 @@ Nothing is trusted between calls but one thing: a *known record*, either the ver
 a bulk operation's scan just read. The loop may skip step 1 and plan from it, but only to make a
 write: that write's compare-and-set succeeds only if the record is still at that version (so the
 known record was the current one), and any other decision (a conflict, a refusal, a no-op, a
-precondition) is decided again from a fresh read. A process that pauses and resumes the same
-locations (the sidecar, an operator script, ``wait=`` loops) so saves a read per write.
+precondition) is decided again from a fresh record. A process that pauses and resumes the same
+locations (the sidecar, an operator script, ``wait=`` loops) so saves a read per write; and
+when another process made its hint stale, the refused write brings the fresh record back, so
+the write costs the refused attempt and the write, no read between (docs/design.md §3.1).
 
 Some plans need more than the record (a settle needs the worker list and the acks, read *after*
 the record: model/README.md, finding 1): they come as a ``prepare(record) -> plan`` step, the I/O
