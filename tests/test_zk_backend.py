@@ -654,7 +654,8 @@ def test_a_standing_registration_survives_a_real_session_expiry_and_is_held_agai
     wait_until(lambda: [w.away for w in reader.workers()] == [False], 10,
                what="the reader to see it held again")
     assert reader.remove_worker("w-s") is False  # only a retirement ends it
-    assert reader.remove_worker("w-s", retire=True) is True
+    assert reader.remove_worker("w-s", retire=True) is False  # held again: present, kept
+    assert b.remove_worker("w-s", retire=True) is True  # from its holder's own session
     assert raw.exists(f"{chroot}/workers/w-s") is None
 
 
