@@ -250,12 +250,16 @@ class ZkClient:
         requests in order, so that get sees at least the state that refused the multi-op.
         Nobody waits for the get of a multi-op that applied. Raises as :meth:`commit`."""
         self.wait_connected(what)
-        pending = txn.tx.commit_async()
-        try:
-            then = self.kazoo.get_async(path)
-        except (KazooException, OSError):  # not queued: the caller reads, as without it
-            then = None
-        return self._settled(what, txn, partial(self.get, pending)), then
+        behind: list[Any] = []
+
+        def results() -> Any:
+            pending = txn.tx.commit_async()
+            with contextlib.suppress(KazooException, OSError):  # not queued: the caller reads
+                behind.append(self.kazoo.get_async(path))
+            return self.get(pending)
+
+        refused = self._settled(what, txn, results)
+        return refused, (behind[0] if behind else None)
 
     def _settled(
         self, what: str, txn: Transaction, results_of: Callable[[], Any]
