@@ -4,9 +4,10 @@ current hint.
 The manager plans a first attempt from the last record of the location it read or wrote (its
 version hint, locstatus/manager/writes.py). When another writer changed the record since (the
 bridge's settle between two pauses of bench/bridge.py, an operator's second client), that
-attempt is refused; the next one plans from the record the refused write came back with
-(docs/design.md §3.1), or, before that shape, from a read of its own. This bench times both
-cases side by side, interleaved in the same process, on the same record:
+attempt is refused, and the next operations on that location read first instead of being
+refused again (docs/design.md §3.1); before that shape each one paid the refused write, a
+read and the write. This bench times both cases side by side, interleaved in the same
+process, on the same record:
 
 - ``current``: alternating pause/resume of ``replication`` by manager A, A's hint current;
 - ``stale``: the same, each call preceded (untimed) by another client's flip of ``lifecycle``
@@ -16,7 +17,8 @@ No worker is registered, so each call also settles its change in a write of its 
 writes a call, as in bench/transition.py). Per case: median and p99 latency, and (ZooKeeper)
 the round trips each call waited for, counted on kazoo's request log
 (tests/support/zk_round_trips.py; counted on calls of their own, untimed, the log costs time).
-The extra cost of ``stale`` is its refused write: one round trip, where a read made it two.
+The extra cost of ``stale`` is its read: one round trip, where the refused write and the read
+made it two.
 
 Run: ``python bench/stale_hint.py --backend zk [--rounds 5] [--ops 100] [--json out.json]``
 (``--backend sqlite|zk|mongo``, ``--url URL``; without it a temp SQLite file or a throwaway

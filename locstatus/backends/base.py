@@ -144,8 +144,9 @@ ScanItem = tuple[LocationStatus | CorruptRecord, list[HistoryEntry] | CorruptRec
 class StaleVersion(VersionConflict):
     """A compare-and-set refused because the record moved on, carrying the record as the
     backend found it when it refused the write (``current``), got within the refused write's
-    own round trip: a SQLite transaction, a ZooKeeper ``get`` pipelined behind the multi-op,
-    the re-read of a MongoDB ``findAndModify`` that matched nothing, the memory store's lock.
+    own round trip: a SQLite transaction, the re-read of a MongoDB ``findAndModify`` that
+    matched nothing, the memory store's lock (ZooKeeper's multi-op answers no data: a plain
+    :class:`VersionConflict`).
     Read at or after the refusal, it is as fresh as a read the caller would make next: the
     manager plans its next attempt from it instead of reading again (docs/design.md §3.1).
     A backend raises a plain :class:`VersionConflict` when it has no record to give (a

@@ -4,10 +4,9 @@ kazoo logs, on its connection thread and in the order they cross the socket, eve
 sends ("Sending request(xid=...)", DEBUG; pings at BLATHER), every answer's header ("Reading
 for header", BLATHER) and each answer ("Received response(xid=...)", DEBUG). A *round trip*
 starts when a request someone waits for is sent while no other such request is waiting for its
-answer: requests pipelined behind it ride the same round trip. One request nobody waits for is
-left out: the ``get`` a compare-and-set sends right behind its multi-op
-(``ZkClient.commit_then_get``), once that multi-op applied (its caller returns without it).
-Pings, the session's connect and close, and watch events are not counted. The counter sees
+answer: requests pipelined behind it ride the same round trip. A ``get`` sent right behind a
+multi-op that applied is taken as waited for by nobody (a client that pipelines one to learn
+why a compare-and-set was refused returns without it). Pings, the session's connect and close, and watch events are not counted. The counter sees
 every kazoo client of the process, so a test counts while only the client it measures is busy.
 
 Usage::

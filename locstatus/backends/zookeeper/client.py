@@ -241,26 +241,6 @@ class ZkClient:
         self.wait_connected(what)
         return self._settled(what, txn, lambda: self.get(txn.tx.commit_async()))
 
-    def commit_then_get(self, what: str, txn: Transaction, path: str) -> tuple[Refusal | None, Any]:
-        """:meth:`commit`, with a ``get`` of ``path`` sent right behind the multi-op on the
-        session, before its answer is waited for: returns the commit's outcome as
-        :meth:`commit` and the get's pending answer (a kazoo async result; None when it could
-        not be sent), which a refused compare-and-set reads as the record as it is now
-        without a round trip of its own (docs/design.md §3.1). ZooKeeper answers a session's
-        requests in order, so that get sees at least the state that refused the multi-op.
-        Nobody waits for the get of a multi-op that applied. Raises as :meth:`commit`."""
-        self.wait_connected(what)
-        behind: list[Any] = []
-
-        def results() -> Any:
-            pending = txn.tx.commit_async()
-            with contextlib.suppress(KazooException, OSError):  # not queued: the caller reads
-                behind.append(self.kazoo.get_async(path))
-            return self.get(pending)
-
-        refused = self._settled(what, txn, results)
-        return refused, (behind[0] if behind else None)
-
     def _settled(
         self, what: str, txn: Transaction, results_of: Callable[[], Any]
     ) -> Refusal | None:

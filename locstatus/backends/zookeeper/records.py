@@ -36,8 +36,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, NoReturn, cast
 
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from pydantic import TypeAdapter
 
@@ -48,7 +47,6 @@ from locstatus.backends.base import (
     CreateItem,
     ReadResult,
     distinct_locations,
-    stale_version,
 )
 from locstatus.backends.history import HistoryPage
 from locstatus.backends.zookeeper.client import ZkClient
@@ -322,31 +320,9 @@ class Records:
     def compare_and_set(
         self, record: LocationStatus, expected_version: int, history: Sequence[HistoryEntry]
     ) -> LocationStatus:
-        """One multi-op, and a ``get`` of the location pipelined right behind it
-        (:meth:`ZkClient.commit_then_get`): a conflict carries the record as it is now
-        (:class:`~locstatus.backends.base.StaleVersion`), so the manager's next attempt costs
-        one round trip, not a read and a write (docs/design.md §3.1)."""
-        loc = record.location
         txn = self._cas_txn(record, expected_version, history)
-        refused, then = self.client.commit_then_get(
-            f"compare-and-set of location {loc!r}", txn, self.paths.location(loc)
-        )
-        try:
-            return self._cas_outcome(record, expected_version, refused)
-        except VersionConflict as exc:
-            if refused is None or refused.label != "location" or then is None:
-                raise
-            raise stale_version(exc.message, self._found(loc, then)) from None
-
-    def _found(self, location: str, pending: Any) -> LocationStatus | None:
-        """The record the ``get`` pipelined behind a refused compare-and-set answered, or None
-        when it gives none to plan from (the node gone, the answer lost, a record that does
-        not decode): the manager then reads, and meets what that read meets."""
-        try:
-            raw, stat = self.client.get(pending)
-            return self.decode(location, raw, stat)
-        except (LocstatusError, KazooException, KazooTimeoutError, OSError):
-            return None
+        refused = self.client.commit(f"compare-and-set of location {record.location!r}", txn)
+        return self._cas_outcome(record, expected_version, refused)
 
     def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
         """Items grouped :data:`GROUP` locations to a multi-op (each location's operations
