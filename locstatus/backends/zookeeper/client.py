@@ -21,6 +21,9 @@ call had drifted. Here, once:
 - **Size**: ZooKeeper refuses requests above ``jute.maxbuffer`` (1 MB) by dropping the
   connection; writes are measured first (:meth:`ZkClient.check_size`) and refused with
   :class:`InvalidInput` above ``max_bytes``.
+- **Bulk reads** (:meth:`ZkClient.get_many`) ask for many nodes per request with ZooKeeper's
+  multiRead (:mod:`~locstatus.backends.zookeeper.multiread`), pipelined; a server that does not
+  know it (before 3.6) is read node by node from its first refusal on.
 - **ACLs**: with credentials every node is created with a digest ACL giving that user all rights
   (plus world read unless ``world_read=false``), so other tenants of the ensemble cannot write
   locstatus nodes.
@@ -29,8 +32,10 @@ call had drifted. Here, once:
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -46,22 +51,29 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
     SessionExpiredError,
+    UnimplementedError,
     ZookeeperError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import ACL, make_acl, make_digest_acl
 
 from locstatus.backends.base import DOWN_GRACE
 from locstatus.backends.urls import redact_url
+from locstatus.backends.zookeeper.multiread import MultiRead, requests
 from locstatus.backends.zookeeper.txn import Refusal, Transaction, refusal
 from locstatus.backends.zookeeper.url import AUTH_ENV, ZkParams
 from locstatus.errors import AmbiguousCommit, BackendUnavailable, InvalidInput, LocstatusError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 BATCH = 1000
 """Asynchronous requests in flight at once in bulk reads."""
+READS_IN_FLIGHT = 5
+"""MultiRead requests in flight at once in :meth:`ZkClient.get_many` (a thousand nodes, as
+:data:`BATCH` node reads)."""
 _POLL = 0.05
 """Seconds between looks at the connection while waiting for pipelined answers."""
 _RETRYABLE = KazooRetry.RETRY_EXCEPTIONS + KazooRetry.EXPIRED_EXCEPTIONS
@@ -103,6 +115,8 @@ class ZkClient:
         self.down_since: float | None = None
         """Monotonic time the connection went down; None while connected."""
         self.closed = False
+        self.multiread: bool | None = None
+        """Whether the server answers multiRead: None until asked, False once it refused it."""
 
     # -- session -----------------------------------------------------------------------------
 
@@ -355,6 +369,64 @@ class ZkClient:
                     out.append((key, self.get(pending)))
                 except NoNodeError:
                     continue
+        return out
+
+    def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        """The data and stat of each of ``paths``, in order (None: no such node), each as its
+        own ``get`` would give it at the moment the server reads it: multiRead requests
+        (:func:`~.multiread.requests`: at most ``max_bytes`` each), :data:`READS_IN_FLIGHT` in
+        flight at a time; node by node (:meth:`get_each`) on a server that does not know
+        multiRead, known by its answer to the first one (it closes the connection after it:
+        the next request waits for the reconnection as any does). Any other error of a node
+        (NoAuth) or of a request (connection lost) raises as a ``get``'s would, for
+        :meth:`call` to decide."""
+        if self.multiread is False:
+            return self.get_each(paths)
+        root = self.kazoo.chroot
+        full = [root + p for p in paths] if root else paths
+        out: list[tuple[bytes, ZnodeStat] | None] = []
+        pending: deque[Any] = deque()
+        try:
+            for run in requests(full, self.params.max_bytes):
+                pending.append(self._multiread(run))
+                if self.multiread is None or len(pending) >= READS_IN_FLIGHT:
+                    self._answers(pending.popleft(), out)
+                    self.multiread = True
+            while pending:
+                self._answers(pending.popleft(), out)
+        except UnimplementedError:
+            log.info("ZooKeeper %s does not answer multiRead (before 3.6): bulk reads go "
+                     "node by node", self.params.hosts)
+            self.multiread = False
+            return self.get_each(paths)
+        return out
+
+    def _multiread(self, paths: Sequence[str]) -> Any:
+        """Send one multiRead of ``paths``; its kazoo async result."""
+        result = self.kazoo.handler.async_result()
+        self.kazoo._call(MultiRead(paths), result)
+        return result
+
+    def _answers(self, pending: Any, out: list[tuple[bytes, ZnodeStat] | None]) -> None:
+        """Wait for the answers of one multiRead and add them to ``out``."""
+        for answer in self.get(pending):
+            if isinstance(answer, NoNodeError):
+                out.append(None)
+            elif isinstance(answer, Exception):
+                raise answer
+            else:
+                out.append(answer)
+
+    def get_each(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        """:meth:`get_many` with one pipelined ``get`` per node, :data:`BATCH` in flight."""
+        out: list[tuple[bytes, ZnodeStat] | None] = []
+        get_async = self.kazoo.get_async
+        for i in range(0, len(paths), BATCH):
+            for pending in [get_async(p) for p in paths[i : i + BATCH]]:
+                try:
+                    out.append(self.get(pending))
+                except NoNodeError:
+                    out.append(None)
         return out
 
     def delete_tree(self, path: str) -> None:

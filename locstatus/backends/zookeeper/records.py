@@ -18,6 +18,9 @@ Why it is shaped so:
   multi-op is all or nothing: a refused compare-and-set group decides the location whose
   operation failed and sends the others again as a group; a refused create group is sent
   again one location per multi-op. A conflict fails only its own location.
+- **Bulk reads** (:meth:`Records.read_many`, :meth:`Records.read_all`) ask for many records
+  per request (:meth:`ZkClient.get_many`, ZooKeeper's multiRead), each answered as its own
+  read would be.
 - **Delete** removes the record and its acknowledgements atomically; its history is keyed by
   incarnation, so what an interrupted clean-up leaves behind is never read again.
 
@@ -272,23 +275,20 @@ class Records:
         return self.decode(location, raw, stat)
 
     def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
-        """Pipelined ``get`` requests (:meth:`ZkClient.bulk`, a batch in flight at a time);
-        a node gone is its :class:`NotFound`, one that does not decode its
-        :class:`CorruptRecord`."""
-        pa, client = self.paths, self.client
-        paths = {loc: pa.location(loc) for loc in locations}  # names checked before any I/O
-
-        def get_many() -> dict[str, tuple[bytes, ZnodeStat]]:
-            return dict(client.bulk(list(paths), lambda n: self.kazoo.get_async(paths[n])))
-
-        got = client.call(f"read {len(paths)} locations", get_many)
+        """Many records per request (:meth:`ZkClient.get_many`: multiRead, pipelined); a node
+        gone is its :class:`NotFound`, one that does not decode its :class:`CorruptRecord`.
+        A name given twice is read twice."""
+        client = self.client
+        location = self.paths.location
+        paths = [location(loc) for loc in locations]  # names checked before any I/O
+        got = client.call(f"read {len(paths)} locations", partial(client.get_many, paths))
         out: list[ReadResult] = []
-        for loc in locations:
-            if loc not in got:
+        for loc, node in zip(locations, got, strict=True):
+            if node is None:
                 out.append(NotFound(f"unknown location {loc!r}"))
                 continue
             try:
-                out.append(self.decode(loc, *got[loc]))
+                out.append(self.decode(loc, *node))
             except CorruptRecord as exc:
                 out.append(exc)
         return out
@@ -298,11 +298,9 @@ class Records:
 
         def get_all() -> list[tuple[str, bytes, ZnodeStat]]:
             names = sorted(client.get(self.kazoo.get_children_async(pa.locations)))
-            return [
-                (name, raw, stat)
-                for name, (raw, stat) in client.bulk(
-                    names, lambda n: self.kazoo.get_async(f"{pa.locations}/{n}")
-                )
+            nodes = client.get_many([f"{pa.locations}/{n}" for n in names])
+            return [  # a node deleted since the listing is left out
+                (name, *node) for name, node in zip(names, nodes, strict=True) if node is not None
             ]
 
         out: list[LocationStatus | CorruptRecord] = []
