@@ -27,7 +27,8 @@ Each side's CPU seconds in this process are reported beside its wall seconds: on
 machine they move least with the load.
 
 Run: ``python bench/bulk.py [--backend sqlite|zk|mongo] [--locations 10000] [--rounds 5]
-[--only pause,resume,sync,propagate] [--agents 16] [--processes] [--json out.json]``;
+[--only pause,resume,sync,propagate] [--agents 16] [--processes] [--raw-reads get|multiread]
+[--json out.json]``;
 ZooKeeper and MongoDB start a local server (tests/support/servers.py: ZooKeeper with
 ``--zk-heap 2g``; SecantusDB, or ``$LOCSTATUS_TEST_MONGO_URI``) unless ``--url`` names one
 (MongoDB: a ``mongodb://`` server URL; each store is a fresh database on it, dropped after).
@@ -370,11 +371,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--agents", type=int, default=16, help="propagate: agents")
     ap.add_argument("--processes", action="store_true", help="propagate: one process each")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--raw-reads", default="get", choices=["get", "multiread"],
+                    help="ZooKeeper: how the raw baseline reads the records: one kazoo "
+                    "get_async per record (default, kazoo alone), or multiRead requests as "
+                    "locstatus reads (bench/raw_bulk_zk.py)")
     ap.add_argument("--zk-heap", default="2g",
                     help="JVM heap of the local ZooKeeper started for the run (default 2g)")
     args = ap.parse_args(argv)
     if args.backend == "zk":
-        import raw_bulk_zk  # noqa: F401  (registers RAW["zk"])
+        import raw_bulk_zk  # registers RAW["zk"]
+
+        raw_bulk_zk.READS = args.raw_reads
     if args.backend == "mongo":
         import raw_bulk_mongo  # noqa: F401  (registers RAW["mongo"])
     only = set(args.only.split(","))

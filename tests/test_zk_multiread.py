@@ -13,12 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from locstatus.backends.base import CasItem, ReadResult
 from locstatus.backends.zookeeper import ZooKeeperBackend, multiread
-from locstatus.backends.zookeeper.multiread import MultiRead, node_bytes, requests
+from locstatus.backends.zookeeper.multiread import MultiRead, node_bytes
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound
 from locstatus.models import LocationStatus, ServiceStatus, State
 
@@ -217,18 +215,3 @@ def test_a_node_holding_null_reads_as_its_get_does(zk_server: ZkServer) -> None:
         got = raw.handler.async_result()
         raw._call(MultiRead(["/multiread-null/a", "/multiread-null/b"]), got)
         assert got.get(timeout=10) == [raw.get("/multiread-null/a"), raw.get("/multiread-null/b")]
-
-
-@given(
-    st.lists(st.text(alphabet="ab/é", min_size=1, max_size=300), max_size=700),
-    st.integers(min_value=20, max_value=4096),
-)
-def test_requests_keep_every_path_in_order_within_both_bounds(
-    paths: list[str], max_bytes: int
-) -> None:
-    runs = requests(paths, max_bytes)
-    assert [p for run in runs for p in run] == paths
-    for run in runs:
-        assert 1 <= len(run) <= multiread.PER_REQUEST
-        size = sum(node_bytes(p) for p in run) + 17
-        assert size <= max_bytes or len(run) == 1
