@@ -21,7 +21,7 @@ from locstatus.errors import CorruptRecord, LocstatusError, NotFound
 from locstatus.models import LocationStatus, ServiceStatus, State
 
 from support.kits_zk import ZkServer, raw_client, zk_url
-from support.servers import JVM_OPTS, ZooKeeperServer
+from support.servers import JVM_OPTS, ServerStartError, ZooKeeperServer
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -157,15 +157,30 @@ def test_records_changing_while_read_come_each_with_its_own_version(
     assert writes > len(hot)  # reads did run while the records changed
 
 
+def small_buffer_server(tmp_path: Path, limit: int) -> ZooKeeperServer:
+    """A standalone server with ``jute.maxbuffer`` at ``limit`` bytes (a JVM property), on a
+    free port: tried again on a fresh one if another process took the port meanwhile (as
+    ``servers.start_zookeeper`` does)."""
+    for attempt in range(3):
+        server = ZooKeeperServer(
+            tmp_path / f"zk-{attempt}", jvm_opts=[*JVM_OPTS, f"-Djute.maxbuffer={limit}"]
+        )
+        try:
+            return server.start()
+        except ServerStartError:
+            server.kill()
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def test_a_read_larger_than_the_servers_request_limit_is_cut_to_fit(
     tmp_path: Path, opened: Callable[[str], ZooKeeperBackend]
 ) -> None:
     """A server with a small ``jute.maxbuffer`` (8 KiB) drops the connection on a larger request
     instead of answering: with ``max_bytes`` set to it, every multiRead stays below."""
     limit = 8192
-    server = ZooKeeperServer(
-        tmp_path / "zk", jvm_opts=[*JVM_OPTS, f"-Djute.maxbuffer={limit}"]
-    ).start()
+    server = small_buffer_server(tmp_path, limit)
     try:
         b = opened(zk_url(server.hosts, max_bytes=limit))
         names = [f"{i:04d}-" + "x" * 120 for i in range(300)]  # 60 of them fill a request

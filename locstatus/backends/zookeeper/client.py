@@ -32,6 +32,7 @@ call had drifted. Here, once:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -277,13 +278,15 @@ class ZkClient:
         return refused
 
     def commit_many(
-        self, what: Callable[[int], str], txns: Sequence[Transaction]
+        self, what: Callable[[int], str], txns: Iterable[Transaction]
     ) -> list[Refusal | LocstatusError | None]:
         """Send several transactions at once, pipelined on the session (each its own multi-op,
-        applied or refused alone; ``what(i)`` names the ``i``-th), when connected, and
-        collect each outcome as :meth:`commit` decides it, an error as a value:
+        applied or refused alone; ``what(i)`` names the ``i``-th, once it was produced), when
+        connected, and collect each outcome as :meth:`commit` decides it, an error as a value:
         :class:`AmbiguousCommit` for one whose answer was lost, :class:`BackendUnavailable`
-        for one not sent. Raises nothing for one transaction.
+        for one not sent. Raises nothing for one transaction. ``txns`` may be an iterator
+        that builds each transaction as it is asked for: each is sent as soon as it is built,
+        so the server works on the first while the next are built.
 
         The answers are waited for with one deadline for all (``timeout`` seconds from the
         send), and no longer once the connection is known down (:data:`DOWN_GRACE` after it
@@ -292,12 +295,18 @@ class ZkClient:
         hung a bulk for minutes when the server died (docs/reliability.md, "Failing fast
         while the backend is down"). Each still unanswered then is an
         :class:`AmbiguousCommit` (it may be sent when the connection is back)."""
+        produced = iter(txns)
+        first = next(produced, None)
+        if first is None:
+            return []
         try:
-            self.wait_connected(what(0) if txns else "")
+            self.wait_connected(what(0))
         except BackendUnavailable as exc:
-            return [exc] * len(txns)
+            return [exc] * (1 + sum(1 for _ in produced))
+        built: list[Transaction] = []
         sent: list[Any] = []
-        for i, txn in enumerate(txns):
+        for i, txn in enumerate(itertools.chain((first,), produced)):
+            built.append(txn)
             if not self.live.is_set():  # dropped while sending: send no more
                 sent.append(BackendUnavailable(
                     f"ZooKeeper {self.params.hosts}: the connection dropped before "
@@ -310,7 +319,7 @@ class ZkClient:
                 sent.append(self.unavailable("a pipelined write", exc))
         deadline = time.monotonic() + self.params.timeout
         out: list[Refusal | LocstatusError | None] = []
-        for i, (txn, pending) in enumerate(zip(txns, sent, strict=True)):
+        for i, (txn, pending) in enumerate(zip(built, sent, strict=True)):
             if isinstance(pending, LocstatusError):
                 out.append(pending)
                 continue

@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any, NoReturn, cast
 
@@ -335,13 +335,8 @@ class Records:
         resolved by its op_id, as a lone write's)."""
         distinct_locations(item.record.location for item in items)
         out: list[CasResult | None] = [None] * len(items)
-        parts: dict[int, tuple[bytes, bytes]] = {}
-        for i, item in enumerate(items):
-            try:
-                parts[i] = self._cas_parts(item.record, item.expected_version, item.history)
-            except LocstatusError as exc:  # not a version of it, too large: nothing sent
-                out[i] = exc
-        work = [(list(parts), GROUP)]
+        parts: dict[int, tuple[bytes, bytes]] = {}  # encoded as the first round builds
+        work = [(list(range(len(items))), GROUP)]
         while work:  # each round decides at least one location of every refused group
             pending, group_size = work.pop()
             again, alone = self._cas_round(items, parts, pending, group_size, out)
@@ -356,26 +351,43 @@ class Records:
         pending: list[int], group_size: int, out: list[CasResult | None],
     ) -> tuple[list[int], list[int]]:
         """One pipelined round of :meth:`compare_and_set_many`: the items ``pending`` (their
-        indexes) sent in groups of ``group_size``, the outcome of each decided one put in
-        ``out``. Returns the undecided rest of the refused groups whose failed operation is
-        known (sent again as groups), and those of the refused groups whose is not (sent
-        again alone)."""
+        indexes) sent in groups of ``group_size``, each group sent as soon as it is built (the
+        server writes the first while the next are encoded), the outcome of each decided one
+        put in ``out`` (one that cannot be encoded: its error, nothing sent). Returns the
+        undecided rest of the refused groups whose failed operation is known (sent again as
+        groups), and those of the refused groups whose is not (sent again alone)."""
         groups: list[list[int]] = []
         firsts: list[list[int]] = []  # per group: where each location's operations start
-        txns: list[Transaction] = []
         size = self.client.params.max_bytes
-        used = size
-        for i in pending:
-            weight = sum(len(p) for p in parts[i]) + 200
-            if used + weight > size or len(groups[-1]) >= group_size:
-                groups.append([])
-                firsts.append([])
-                txns.append(self.client.transaction())
-                used = 0
-            firsts[-1].append(len(txns[-1].labels))
-            self._cas_ops(txns[-1], items[i].record, items[i].expected_version, parts[i])
-            groups[-1].append(i)
-            used += weight
+
+        def build() -> Iterator[Transaction]:
+            txn: Transaction | None = None
+            used = 0
+            for i in pending:
+                part = parts.get(i)
+                if part is None:
+                    item = items[i]
+                    try:
+                        part = parts[i] = self._cas_parts(
+                            item.record, item.expected_version, item.history
+                        )
+                    except LocstatusError as exc:  # not a version of it, too large
+                        out[i] = exc
+                        continue
+                weight = len(part[0]) + len(part[1]) + 200
+                if txn is None or used + weight > size or len(groups[-1]) >= group_size:
+                    if txn is not None:
+                        yield txn  # groups[-1] complete: sent while the next is built
+                    groups.append([])
+                    firsts.append([])
+                    txn = self.client.transaction()
+                    used = 0
+                firsts[-1].append(len(txn.labels))
+                self._cas_ops(txn, items[i].record, items[i].expected_version, part)
+                groups[-1].append(i)
+                used += weight
+            if txn is not None:
+                yield txn
 
         def what(k: int) -> str:
             locs = [items[i].record.location for i in groups[k]]
@@ -385,7 +397,7 @@ class Records:
 
         again: list[int] = []
         alone: list[int] = []
-        outcomes = self.client.commit_many(what, txns)
+        outcomes = self.client.commit_many(what, build())
         for group, first, outcome in zip(groups, firsts, outcomes, strict=True):
             if isinstance(outcome, LocstatusError):  # lost, unreachable: each as alone
                 for i in group:
