@@ -178,12 +178,14 @@ def test_a_read_larger_than_the_servers_request_limit_is_cut_to_fit(
     tmp_path: Path, opened: Callable[[str], ZooKeeperBackend]
 ) -> None:
     """A server with a small ``jute.maxbuffer`` (8 KiB) drops the connection on a larger request
-    instead of answering: with ``max_bytes`` set to it, every multiRead stays below."""
+    instead of answering: with ``max_bytes`` set to it, every multiRead stays below, and so does
+    every multi-op of a batched create or compare-and-set (their paths counted: long names
+    made a group of creates larger than the bound its data alone was kept to)."""
     limit = 8192
     server = small_buffer_server(tmp_path, limit)
     try:
         b = opened(zk_url(server.hosts, max_bytes=limit))
-        names = [f"{i:04d}-" + "x" * 120 for i in range(300)]  # 60 of them fill a request
+        names = [f"{i:04d}-" + "x" * 123 for i in range(300)]  # the longest names there are
         assert sum(node_bytes(b.paths.location(n)) for n in names[:multiread.PER_REQUEST]) > limit
         for r in b.create_many([(record(n), []) for n in names]):
             assert isinstance(r, LocationStatus), r
@@ -193,6 +195,13 @@ def test_a_read_larger_than_the_servers_request_limit_is_cut_to_fit(
 
         assert [r.location for r in many if isinstance(r, LocationStatus)] == names
         assert [r.location for r in b.read_all() if isinstance(r, LocationStatus)] == names
+        paused = b.compare_and_set_many([
+            CasItem(record(r.location, "limit", State.PAUSING), r.version, [])
+            for r in many if isinstance(r, LocationStatus)
+        ])
+        assert all(isinstance(r, LocationStatus) for r in paused), paused[:3]
+        assert {r.services["replication"].reason for r in b.read_many(names)  # type: ignore[union-attr]
+                } == {"limit"}
         assert "SUSPENDED" not in seen
     finally:
         server.close()

@@ -161,25 +161,33 @@ class Records:
         txns: list[Transaction] = []
         payloads: dict[int, bytes] = {}
         size = self.client.params.max_bytes
-        used = size
+        parent_of = self.paths.history
+
+        def add(txn: Transaction, record: LocationStatus, payload: bytes, entries: bytes,
+                with_history: bool) -> None:
+            parent = parent_of(record.location)
+            txn.create("incarnation", parent)
+            txn.set_data("incarnation", parent, b"", 0)
+            self._create_ops(txn, record, 0, payload, entries, with_history)
+
         for i, (record, history) in enumerate(items):
             try:
                 payload, entries = self._create_parts(record, history, 0)
             except LocstatusError as exc:
                 results[i] = exc
                 continue
-            weight = len(payload) + len(entries) + 400
-            if used + weight > size or len(groups[-1]) >= GROUP:
+            if not groups or len(groups[-1]) >= GROUP:
                 groups.append([])
                 txns.append(self.client.transaction())
-                used = 0
-            parent = self.paths.history(record.location)
-            txns[-1].create("incarnation", parent)
-            txns[-1].set_data("incarnation", parent, b"", 0)
-            self._create_ops(txns[-1], record, 0, payload, entries, bool(history))
+            mark = txns[-1].mark()
+            add(txns[-1], record, payload, entries, bool(history))
+            if groups[-1] and txns[-1].size > size:  # too large with it: it starts the next
+                txns[-1].undo(mark)
+                groups.append([])
+                txns.append(self.client.transaction())
+                add(txns[-1], record, payload, entries, bool(history))
             payloads[i] = payload
             groups[-1].append(i)
-            used += weight
         outcomes = self.client.commit_many(
             lambda k: f"create of location {items[groups[k][0]][0].location!r}", txns
         )
@@ -362,11 +370,10 @@ class Records:
 
         def build() -> Iterator[Transaction]:
             txn: Transaction | None = None
-            used = 0
             for i in pending:
+                item = items[i]
                 part = parts.get(i)
                 if part is None:
-                    item = items[i]
                     try:
                         part = parts[i] = self._cas_parts(
                             item.record, item.expected_version, item.history
@@ -374,18 +381,25 @@ class Records:
                     except LocstatusError as exc:  # not a version of it, too large
                         out[i] = exc
                         continue
-                weight = len(part[0]) + len(part[1]) + 200
-                if txn is None or used + weight > size or len(groups[-1]) >= group_size:
+                if txn is None or len(groups[-1]) >= group_size:
                     if txn is not None:
                         yield txn  # groups[-1] complete: sent while the next is built
                     groups.append([])
                     firsts.append([])
                     txn = self.client.transaction()
-                    used = 0
-                firsts[-1].append(len(txn.labels))
-                self._cas_ops(txn, items[i].record, items[i].expected_version, part)
+                mark = txn.mark()
+                start = mark[1]
+                self._cas_ops(txn, item.record, item.expected_version, part)
+                if groups[-1] and txn.size > size:  # too large with it: it starts the next
+                    txn.undo(mark)
+                    yield txn
+                    groups.append([])
+                    firsts.append([])
+                    txn = self.client.transaction()
+                    start = 0
+                    self._cas_ops(txn, item.record, item.expected_version, part)
+                firsts[-1].append(start)
                 groups[-1].append(i)
-                used += weight
             if txn is not None:
                 yield txn
 

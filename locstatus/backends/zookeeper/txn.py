@@ -93,6 +93,23 @@ class Transaction:
         self.tx.add(_DELETE, self.tx.path(path), _int(version))
         self.labels.append(label)
 
+    @property
+    def size(self) -> int:
+        """Bytes of the request so far (what the server measures against its
+        ``jute.maxbuffer``), its opcode and end included."""
+        return self.tx.size + len(_END) + 8
+
+    def mark(self) -> tuple[int, int, int]:
+        """Where the operations end now, for :meth:`undo`."""
+        return len(self.tx.parts), len(self.labels), self.tx.size
+
+    def undo(self, mark: tuple[int, int, int]) -> None:
+        """Take out the operations added since ``mark`` (a batch moving a location whose
+        operations would make the request too large to the next one)."""
+        parts, labels, self.tx.size = mark
+        del self.tx.parts[parts:]
+        del self.labels[labels:]
+
 
 class MultiOp:
     """The operations of one multi-op, encoded, and its sending: what kazoo's
@@ -103,6 +120,8 @@ class MultiOp:
     def __init__(self, client: KazooClient) -> None:
         self.client = client
         self.parts: list[bytes] = []
+        self.size = 0
+        """Bytes of ``parts``."""
         self.committed = False
         self.root: str = client.chroot or ""
         acl = client.default_acl or OPEN_ACL_UNSAFE
@@ -116,6 +135,7 @@ class MultiOp:
 
     def add(self, *parts: bytes) -> None:
         self.parts += parts
+        self.size += sum(map(len, parts))
 
     def commit_async(self) -> Any:
         """Send the multi-op (once); its kazoo async result: one result per operation, as
