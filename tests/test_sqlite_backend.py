@@ -241,3 +241,30 @@ def test_without_inotify_the_change_log_is_still_polled(
     finally:
         backend.close()
         writer.close()
+
+
+def test_a_subscriber_gets_only_the_kinds_it_asked_for(tmp_path: Path) -> None:
+    """An agent asks for no ``acks`` hints (docs/agent.md "Bursts"): 16 workers acknowledging
+    a pause of every location are 16 rows of the change log per location, which each agent's
+    poller read and hinted. A subscriber of ``location`` hints gets the pause and none of the
+    acknowledgements; one of every kind beside it gets both."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    mgr = Manager(SQLiteBackend(url))
+    mgr.sync_locations({f"loc-{i}": ["replication"] for i in range(20)})
+    backend = SQLiteBackend(url)
+    try:
+        picky: list[Hint] = []
+        everything, cond = _hints_of(backend)
+        backend.subscribe(picky.append, kinds=("location",))
+        time.sleep(0.2)  # the poller is started
+        for i in range(20):
+            mgr.backend.ack("w-1", f"loc-{i}", "replication", 0)
+        mgr.pause("loc-7", "replication")
+        assert _wait_location_hint(everything, cond, "loc-7", timeout=5.0) is not None
+        time.sleep(0.2)  # the picky one is called right after the other, same batch
+        assert {h.kind for _, h in everything} >= {"acks", "location"}
+        assert [h.kind for h in picky if h.kind != "resync"] == ["location"]
+        assert picky[-1].location == "loc-7"
+    finally:
+        backend.close()
+        mgr.close()
