@@ -106,10 +106,16 @@ CREATE TRIGGER IF NOT EXISTS workers_ins AFTER INSERT ON workers
     BEGIN INSERT INTO changes (kind, location) VALUES ('workers', NULL); END;
 CREATE TRIGGER IF NOT EXISTS workers_del AFTER DELETE ON workers
     BEGIN INSERT INTO changes (kind, location) VALUES ('workers', NULL); END;
-CREATE TRIGGER IF NOT EXISTS changes_prune AFTER INSERT ON changes WHEN NEW.seq % 1000 = 0
-    BEGIN DELETE FROM changes WHERE seq < NEW.seq - 10000; END;
+-- The log keeps the last 200 000 changes (it kept 10 000, under the trigger named changes_prune:
+-- a pause of 10 000 locations and its 16 workers' acknowledgements overflowed it, and every
+-- agent's poller fell back to a full re-read, docs/agent.md "Bursts").
+DROP TRIGGER IF EXISTS changes_prune;
+CREATE TRIGGER IF NOT EXISTS changes_prune_keep_200000 AFTER INSERT ON changes
+    WHEN NEW.seq % 1000 = 0
+    BEGIN DELETE FROM changes WHERE seq < NEW.seq - 200000; END;
 """
 _KEEP_CHANGES = 10_000
+"""At most this many rows of the change log per read of the poller."""
 _HINT_KINDS = ("location", "acks", "workers")
 """The kinds of rows in the change log (``resync`` is the poller's own)."""
 _JSONABLE = "(typeof(l.data) = 'text' AND typeof(l.version) != 'blob')"
