@@ -37,7 +37,8 @@ from support.tcp_relay import TcpRelay
 SITES = ["zenko", "aws-location"]
 LOCATIONS = {"zenko": ["replication", "lifecycle"], "aws-location": ["replication"],
              "a-zenko-location": ["ingestion"], "us-east-1": ["lifecycle"]}
-FAST = BridgeSettings(ack_wait=1.0, republish_interval=0.3, tick=0.2, lease_seconds=6)
+FAST = BridgeSettings(ack_wait=1.0, republish_interval=0.3, lost_after=3.0, tick=0.2,
+                      lease_seconds=6)
 
 
 @dataclass
@@ -704,3 +705,119 @@ def test_a_service_the_configuration_cannot_bridge_is_named_at_start(tmp_path: P
         assert Bridge(client, cfg, services=["replication"]).unbridged == {}  # narrowed: asked
     finally:
         client.close()
+
+
+def _error(site: Site, worker_id: str, loc: str) -> str | None:
+    """The last handler error the worker published for ``loc``'s replication."""
+    for w in site.mgr.workers():
+        if w.worker_id == worker_id:
+            return w.errors.get(f"{loc}/replication")
+    return None
+
+
+def test_a_state_node_deleted_by_hand_does_not_acknowledge_a_resume(site: Site) -> None:
+    """A missing node is no write of the processor: once the bridge published an order, a
+    node deleted by hand (the processor paused, its consumer stopped) must not settle a
+    resume, which the processor cannot apply (its read of the node fails). Before the fix a
+    missing node acknowledged every resume, and it settled at once."""
+    path = "/backbeat/replication/state/zenko"
+    with site.processor(["zenko"]) as proc, site.bridge():
+        site.mgr.pause("zenko", "replication")
+        wait_state(site, "zenko", State.PAUSED)
+        proc.wait_until(lambda: _consumer_paused(proc, "zenko") is True)
+        time.sleep(0.3)  # the pause's last write is in
+        site.zk.delete(path)
+        mark = proc.mark()
+        site.mgr.resume("zenko", "replication")
+        proc.wait_for("message", since=mark, site="zenko", action="resumeService")
+        time.sleep(1.5)
+        assert site.state("zenko") is State.RESUMING  # was: RUNNING, the consumer stopped
+        assert _consumer_paused(proc, "zenko") is True
+        assert site.mgr.lagging("zenko", "replication") == ["backbeat.replication.zenko"]
+        error = _error(site, "backbeat.replication.zenko", "zenko")
+        assert error is not None and "does not exist" in error, error
+
+
+def test_the_lag_message_says_the_subscriber_count_is_unknown_while_redis_is_down(
+    site: Site,
+) -> None:
+    """The lag message names the subscribers of the processor's channel as last seen; while
+    Redis cannot be reached that count is stale (the processor may have gone meanwhile), so
+    the message says it is unknown and when it was last seen. Before the fix it kept
+    saying ``1 subscriber(s)``."""
+    worker = "backbeat.replication.zenko"
+    with site.processor(["zenko"]) as proc, site.bridge():
+        proc.freeze()
+        site.mgr.pause("zenko", "replication")
+        deadline = time.monotonic() + 10
+        while "1 subscriber(s) on backbeat-replication-zenko" not in (
+                _error(site, worker, "zenko") or ""):
+            assert time.monotonic() < deadline, _error(site, worker, "zenko")
+            time.sleep(0.05)
+        site.redis.stop()
+        stopped = time.monotonic()
+        deadline = stopped + 15
+        while True:
+            error = _error(site, worker, "zenko") or ""
+            if "unknown" in error:
+                break
+            assert time.monotonic() < deadline, error
+            time.sleep(0.05)
+        assert "subscriber(s) on backbeat-replication-zenko unknown" in error, error
+        assert "Redis unreachable" in error and "1 seen at " in error, error
+        assert site.state("zenko") is State.PAUSING
+        proc.thaw()
+        site.redis.start()
+        wait_state(site, "zenko", State.PAUSED, timeout=30)
+
+
+def _messages(proc: LegacyProcessor, since: int, site_name: str = "zenko") -> list[str]:
+    return [e["action"] for e in proc.find("message", since=since, site=site_name)]
+
+
+def test_a_processor_stalled_past_the_republish_interval_gets_the_order_once(
+    site: Site,
+) -> None:
+    """A processor stopped (SIGSTOP) for several republish intervals is not sent the order
+    again: its copy was received by its Redis connection, which is still open (Redis lists
+    it), so nothing was lost, and a copy sent now would only queue behind it (docs/backbeat.md
+    "What the bridge guarantees"). Before the fix one copy per interval queued up, and the
+    processor ran them all at once when it ran again (a read-then-write each)."""
+    with site.processor(["zenko"]) as proc, site.bridge():
+        mark = proc.mark()
+        proc.freeze()
+        site.mgr.pause("zenko", "replication")
+        time.sleep(2.0)  # six republish intervals
+        assert site.state("zenko") is State.PAUSING
+        proc.thaw()
+        wait_state(site, "zenko", State.PAUSED)
+        time.sleep(1.0)
+        assert _messages(proc, mark) == ["pauseService"]
+        assert _consumer_paused(proc, "zenko") is True
+
+
+def test_an_order_superseded_during_a_stall_is_not_queued_behind_it(site: Site) -> None:
+    """A pause published to a stopped processor, then a resume made during the stall: the
+    resume is not published while the pause may still be queued in the processor's open
+    connection; once the processor ran again and wrote the pause, it is sent, alone. So the
+    processor never holds two orders at once (its read-then-write chains would interleave,
+    and the bridge could only guess from a count of writes which one the node shows). Before
+    the fix the copies of both queued (pause, pause, ..., resume, resume) and the processor
+    ignored the resumes it read while still running."""
+    with site.processor(["zenko"]) as proc, site.bridge():
+        mark = proc.mark()
+        proc.freeze()
+        site.mgr.pause("zenko", "replication")
+        time.sleep(1.0)
+        site.mgr.resume("zenko", "replication")
+        time.sleep(1.0)
+        assert site.state("zenko") is State.RESUMING
+        assert site.node("zenko") == {"paused": False}
+        proc.thaw()
+        wait_state(site, "zenko", State.RUNNING)
+        proc.wait_until(lambda: _consumer_paused(proc, "zenko") is False)
+        time.sleep(1.0)
+        assert _messages(proc, mark) == ["pauseService", "resumeService"]
+        assert not proc.find("noop", since=mark, site="zenko")
+        assert site.state("zenko") is State.RUNNING
+        assert site.node("zenko")["paused"] is False

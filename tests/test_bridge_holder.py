@@ -10,6 +10,7 @@ leave its state node disagreeing with its consumer (its read-then-write chains i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -102,7 +103,7 @@ class Deployment:
     logs: Path
     procs: list[subprocess.Popen[bytes]]
 
-    def bridge(self, db: int) -> subprocess.Popen[bytes]:
+    def bridge(self, db: int, ack_wait: float = 1) -> subprocess.Popen[bytes]:
         """``locstatus bridge backbeat`` on the store, talking to Redis on database ``db``."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
         env["LOCSTATUS_LEASE_SECONDS"] = str(LEASE)
@@ -110,7 +111,8 @@ class Deployment:
         proc = subprocess.Popen(
             [sys.executable, "-m", "locstatus", "--backend", self.url, "bridge", "backbeat",
              "--zookeeper", self.zk_hosts, "--redis", f"{self.redis.url}/{db}",
-             "--service", "replication", "--ack-wait", "1", "--republish-interval", "0.3"],
+             "--service", "replication", "--ack-wait", str(ack_wait),
+             "--republish-interval", "0.3"],
             stdout=subprocess.DEVNULL, stderr=err, env=env)
         err.close()
         self.procs.append(proc)
@@ -330,3 +332,95 @@ def test_a_bridge_frozen_past_its_lease_and_back_leaves_one_publishing(
             assert "stops publishing and stands by" in dep.log(loser), dep.log(loser)
     finally:
         monitor.close()
+
+
+@pytest.mark.parametrize("deployment", ["zookeeper"], indirect=True)
+def test_a_bridge_that_steps_down_ends_its_handlers_still_running(
+    deployment: Deployment,
+) -> None:
+    """Two bridges running at once (the holder frozen past its lease while the standby took
+    over, then thawed), with pause handlers publishing again and again (the processor is
+    down: nobody receives the order): the one that steps down publishes nothing from then
+    on. Before the fix (eedc903) its handlers kept publishing until their ack-wait ended
+    (here 20 s), over the other bridge's orders: a hostile review saw a stepped-down bridge's
+    resume restart a consumer under the other bridge's settled pause."""
+    dep = deployment
+    monitor = Monitor(dep.redis.url)
+    proc = LegacyProcessor(dep.zk_hosts, f"127.0.0.1:{dep.redis.port}", SITES).start()
+    try:
+        first = dep.bridge(1, ack_wait=20)
+        dep.wait_held_by(first)
+        second = dep.bridge(2, ack_wait=20)
+        dep.wait_started(2, second)
+        bridges = {1: first, 2: second}
+        proc.kill()  # nobody receives an order: every pause handler keeps publishing
+        first.send_signal(signal.SIGSTOP)  # past its lease: the standby takes over
+        try:
+            dep.wait_held_by(second, timeout=LEASE + SESSION + 10)
+            dep.mgr.pause("zenko", "replication")  # the new holder's handler publishes
+            time.sleep(1.0)
+        finally:
+            first.send_signal(signal.SIGCONT)  # both run at once: one steps down
+        stepped = "this bridge stops publishing and stands by"
+        deadline = time.monotonic() + 30
+        while not any(stepped in dep.log(db) for db in bridges):
+            assert all(p.poll() is None for p in bridges.values()), (dep.log(1), dep.log(2))
+            assert time.monotonic() < deadline, [
+                line for db in bridges for line in dep.log(db).splitlines()
+                if "handler" not in line]
+            time.sleep(0.05)
+        loser = next(db for db in bridges if stepped in dep.log(db))
+        time.sleep(0.2)  # a publish already under way when it stepped down lands
+        mark = monitor.mark()
+        time.sleep(3.0)  # within the handlers' ack-wait
+        after = monitor.by_db(mark)
+        assert after.get(loser, 0) == 0, (after, loser)
+        assert after.get(3 - loser, 0) > 0, after  # the holder still publishes
+        proc.start()
+        dep.wait_state("zenko", State.PAUSED)
+        agree(dep, proc)
+    finally:
+        proc.close()
+        monitor.close()
+
+
+def test_a_forced_retire_of_a_running_bridges_registration_lets_no_pause_settle_without_its_processor(
+    deployment: Deployment,
+) -> None:
+    """docs/backbeat.md "2. The bridge", Its registrations while it runs: the processor
+    frozen (SIGSTOP, it cannot apply a pause), ``locstatus workers retire --force`` of its
+    registration while the bridge runs, and a pause made at once: it stays ``pausing`` (the
+    registration is never removed while its holder is present: the forced retirement waits
+    for the holder to be away, sees it renew, and is refused with exit 1 naming it); the
+    processor thawed, the pause settles through it. (Once, the forced retirement removed it,
+    and the pause settled at once, the processor running on: a hostile review, 5/5.)"""
+    dep = deployment
+    wid = "backbeat.replication.zenko"
+    with LegacyProcessor(dep.zk_hosts, f"127.0.0.1:{dep.redis.port}", SITES) as proc:
+        bridge = dep.bridge(1)
+        dep.wait_held_by(bridge)
+        proc.freeze()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+        retire = subprocess.Popen(
+            [sys.executable, "-m", "locstatus", "--backend", dep.url, "workers", "retire", wid,
+             "--force", "--actor", "test"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            retire.wait(2)  # before the fix it returned at once, the registration gone
+        dep.mgr.pause("zenko", "replication")
+        # past the bridge's next renewal (LEASE / 3; ZooKeeper: SESSION / 3), and short of the
+        # processor's own ZooKeeper session (10 s: frozen longer, it would expire)
+        watch_until = time.monotonic() + 2.5
+        while time.monotonic() < watch_until:
+            assert dep.state("zenko") is State.PAUSING, "settled without the processor"
+            time.sleep(0.05)
+        assert not node_paused(dep, "zenko")
+        proc.thaw()
+        out, err = retire.communicate(timeout=30)
+        assert retire.returncode == 1, (retire.returncode, out, err)
+        assert f"holder is present (host {socket.gethostname()}, pid {bridge.pid})" in \
+            err.decode(), err
+        assert dep.holders() == {bridge.pid}
+        dep.wait_state("zenko", State.PAUSED)
+        assert node_paused(dep, "zenko")
+        agree(dep, proc)

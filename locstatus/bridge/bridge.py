@@ -20,13 +20,16 @@ Why it is shaped so:
   ``ack_wait`` seconds in vain fails, naming what the node says; the agent retries it with
   backoff and publishes the error in the registration.
 - **One order in flight per processor.** Nothing more is published to a processor until its
-  order's writes came or ``republish_interval`` passed: its read-then-write chains must not
-  interleave (several at once can leave its node disagreeing with its consumer).
+  order's writes came, or its copy may be lost (nobody received it, or a subscriber
+  connection open when it was published closed since: Redis's ``PUBLISH`` count and
+  ``CLIENT LIST``), or ``lost_after`` passed: its read-then-write chains must not interleave
+  (several at once can leave its node disagreeing with its consumer), and a copy sent to a
+  stalled processor whose connection still holds one would only queue behind it.
 - **Level-triggered.** One loop compares, for every processor, the desired state (the agent's
-  local copy) with its state node, and publishes again while they differ (at most every
-  ``republish_interval`` seconds per processor): a processor that was down, missed a message
-  or lost its Redis connection catches up. A reconnection to Redis or ZooKeeper re-reads
-  every node and publishes at once wherever they differ.
+  local copy) with its state node, and publishes again while they differ and the last copy
+  may be lost (at most every ``republish_interval`` seconds per processor): a processor that
+  was down, restarted or lost its Redis connection catches up. A reconnection to Redis or
+  ZooKeeper re-reads every node and publishes at once wherever they differ.
 - **Scheduled resumes stay locstatus data.** The agents fire due resumes; the bridge publishes
   a plain ``resumeService`` then, never a date (a date arms the processor's own timer), and
   disarms a timer a processor still has (``deleteScheduledResumeService``).
@@ -48,6 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from locstatus.agent import Agent, HandlerRetry
@@ -75,13 +79,40 @@ ZK_SERVICES = ("replication", "ingestion")
 
 
 @dataclass(frozen=True)
+class _Needs:
+    """What bridging a service needs of :class:`~locstatus.backbeat_state.BackbeatConfig`:
+    ``fields`` set, named ``name`` (and the options that give them, ``options``) in the
+    refusal of an asked-for service and in the "not bridging" reason of one left alone."""
+
+    fields: tuple[str, ...]
+    name: str
+    options: str
+
+    def met(self, config: BackbeatConfig) -> bool:
+        return all(getattr(config, f) for f in self.fields)
+
+
+_ZK_REDIS = _Needs(("zookeeper", "redis"), "ZooKeeper and Redis", "--zookeeper, --redis")
+NEEDS = {
+    "replication": _ZK_REDIS,  # the queue processor's state node and its Redis channel
+    "ingestion": _ZK_REDIS,
+    "lifecycle": _Needs(("mongodb",), "MongoDB", "--mongodb"),  # __locationStatusStore
+}
+"""Each service the bridge can bridge, in the order it lists them, and what it needs."""
+
+
+@dataclass(frozen=True)
 class BridgeSettings:
     """Timings of the bridge, in seconds.
 
     - ``ack_wait``: how long one handler run waits for the processor's write before it fails
       (and is retried by the agent);
     - ``republish_interval``: a processor whose node still disagrees gets the order again
-      after this long;
+      after this long when its copy may be lost (nobody received it, or a connection that
+      did closed since);
+    - ``lost_after``: a copy a still-open connection received and the processor has not
+      acted on is taken as lost after this long (its own write of the node failed, or it
+      is stalled that long: docs/backbeat.md "What the bridge guarantees");
     - ``tick``: the loop's period when nothing wakes it (and how often Redis is probed while
       down, and the lifecycle documents compared);
     - ``rescan_interval``: how often locations added to locstatus get their processors;
@@ -90,12 +121,14 @@ class BridgeSettings:
 
     ack_wait: float = 2.0
     republish_interval: float = 1.0
+    lost_after: float = 10.0
     tick: float = 0.5
     rescan_interval: float = 10.0
     lease_seconds: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ack_wait", "republish_interval", "tick", "rescan_interval"):
+        for name in ("ack_wait", "republish_interval", "lost_after", "tick",
+                     "rescan_interval"):
             value = getattr(self, name)
             if not 0 < value <= 3600:
                 raise InvalidInput(f"bridge setting {name} must be in (0, 3600] s, got {value}")
@@ -134,7 +167,7 @@ class _Order:
 
     ``version``/``mzxid``: the state node as the bridge had seen it when it first published
     the order (-1: no node), the baseline its acknowledgement is counted from; ``copies``: how
-    many times it was published (a republish keeps the baseline); ``probe``: a
+    many of its publishes reached a subscriber (a republish keeps the baseline); ``probe``: a
     ``deleteScheduledResumeService`` sent only to make a processor that is already in the
     state write its node, acknowledged by exactly one write."""
 
@@ -149,6 +182,17 @@ class _Order:
     last_version: int = -1
     last_mzxid: int = -1
     """The node as seen when the last copy was published."""
+    receivers: frozenset[str] = frozenset()
+    """The subscriber connections open when the last copy was published (``id@addr``,
+    :class:`~.legacy.Delivery`): while they all are, a copy received was not lost."""
+    lost: bool = False
+    """One of :attr:`receivers` closed since: what it had not read yet is gone."""
+
+    @property
+    def delivered(self) -> bool:
+        """A copy reached a subscriber whose connection is still open: the processor has it,
+        or has run it (a stall and a lost message no longer look alike)."""
+        return self.subscribers > 0 and not self.lost
 
     def done_since_last(self, node: NodeState | None) -> bool:
         """Whether the node had, since the last copy was published, as many writes as one
@@ -172,7 +216,8 @@ class _Order:
 
     @property
     def expected(self) -> int:
-        return _expected(self.action) * self.copies
+        """The writes the copies that reached a subscriber ask for (at least one copy's)."""
+        return _expected(self.action) * max(1, self.copies)
 
 
 @dataclass
@@ -188,6 +233,9 @@ class _Processor:
     before its writes came): while it is, no probe is sent (a probe's read-then-write would
     interleave with that order's chain and write back what it read before)."""
     subscribers: int | None = None
+    """How many subscribers the last publish reached (None: none reached Redis yet), at
+    ``subscribers_at`` (aware UTC)."""
+    subscribers_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     changed_at: float = 0.0
     handed_over: bool = False
     """Set when this bridge stepped down (:meth:`Bridge._step_down`): a handler still running
@@ -231,26 +279,20 @@ class Bridge:
         self.client = client
         self.config = config
         self.settings = settings or BridgeSettings()
-        available = [s for s in ("replication", "ingestion", "lifecycle")
-                     if s in client.services]
+        available = [s for s in NEEDS if s in client.services]
         wanted = list(services) if services is not None else [
-            s for s in available
-            if (s == "lifecycle" and config.mongodb) or
-               (s != "lifecycle" and config.zookeeper and config.redis)
-        ]
+            s for s in available if NEEDS[s].met(config)]
         for s in wanted:
             if s not in available:
                 raise InvalidInput(f"cannot bridge {s!r}: not a service of this store")
-            if s == "lifecycle" and not config.mongodb:
-                raise InvalidInput("bridging lifecycle needs Backbeat's MongoDB (--mongodb)")
-            if s != "lifecycle" and not (config.zookeeper and config.redis):
-                raise InvalidInput(f"bridging {s} needs Backbeat's ZooKeeper and Redis")
+            if not NEEDS[s].met(config):
+                need = NEEDS[s]
+                raise InvalidInput(f"bridging {s} needs Backbeat's {need.name} ({need.options})")
         if not wanted:
             raise InvalidInput("nothing to bridge: give Backbeat's ZooKeeper and Redis, or MongoDB")
         self.services = wanted
         self.unbridged: dict[str, str] = {  # a pause of these settles with nothing following it
-            s: ("no Backbeat MongoDB in the configuration (--mongodb)" if s == "lifecycle"
-                else "no Backbeat ZooKeeper and Redis in the configuration")
+            s: f"no Backbeat {NEEDS[s].name} in the configuration ({NEEDS[s].options})"
             for s in available if s not in wanted and services is None
         }
         """Services of the store this bridge leaves alone because its configuration lacks what
@@ -267,6 +309,7 @@ class Bridge:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._lifecycle_at = 0.0
+        self._listened_at = 0.0
         self._holding = Holding(client, self.services)
         self.standby = True
         """Another bridge holds its registrations: this one publishes nothing (docs/backbeat.md
@@ -396,10 +439,11 @@ class Bridge:
             if proc is not None:
                 proc.agent.stop()
             try:
-                # its agent stopped above (or it was an earlier run's): force, as a lease
-                # ended just now may not read as passed beyond doubt yet
-                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat",
-                                          force=True)
+                # its agent stopped above, its lease ended now (or it was an earlier run's):
+                # its holder is not present. Not forced: a forced retirement would wait here
+                # for a holder still present (its stop could not write the lease's end, or
+                # another bridge holds it); refused, the next rescan tries again
+                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat")
             except NotFound:
                 continue  # retired meanwhile
             except LocstatusError as exc:
@@ -464,12 +508,23 @@ class Bridge:
         if (order is not None and order.paused == paused and node is not None
                 and agrees(node, paused) and not order.writes(node)):
             what += ", written before the order (no write of the processor since)"
-        listeners = ("" if proc.subscribers is None else
-                     f"; {proc.subscribers} subscriber(s) on {proc.channel}")
         raise NotApplied(
             f"Backbeat's {proc.service} processor for {proc.location} has not applied "
-            f"{'the pause' if paused else 'the resume'}: {what}{listeners}"
+            f"{'the pause' if paused else 'the resume'}: {what}{self._listeners(proc)}"
         )
+
+    def _listeners(self, proc: _Processor) -> str:
+        """The lag message's word on who listens on ``proc``'s channel: the count the last
+        publish returned while Redis answers; while it does not, that count is stale (the
+        processor may be gone since), so it is said to be unknown, with when it was last
+        seen."""
+        if proc.subscribers is None:
+            return ""
+        if self._publisher is not None and self._publisher.healthy:
+            return f"; {proc.subscribers} subscriber(s) on {proc.channel}"
+        seen = proc.subscribers_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return (f"; subscriber(s) on {proc.channel} unknown: Redis unreachable "
+                f"({proc.subscribers} seen at {seen})")
 
     @staticmethod
     def _acked(proc: _Processor, node: NodeState | None, paused: bool) -> bool:
@@ -478,12 +533,15 @@ class Bridge:
         that state was published, and no more writes than that order asks for (more: another
         read-then-write ran meanwhile, so what the node says may be what one of them read
         before another wrote; a new order is sent once it is quiet). A probe counts only with
-        exactly its own write. A node that does not exist acknowledges a resume: no processor
-        ever ran there, and one that starts creates it running. A bridge's first look, before
-        it published anything, trusts a node that agrees (it knows of no order in flight)."""
-        if node is not None and node.missing and not paused:
-            return True
+        exactly its own write. A bridge's first look, before it published anything, trusts a
+        node that agrees (it knows of no order in flight), and a node that does not exist
+        agrees with running then (no processor ever ran there, and one that starts creates
+        it running); once an order was published, a missing node acknowledges nothing (a
+        node deleted by hand is no write of the processor, which cannot apply a resume
+        without it)."""
         order = proc.order
+        if node is not None and node.missing and not paused:
+            return order is None  # a node deleted after an order is no processor write
         if order is None:
             return agrees(node, paused)
         if order.paused != paused or not agrees(node, paused):
@@ -508,7 +566,9 @@ class Bridge:
             return False
         if force and order.subscribers == 0:
             return False
-        return now - order.last < self.settings.republish_interval or not quiet
+        wait = (self.settings.lost_after if order.delivered
+                else self.settings.republish_interval)
+        return now - order.last < wait or not quiet
 
     def _lifecycle_apply(self, location: str, paused: bool) -> None:
         assert self._docs is not None
@@ -603,16 +663,18 @@ class Bridge:
             if order is not None and self._in_flight(proc, order, node, now, force):
                 return
             agree = agrees(node, paused)
-            probe = (agree and order is not None and order.paused == paused
-                     and not order.probe and order.writes(node) == 0
-                     and order.subscribers > 0 and other is None)
+            gone = (order is not None and not order.delivered and order.writes(node) == 0
+                    and node is not None and not node.missing)
+            probe = (agree and order is not None and other is None and (
+                gone or (order.paused == paused and not order.probe
+                         and order.writes(node) == 0 and order.subscribers > 0)))
             if probe:
                 action = CANCEL
             elif agree:
                 action = PAUSE if paused else RESUME
             else:
                 action = action_for(node, paused)
-            if (order is not None and order.paused != paused
+            if (order is not None and order.paused != paused and order.delivered
                     and order.writes(node) < order.expected):
                 other = order  # superseded before its writes came: it may still be queued
             before = (proc.order, proc.other)
@@ -622,22 +684,37 @@ class Bridge:
                     and (order.action, order.paused) == (action, paused)
                     and order.writes(node) == 0):
                 sent = _Order(action, paused, order.version, order.mzxid, now,
-                              order.subscribers, copies=order.copies + 1,
+                              0, copies=order.copies,
                               last_version=version, last_mzxid=mzxid)
             else:
-                sent = _Order(action, paused, version, mzxid, now, 0, probe=probe,
+                sent = _Order(action, paused, version, mzxid, now, 0, copies=0, probe=probe,
                               last_version=version, last_mzxid=mzxid)
             proc.order, proc.other = sent, other
-        count = self._publisher.publish(proc.channel, action)
+        delivery = self._publisher.publish(proc.channel, action)
         with self._lock:
-            if count is None:  # not sent: the next look publishes again
+            if delivery is None:  # not sent: the next look publishes again
                 if proc.order is sent:
                     proc.order, proc.other = before
                 return
-            proc.subscribers = count
-            sent.subscribers = max(sent.subscribers, count)
+            count = delivery.count
+            proc.subscribers, proc.subscribers_at = count, datetime.now(UTC)
+            sent.subscribers, sent.receivers = count, delivery.connections
+            if count > 0:
+                sent.copies += 1
             if count == 0:
                 proc.other = None  # nobody listens: what was queued went with its connection
+
+    def _forget_lost(self, proc: _Processor, listening: frozenset[str]) -> None:
+        """Mark ``proc``'s order lost when a subscriber connection open at its last copy
+        closed since (``listening``: the ones open now): what that connection had not read
+        is gone, so the order is published again (or, if the node agrees, probed) without
+        waiting ``lost_after``; and forget an order for the other state it may have queued."""
+        with self._lock:
+            order, other = proc.order, proc.other
+            if order is not None and order.delivered and not order.receivers <= listening:
+                order.lost = True
+            if other is not None and not other.receivers <= listening:
+                proc.other = None
 
     def _loop(self) -> None:
         last_rescan = time.monotonic()
@@ -670,11 +747,15 @@ class Bridge:
         if force and self._nodes is not None:
             for proc in procs:
                 self._nodes.read(proc.path)
+        listening = None
+        now = time.monotonic()
+        if (self._publisher is not None and now - self._listened_at >= self.settings.tick
+                and any(p.order is not None or p.other is not None for p in procs)):
+            self._listened_at = now  # once a tick: a pass runs at every node change
+            listening = self._publisher.listeners()
         for proc in procs:
-            if (proc.other is not None and self._publisher is not None
-                    and self._publisher.subscribers(proc.channel) == 0):
-                with self._lock:  # its connection is gone, and what was queued on it
-                    proc.other = None
+            if listening is not None:
+                self._forget_lost(proc, listening)
             want = self._desired(proc)
             if want is not None and self._publisher is not None:
                 self._publish(proc, want, force=force)

@@ -60,8 +60,15 @@ def backbeat(
     ] = BridgeSettings.ack_wait,
     republish: Annotated[
         float, typer.Option("--republish-interval", metavar="SECONDS", min=0.01, max=3600,
-                            help="Publish again this often while a processor disagrees.")
+                            help="Publish again this often while a processor disagrees "
+                                 "and its copy may be lost (nobody received it, or the "
+                                 "connection that did closed).")
     ] = BridgeSettings.republish_interval,
+    lost_after: Annotated[
+        float, typer.Option("--lost-after", metavar="SECONDS", min=0.01, max=3600,
+                            help="Take a copy a still-open connection received, and the "
+                                 "processor has not acted on, as lost after this long.")
+    ] = BridgeSettings.lost_after,
 ) -> None:
     """Make Backbeat's replication and ingestion queue processors and its lifecycle processes
     follow locstatus: each flip is published on the processor's Redis channel until its
@@ -90,7 +97,8 @@ def backbeat(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         bridge = Bridge(client, cfg, services=service or None,
-                        settings=BridgeSettings(ack_wait=ack_wait, republish_interval=republish))
+                        settings=BridgeSettings(ack_wait=ack_wait, republish_interval=republish,
+                                                lost_after=lost_after))
         with bridge:
             if bridge.standby:  # docs/backbeat.md "2. The bridge", One bridge publishes
                 typer.echo(f"standing by: another bridge holds the registrations of "

@@ -90,6 +90,25 @@ def message(action: str) -> str:
     return json.dumps({"action": action})
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """What one ``PUBLISH`` did: ``count`` subscribers received the message (Redis's answer),
+    and ``connections`` lists every subscriber connection open at that instant (``id@addr``),
+    among them the ones that received it. A message Redis handed to a connection is only lost
+    if that connection closes before its reader read it (docs/backbeat.md "What the bridge
+    guarantees"): while each of them is still open, it was not lost."""
+
+    count: int
+    connections: frozenset[str]
+
+
+def _connections(listing: Any) -> frozenset[str]:
+    """``id@addr`` of each subscriber connection of a parsed ``CLIENT LIST`` (an id alone
+    repeats after a Redis restart; with its address it does not, in practice)."""
+    return frozenset(f"{c.get('id')}@{c.get('addr')}" for c in listing
+                     if isinstance(c, dict))
+
+
 class Publisher:
     """Publishes on Backbeat's Redis (redis-py). ``publish`` returns the number of subscribers
     that received the message, or None when Redis could not be reached; ``healthy`` says
@@ -106,20 +125,34 @@ class Publisher:
         self.url = url
         self.healthy = False
 
-    def publish(self, channel: str, action: str) -> int | None:
-        """Publish ``action`` on ``channel``. Thread-safe without a lock of its own: redis-py
-        gives each concurrent caller a connection of its pool, so the handlers of several
-        processors publish at once instead of queueing behind one round trip each
-        (bench/bridge.py)."""
+    def publish(self, channel: str, action: str) -> Delivery | None:
+        """Publish ``action`` on ``channel``: how many subscribers received it, and which
+        subscriber connections may have (:class:`Delivery`), or None when Redis could not be
+        reached. The connections are listed in the same transaction as the publish
+        (``MULTI``: ``CLIENT LIST TYPE pubsub``, ``PUBLISH``), so no connection opens or
+        closes between the two. Thread-safe without a lock of its own: redis-py gives each
+        concurrent caller a connection of its pool, so the handlers of several processors
+        publish at once instead of queueing behind one round trip each (bench/bridge.py)."""
         try:
-            count = int(self._redis.publish(channel, message(action)))
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.client_list(_type="pubsub")
+            pipe.publish(channel, message(action))
+            listing, count = pipe.execute()
         except self._errors as exc:
             if self.healthy:
                 log.warning("Redis at %s: %s", self.url, exc)
             self.healthy = False
             return None
         self.healthy = True
-        return count
+        return Delivery(int(count), _connections(listing))
+
+    def listeners(self) -> frozenset[str] | None:
+        """The subscriber connections open now (``CLIENT LIST TYPE pubsub``: ``id@addr``
+        each), None when Redis cannot be reached."""
+        try:
+            return _connections(self._redis.client_list(_type="pubsub"))
+        except self._errors:
+            return None
 
     def subscribers(self, channel: str) -> int | None:
         """How many connections subscribe to ``channel`` now (``PUBSUB NUMSUB``), None when
