@@ -192,11 +192,16 @@ def check_ack(
 @dataclass(frozen=True, slots=True)
 class CasItem:
     """One compare-and-set of a batch (:meth:`Backend.compare_and_set_many`): the arguments of
-    :meth:`Backend.compare_and_set`."""
+    :meth:`Backend.compare_and_set`. ``texts``, when the caller has them: the record's and the
+    history's stored texts, exactly ``codec.encode_record(record)`` and
+    ``codec.encode_history(codec.stamp(history, expected_version + 1))``; a backend storing
+    the codec's text may store them as they are instead of encoding again (a bulk operation
+    makes them from templates, locstatus.manager.bulkplan)."""
 
     record: LocationStatus
     expected_version: int
     history: Sequence[HistoryEntry]
+    texts: tuple[str, str] | None = None
 
 
 CasResult = LocationStatus | LocstatusError

@@ -18,14 +18,16 @@ location writes it in this version's format.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import to_json
 
 from locstatus.errors import CorruptRecord, InvalidInput, NewerFormat, StandingRegistered
 from locstatus.models import (
+    MAX_STORED_INT,
     STORED_RECORD,
     HistoryEntry,
     LocationStatus,
@@ -34,7 +36,7 @@ from locstatus.models import (
     WorkerInfo,
     copy_with,
 )
-from locstatus.names import SERVICE_ALIASES
+from locstatus.names import LOCATION_RE, SERVICE_ALIASES
 
 _HISTORY_LIST = TypeAdapter(list[HistoryEntry])
 _VALIDATE_HISTORY = _HISTORY_LIST.validator.validate_json  # no Python frame per call
@@ -59,6 +61,33 @@ def encode_record(record: LocationStatus) -> str:
     """The stored JSON text of a record (without location and version), its ``format``
     first."""
     return _FORMAT_PREFIX + record.model_dump_json(include={"services", "deleted_at"})[1:]
+
+
+def service_text(status: ServiceStatus) -> str:
+    """The JSON text of one service status as :func:`encode_record` writes it in a record
+    (the same serializer)."""
+    return _SERVICE_JSON(status).decode()
+
+
+def live_record_text(services: Iterable[tuple[str, str]]) -> str:
+    """:func:`encode_record`'s text of a record that is not removed (``deleted_at`` null),
+    from each service's name and :func:`service_text`, in the record's order: for a caller
+    that has the texts of its statuses already (a bulk operation's plan,
+    ``locstatus.manager.bulkplan``, which compares the two encodings). Names are canonical
+    service names, which JSON writes as they are."""
+    return (
+        f'{_FORMAT_PREFIX}"services":{{'
+        + ",".join([f'"{name}":{text}' for name, text in services])
+        + '},"deleted_at":null}'
+    )
+
+
+def json_text(value: str) -> str:
+    """The JSON text of a string as the encoders here write it."""
+    return to_json(value).decode()
+
+
+_SERVICE_JSON = ServiceStatus.__pydantic_serializer__.to_json
 
 
 def stored_format(location: str, data: dict[str, Any]) -> int:
@@ -102,6 +131,70 @@ def decode_record(location: str, version: int, raw: str | bytes | dict[str, Any]
         raise CorruptRecord(location, "payload nested too deeply to validate") from None
     except (ValueError, ValidationError, TypeError) as exc:
         raise CorruptRecord(location, _short(exc)) from exc
+
+
+def decode_rows(
+    rows: Iterable[Sequence[object]],
+    decode: Callable[[str, object, object], LocationStatus | CorruptRecord],
+) -> list[LocationStatus | CorruptRecord]:
+    """``decode(str(location), version, text)`` of each ``(location, version, text)`` row of a
+    whole scan, where ``decode`` is a backend's :func:`decode_record_or_error` of a row (its
+    columns checked as it stores them).
+
+    The same records and errors as one call per row, in one loop: a row as this version writes
+    it (an integer version, :func:`encode_record`'s text) goes through :func:`_decode_fast`'s
+    checks written out here (a scan of 100 000 records paid four Python calls a record for
+    them, docs/benchmarks.md "Bulk operations"); any other row through ``decode``."""
+    out: list[LocationStatus | CorruptRecord] = []
+    append = out.append
+    prefix, skip = _FORMAT_PREFIX, len(_FORMAT_PREFIX)
+    validate, keys, per, aliases = _VALIDATE_RECORD, _PAYLOAD_KEYS, _KEYS_PER_SERVICE, _ALIASES
+    seen: dict[str, LocationStatus] = {}  # text -> the record it was read as (any location)
+    name = LOCATION_RE.fullmatch
+    for location, version, text in rows:
+        if type(text) is str and type(version) is int and type(location) is str:
+            same = seen.get(text)
+            if same is not None and 0 <= version <= MAX_STORED_INT and name(location):
+                # the payload validated already: only the key and version differ
+                append(copy_with(same, {
+                    "location": location, "version": version, "services": dict(same.services)
+                }))
+                continue
+        if (
+            type(text) is str
+            and type(version) is int
+            and type(location) is str
+            and text.startswith(prefix)
+            and '"' not in location
+            and "\\" not in location
+            and "\\" not in text
+            and "\n" not in text
+            and "\r" not in text
+            and "\t" not in text
+            and " :" not in text
+        ):
+            body = text[skip:]
+            try:
+                rec: LocationStatus | None = validate(
+                    f'{{"location":"{location}","version":{version},{body}'
+                )
+            except (ValueError, RecursionError):  # ValidationError is a ValueError
+                rec = None
+            if (
+                rec is not None
+                and body.count('":') == keys + per * len(rec.services)
+                and aliases.isdisjoint(rec.services)
+            ):
+                try:
+                    append(check_schedules(location, rec))
+                except CorruptRecord as exc:
+                    append(exc)
+                    continue
+                if len(seen) < _SEEN_TEXTS:
+                    seen[text] = rec
+                continue
+        append(decode(str(location), version, text))
+    return out
 
 
 def parse_payload(location: str, raw: object) -> dict[str, Any]:
@@ -172,6 +265,9 @@ def _decode_fast(location: str, version: int, text: str) -> LocationStatus | Non
 
 
 _VALIDATE_RECORD = STORED_RECORD.validate_json
+_SEEN_TEXTS = 4096
+"""Distinct stored texts :func:`decode_rows` remembers in one scan (a fleet's records share a
+handful: those the last operations wrote, a batch at a time)."""
 _PAYLOAD_KEYS = len(LocationStatus.model_fields) - 2
 """Keys of a stored payload: every field of a record but its location and version."""
 _KEYS_PER_SERVICE = 1 + len(ServiceStatus.model_fields)

@@ -318,12 +318,10 @@ class SQLiteBackend(Backend):
         ]
 
     def read_all(self) -> list[LocationStatus | CorruptRecord]:
-        return [
-            _decode_row_or_error(str(loc), version, data)
-            for loc, version, data in self._query(
-                "SELECT location, version, data FROM locations ORDER BY location"
-            )
-        ]
+        return codec.decode_rows(
+            self._query("SELECT location, version, data FROM locations ORDER BY location"),
+            _decode_row_or_error,
+        )
 
     def scan_with_history(self) -> _ChunkedScan:
         return _ChunkedScan(self)
@@ -369,8 +367,8 @@ class SQLiteBackend(Backend):
         distinct_locations(item.record.location for item in items)
         if not items:
             return []
-        rows = [  # encoded before the write lock is taken
-            (
+        rows = [  # encoded before the write lock is taken (or given, CasItem.texts)
+            item.texts if item.texts is not None and item.history else (
                 codec.encode_record(item.record),
                 codec.encode_history(codec.stamp(item.history, item.expected_version + 1))
                 if item.history else None,

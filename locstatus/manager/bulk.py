@@ -56,6 +56,7 @@ from locstatus.errors import (
 from locstatus.models import LocationStatus, new_op_id
 from locstatus.names import check_location
 
+from .bulkplan import BulkPlan
 from .collector import collection_paused
 from .core import Core
 from .operator import Operation
@@ -369,13 +370,21 @@ class _Decider:
                 )
         plan = self.plans.get(present)
         if plan is None:
-            plan = self.plans[present] = self.op.plan(
-                self.op_id, None if wanted is None else list(present)
-            )
+            plan = self.plans[present] = self._plan(None if wanted is None else list(present))
         # the record replaced only where a report compares with it (a schedule's 'was')
         if self.schedules:
             return WriteRequest(location, plan, self.op_id, entry, False, [])
         return WriteRequest(location, plan, self.op_id, entry)
+
+    def _plan(self, names: list[str] | None) -> Plan:
+        """The plan of the locations whose targeted services are ``names`` (None: each its
+        own): the operation's own, decided through :class:`~.bulkplan.BulkPlan`'s cases but
+        for a schedule of every service (its refused services are left alone: the general
+        plan's rule)."""
+        general = self.op.plan(self.op_id, names)
+        if self.schedules and names is None:
+            return general
+        return BulkPlan(self.op.make_event(""), self.op_id, names, general)
 
     def written(self, req: WriteRequest, result: LocationStatus | LocstatusError) -> BulkItem:
         """One location's outcome from its write."""

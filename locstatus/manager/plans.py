@@ -34,10 +34,13 @@ every service of the location."""
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """Write ``record`` with ``entries`` as its history, compare-and-set on the version read."""
+    """Write ``record`` with ``entries`` as its history, compare-and-set on the version read.
+    ``texts``: their stored texts when the plan made them already (a bulk operation's,
+    :mod:`.bulkplan`): see :attr:`~locstatus.backends.base.CasItem.texts`."""
 
     record: LocationStatus
     entries: list[HistoryEntry]
+    texts: tuple[str, str] | None = None
 
 
 class _Nothing:

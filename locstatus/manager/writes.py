@@ -279,7 +279,9 @@ class Writer:
                 alone.append(req)  # "nothing to do" or a refusal is only true of a fresh read
                 continue
             batched.append((req, known))
-            items.append(CasItem(decision.record, known.version, decision.entries))
+            items.append(
+                CasItem(decision.record, known.version, decision.entries, decision.texts)
+            )
         results = self.backend.compare_and_set_many(items) if items else []
         stored = [r for r in results if isinstance(r, LocationStatus)]
         self.stats["writes"] += len(stored)
