@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from locstatus.backends.base import (
+    AckItem,
     AckMap,
+    AckResult,
     Backend,
     CasItem,
     CasResult,
@@ -161,6 +163,12 @@ class MongoBackend(Backend):
             worker_id, location, service, generation, if_version=if_version,
             decode=self._records.decode,
         )
+
+    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+        """See :meth:`Workers.ack_many`: per 1 000 items one read of their records and one
+        unordered ``bulk_write`` of the acknowledgements, each judged as :meth:`ack` judges
+        it."""
+        return self._workers.ack_many(worker_id, items, decode=self._records.decode)
 
     def acks(self, location: str) -> AckMap:
         return self._workers.acks(location)
