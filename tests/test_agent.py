@@ -554,10 +554,15 @@ class Worker:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
-    def stop(self) -> None:
+    def ask_to_stop(self) -> None:
+        """SIGCONT (a frozen one) and SIGTERM, without waiting: :meth:`stop` waits."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.ask_to_stop()
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
@@ -575,6 +580,8 @@ def spawn(backend_url: str, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
         return w
 
     yield start
+    for w in started:  # all at once: 16 agents unregistering one after the other took 16 s
+        w.ask_to_stop()
     for w in started:
         w.stop()
 
