@@ -35,9 +35,11 @@ p50, p99 and ratios, each run's figures kept in the JSON.
 
 ``--trace`` also times, for both paths, the processor's write (the node's ``mtime``) and the
 observer, and the CPU per site of this process and of the bridge's (the bridge's own process:
-from ``/proc``); with ``--in-process`` also each stage of the bridged path (:data:`STAGES`),
-to find where the difference goes (p50 and p99 of each stage from the start, and of each step
-from the stage before).
+from ``/proc``), and each stage of the bridged path (:data:`STAGES`), to find where the
+difference goes (p50 and p99 of each stage from the start, and of each step from the stage
+before): with the bridge in its own process that process is started through
+:func:`traced_bridge` (the same command, the functions of the path wrapped, its stage times
+matched to the pauses by wall clock).
 
 ZooKeeper (Debian's package, ``tests/support/servers.py``) and Redis (``redis-server``) are
 started locally in a temporary directory and stopped at the end; ``scripts/setup.sh`` installs
@@ -112,14 +114,86 @@ class Watcher:
                 self.cond.wait(left)
 
 
-STAGES = ("committed", "hinted", "queued", "handler", "published", "on_redis", "written",
-          "seen")
-"""``--trace``: the path of one bridged site, in order: its compare-and-set returned, the
-hint reached the site's agent, the agent queued the work (after its read), the bridge's
-handler started, its ``PUBLISH`` returned (these five ``--in-process`` only), this process's
-own Redis subscriber received the ``pauseService`` (the bridge in its own process only; for
-the raw path too), the processor's write of the node committed (its ``mtime``: ZooKeeper's
-clock, the same host's, to the millisecond), the bench's observer saw the node say paused."""
+STAGES = ("committed", "watch", "hinted", "queued", "handler", "published", "on_redis",
+          "written", "seen")
+"""``--trace``: the path of one bridged site, in order: its compare-and-set returned
+(``--in-process`` only), the location's watch fired in the bridge's process (ZooKeeper
+store), the hint reached the site's agent, the agent queued the work (after its read), the
+bridge's handler started, its ``PUBLISH`` returned (with the bridge in its own process, these
+five are recorded there by :func:`traced_bridge` and matched to the pauses by wall-clock
+time), this process's own Redis subscriber received the ``pauseService`` (the bridge in its
+own process only; for the raw path too), the processor's write of the node committed (its
+``mtime``: ZooKeeper's clock, the same host's, to the millisecond), the bench's observer saw
+the node say paused."""
+
+
+def install_stage_wraps(hit: Any) -> None:
+    """Wrap the functions of the bridged path so that ``hit(site, stage)`` is called as each
+    stage of :data:`STAGES` from ``watch`` to ``published`` is reached (in whichever process
+    runs the bridge)."""
+    from locstatus.agent.queue import DueQueue
+    from locstatus.agent.watch import Watcher as AgentWatcher
+    from locstatus.backends.zookeeper.watcher import Watcher as ZkWatcher
+    from locstatus.bridge import bridge as bridge_mod
+    from locstatus.bridge.legacy import Publisher
+
+    def wrap(owner: Any, name: str, site_of: Any, stage: str, after: bool = False) -> None:
+        orig = getattr(owner, name)
+
+        def wrapped(*a: Any, **kw: Any) -> Any:
+            if not after:
+                hit(site_of(*a, **kw), stage)
+            out = orig(*a, **kw)
+            if after:
+                hit(site_of(*a, **kw), stage)
+            return out
+
+        setattr(owner, name, wrapped)
+
+    def watched(_self: Any, event: Any) -> str | None:
+        parent, _, name = (event.path or "").rpartition("/")
+        return name if parent.endswith("/locations") else None
+
+    def hinted(self: Any, hint: Any) -> str | None:
+        locs = self.locations
+        if hint.location is not None and (locs is None or hint.location in locs):
+            return str(hint.location)
+        return None
+
+    wrap(ZkWatcher, "on_watch", watched, "watch")
+    wrap(AgentWatcher, "on_hint", hinted, "hinted")
+    wrap(DueQueue, "schedule", lambda _self, key, *a, **kw: key[0], "queued")
+    wrap(bridge_mod.Bridge, "_converge", lambda _self, proc, paused: proc.location,
+         "handler")
+    wrap(Publisher, "publish",
+         lambda _self, channel, action: None if action == "resumeService"
+         else channel.removeprefix("backbeat-replication-"),
+         "published", after=True)
+
+
+def traced_bridge(out: str, argv: list[str]) -> int:
+    """``--trace`` with the bridge in its own process: run ``locstatus <argv>`` (the bridge
+    command) with :func:`install_stage_wraps` recording ``time.time()`` of every stage hit,
+    written to ``out`` as ``<time> <site> <stage>`` lines when the command ends (SIGTERM: the
+    command's own handler stops the bridge and returns)."""
+    import atexit
+
+    hits: list[tuple[float, str, str]] = []
+
+    def hit(site: str | None, stage: str) -> None:
+        if site is not None:
+            hits.append((time.time(), site, stage))
+
+    def dump() -> None:
+        Path(out).write_text("".join(f"{t:.6f} {site} {stage}\n" for t, site, stage in hits))
+
+    atexit.register(dump)
+    install_stage_wraps(hit)
+    from locstatus.cli import main as cli
+
+    sys.argv = ["locstatus", *argv]
+    cli()
+    return 0
 
 
 class RedisTap:
@@ -165,7 +239,9 @@ class Trace:
         self.cpu = {"locstatus": 0.0, "raw": 0.0}  # this process's CPU seconds, pause phases
         self.bridge_cpu = {"locstatus": 0.0, "raw": 0.0}  # the bridge process's (not in-process)
         self.bridge_pid: int | None = None
+        self.bridge_stages: Path | None = None  # traced_bridge's file (the bridge's process)
         self.tap: RedisTap | None = None
+        self.wall: dict[str, float] = {}  # time.time() at each site's start, this round
         self._cpu_at = 0.0
         self._bridge_cpu_at = 0.0
 
@@ -214,46 +290,42 @@ class Trace:
                 if site in written:
                     row["written"] = written[site] - t0
                 row["seen"] = seen[site] - t0
+                if site in self.wall:
+                    row["_site"], row["_wall"] = site, self.wall[site]  # type: ignore[assignment]
                 self.rows.append(row)
 
+    def merge_bridge_stages(self) -> None:
+        """With the bridge in its own process: add to each bridged row the first time each
+        stage was hit for its site after its start (wall clock, the same host's)."""
+        if self.bridge_stages is None or not self.bridge_stages.exists():
+            return
+        import bisect
+
+        times: dict[tuple[str, str], list[float]] = {}
+        for line in self.bridge_stages.read_text().splitlines():
+            t, site, stage = line.split()
+            times.setdefault((site, stage), []).append(float(t))
+        for row in self.rows:
+            site, t0 = row.pop("_site", None), row.pop("_wall", None)
+            if site is None or t0 is None:
+                continue
+            for stage in STAGES[1:6]:
+                ts = sorted(times.get((str(site), stage), []))
+                i = bisect.bisect_left(ts, t0)
+                if i < len(ts) and ts[i] - t0 < row["seen"] + 1.0:
+                    row[stage] = ts[i] - t0
+
     def install(self, backend: Any) -> None:
-        from locstatus.agent.queue import DueQueue
-        from locstatus.agent.watch import Watcher as AgentWatcher
-        from locstatus.bridge import bridge as bridge_mod
-        from locstatus.bridge.legacy import Publisher
-
         trace = self
+        orig = type(backend).compare_and_set
 
-        def wrap(owner: Any, name: str, site_of: Any, stage: str, after: bool = False) -> None:
-            orig = getattr(owner, name)
+        def compare_and_set(self: Any, rec: Any, *a: Any, **kw: Any) -> Any:
+            out = orig(self, rec, *a, **kw)
+            trace.hit(rec.location, "committed")
+            return out
 
-            def wrapped(*a: Any, **kw: Any) -> Any:
-                if not after:
-                    trace.hit(site_of(*a, **kw), stage)
-                out = orig(*a, **kw)
-                if after:
-                    trace.hit(site_of(*a, **kw), stage)
-                return out
-
-            setattr(owner, name, wrapped)
-
-        wrap(type(backend), "compare_and_set", lambda _self, rec, *a, **kw: rec.location,
-             "committed", after=True)
-
-        def hinted(self: Any, hint: Any) -> str | None:
-            locs = self.locations
-            if hint.location is not None and (locs is None or hint.location in locs):
-                return str(hint.location)
-            return None
-
-        wrap(AgentWatcher, "on_hint", hinted, "hinted")
-        wrap(DueQueue, "schedule", lambda _self, key, *a, **kw: key[0], "queued")
-        wrap(bridge_mod.Bridge, "_converge", lambda _self, proc, paused: proc.location,
-             "handler")
-        wrap(Publisher, "publish",
-             lambda _self, channel, action: None if action == "resumeService"
-             else channel.removeprefix("backbeat-replication-"),
-             "published", after=True)
+        type(backend).compare_and_set = compare_and_set  # type: ignore[method-assign]
+        install_stage_wraps(self.hit)
 
     def collect_raw(self, start: dict[str, float], seen: dict[str, float],
                     written: dict[str, float]) -> None:
@@ -299,8 +371,10 @@ class BridgeProcess:
     than ``timeout`` seconds); left, it is stopped by PID (SIGTERM, SIGKILL after 30 s)."""
 
     def __init__(self, mgr: Any, store: str, tmp: Path, zk_hosts: str, redis_port: int,
-                 sites: list[str], settings: BridgeSettings, timeout: float = 60.0) -> None:
+                 sites: list[str], settings: BridgeSettings, timeout: float = 60.0,
+                 stages: Path | None = None) -> None:
         self.mgr, self.store, self.tmp, self.sites = mgr, store, tmp, sites
+        self.stages = stages  # --trace: run it through traced_bridge, its stages to this file
         self.zk_hosts, self.redis_port = zk_hosts, redis_port
         self.settings, self.timeout = settings, timeout
         self.proc: subprocess.Popen[bytes] | None = None
@@ -313,10 +387,12 @@ class BridgeProcess:
             "extensions": {"replication": {"topic": "backbeat-replication"}},
         }))
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
-        cmd = [sys.executable, "-m", "locstatus", "--backend", self.store, "bridge", "backbeat",
-               "--config", str(config), "--service", "replication",
-               "--ack-wait", str(self.settings.ack_wait),
-               "--republish-interval", str(self.settings.republish_interval)]
+        args = ["--backend", self.store, "bridge", "backbeat",
+                "--config", str(config), "--service", "replication",
+                "--ack-wait", str(self.settings.ack_wait),
+                "--republish-interval", str(self.settings.republish_interval)]
+        cmd = ([sys.executable, __file__, "--as-bridge", str(self.stages), "--", *args]
+               if self.stages is not None else [sys.executable, "-m", "locstatus", *args])
         self.log = (self.tmp / "bridge.log").open("wb")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log, env=env)
         try:
@@ -408,10 +484,12 @@ def measure(store_kind: str, rounds: int, trace: Trace | None,
             bridge: Any = (Bridge(mgr, cfg, services=["replication"], settings=settings)
                            if in_process else
                            BridgeProcess(mgr, store, tmp, zk_server.hosts, redis_server.port,
-                                         bridged, settings))
+                                         bridged, settings,
+                                         stages=tmp / "stages.txt" if trace else None))
             with bridge:
                 if trace is not None and not in_process:
                     trace.bridge_pid = bridge.proc.pid
+                    trace.bridge_stages = bridge.stages
                     trace.tap = RedisTap(redis_server.url)
                 samples: dict[str, list[float]] = {"locstatus": [], "raw": []}
 
@@ -428,6 +506,8 @@ def measure(store_kind: str, rounds: int, trace: Trace | None,
                     if trace is not None:
                         trace.mark()
                     for s in bridged:
+                        if trace is not None:
+                            trace.wall[s] = time.time()
                         start[s] = time.perf_counter()
                         mgr.pause(s, "replication")
                     watcher.wait(bridged, True)
@@ -477,6 +557,8 @@ def measure(store_kind: str, rounds: int, trace: Trace | None,
                 publisher.close()
                 if trace is not None and trace.tap is not None:
                     trace.tap.close()
+            if trace is not None:
+                trace.merge_bridge_stages()  # written by the bridge's process as it ended
         finally:
             proc.close()
             zk.stop()
@@ -508,6 +590,8 @@ def measure(store_kind: str, rounds: int, trace: Trace | None,
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--as-bridge"]:  # BridgeProcess with --trace: the bridge, traced
+        return traced_bridge(sys.argv[2], sys.argv[4:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--runs", type=int, default=1,

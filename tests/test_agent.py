@@ -193,13 +193,16 @@ def test_a_standing_agent_stopped_keeps_counting_and_a_restarted_one_takes_over(
     assert mgr.workers() == []
 
 
-def test_a_standing_registration_with_its_holder_running_is_not_retired_unless_forced_and_comes_back(
+def test_a_standing_registration_with_its_holder_running_is_never_retired_and_comes_back_if_removed(
     mgr: Manager, agents: list[Agent]
 ) -> None:
     """docs/agent.md "Standing registrations": retiring it while its holder runs is refused
-    (``HolderPresent``, naming host and pid); forced, the running holder notices at its next
-    renewal that its registration is gone, registers again and acknowledges again what it
-    applied, so the next pause waits for it again."""
+    (``HolderPresent``, naming host and pid); forced, the retirement waits for the holder to
+    be away and, the holder running on, is refused too, nothing removed (once, it removed it
+    and a pause made before the holder's next renewal settled without it). Removed behind its
+    back (a hand edit with the backend's own client), the running holder notices at its next
+    renewal, registers again and acknowledges again what it applied, so the next pause waits
+    for it again."""
     calls: list[tuple[str, str, int]] = []
     make_agent(mgr, agents, "bb.1", calls, services=[SVC], standing=True).start()
     settled = mgr.pause(LOC, SVC, wait=10)
@@ -209,7 +212,11 @@ def test_a_standing_registration_with_its_holder_running_is_not_retired_unless_f
                        rf"is present \(host {socket.gethostname()}, pid {os.getpid()}\)"):
         mgr.retire_worker("bb.1", actor="ops")
     assert [w.worker_id for w in mgr.workers()] == ["bb.1"]
-    assert mgr.retire_worker("bb.1", actor="ops", force=True).standing
+    with pytest.raises(HolderPresent, match=r"it runs"):
+        mgr.retire_worker("bb.1", actor="ops", force=True)
+    assert [(w.worker_id, w.away) for w in mgr.worker_statuses().workers] == [("bb.1", False)]
+    assert mgr.backend.acks(LOC).get("bb.1", {}).get(SVC) == generation
+    assert mgr.backend.remove_worker("bb.1", retire=True)
     eventually(lambda: [(w.worker_id, w.standing, w.away) for w in
                         mgr.worker_statuses().workers] == [("bb.1", True, False)])
     eventually(lambda: mgr.backend.acks(LOC).get("bb.1", {}).get(SVC) == generation)
@@ -217,6 +224,8 @@ def test_a_standing_registration_with_its_holder_running_is_not_retired_unless_f
     calls.clear()
     assert mgr.resume(LOC, SVC, wait=10).services[SVC].state is State.RUNNING
     assert [c[0] for c in calls] == ["resume"]
+
+
 def test_an_ordinary_agent_of_a_standing_id_is_refused_and_its_stop_leaves_it_standing(
     mgr: Manager, agents: list[Agent]
 ) -> None:

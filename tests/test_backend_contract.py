@@ -853,6 +853,11 @@ def test_a_standing_registration_outlives_its_holder_until_it_is_retired(kit: Ki
 
     assert reader.remove_worker("w-standing") is False  # an ordinary removal keeps it
     assert reader.acks("loc") == {"w-standing": {"replication": 4}}
+    if session:  # ZooKeeper: not while another session holds it (its holder is present)
+        assert reader.remove_worker("w-standing", retire=True) is False
+        assert [w.worker_id for w in reader.workers()] == ["w-standing"]
+        assert reader.acks("loc") == {"w-standing": {"replication": 4}}
+        taker.close()
     assert reader.remove_worker("w-standing", retire=True) is True  # retired
     assert reader.workers() == [] and reader.acks("loc") == {}
     taker.close()
@@ -883,10 +888,40 @@ def test_only_a_retirement_ends_a_standing_registration(kit: Kit) -> None:
     assert other.acks("loc") == {"w-1": {"replication": 3}}
     other.put_worker(standing("w-1", lease, host="h2"))  # a new holder still takes it over
     assert [(w.worker_id, w.host) for w in b.workers()] == [("w-1", "h2")]
+    if b.session_leases:  # ZooKeeper: another session's holder is present, kept
+        assert b.remove_worker("w-1", retire=True) is False
+        other.close()
     assert b.remove_worker("w-1", retire=True) is True
     assert b.workers() == [] and b.acks("loc") == {}
     b.put_worker(worker("w-1", lease))  # retired: the id is free for an ordinary worker
     assert b.remove_worker("w-1") is True and b.workers() == []
+
+
+def test_a_conditional_retirement_keeps_a_standing_registration_a_holder_took_over(
+    kit: Kit,
+) -> None:
+    """``remove_worker(if_expires=, retire=True)``, how ``Manager.retire_worker`` removes a
+    standing registration on a heartbeat backend: only while it still carries the lease
+    deadline judged (its holder away), so a holder that took it over in between (another
+    deadline) keeps it, with its acknowledgements; with the deadline it carries it is retired
+    with them. ZooKeeper, where the lease is the holder's session, keeps a standing one then
+    (the manager retires unconditionally there)."""
+    b, other = kit.open(), kit.open()
+    b.create(record("loc", State.PAUSING, 3), [])
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    b.put_worker(standing("w-1", past))
+    if b.session_leases:
+        assert b.remove_worker("w-1", if_expires=past, retire=True) is False
+        assert [w.worker_id for w in b.workers()] == ["w-1"]
+        return
+    later = datetime.now(UTC) + timedelta(seconds=60)
+    other.put_worker(standing("w-1", later, host="h2"))  # a new holder took it over
+    other.ack("w-1", "loc", "replication", 3)
+    assert b.remove_worker("w-1", if_expires=past, retire=True) is False
+    assert [(w.worker_id, w.host) for w in b.workers()] == [("w-1", "h2")]
+    assert b.acks("loc") == {"w-1": {"replication": 3}}
+    assert b.remove_worker("w-1", if_expires=later, retire=True) is True
+    assert b.workers() == [] and b.acks("loc") == {}
 
 
 def test_an_ordinary_registration_is_stored_without_the_standing_field(kit: Kit) -> None:

@@ -10,6 +10,7 @@ leave its state node disagreeing with its consumer (its read-then-write chains i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -330,3 +331,45 @@ def test_a_bridge_frozen_past_its_lease_and_back_leaves_one_publishing(
             assert "stops publishing and stands by" in dep.log(loser), dep.log(loser)
     finally:
         monitor.close()
+
+
+def test_a_forced_retire_of_a_running_bridges_registration_lets_no_pause_settle_without_its_processor(
+    deployment: Deployment,
+) -> None:
+    """docs/backbeat.md "2. The bridge", Its registrations while it runs: the processor
+    frozen (SIGSTOP, it cannot apply a pause), ``locstatus workers retire --force`` of its
+    registration while the bridge runs, and a pause made at once: it stays ``pausing`` (the
+    registration is never removed while its holder is present: the forced retirement waits
+    for the holder to be away, sees it renew, and is refused with exit 1 naming it); the
+    processor thawed, the pause settles through it. (Once, the forced retirement removed it,
+    and the pause settled at once, the processor running on: a hostile review, 5/5.)"""
+    dep = deployment
+    wid = "backbeat.replication.zenko"
+    with LegacyProcessor(dep.zk_hosts, f"127.0.0.1:{dep.redis.port}", SITES) as proc:
+        bridge = dep.bridge(1)
+        dep.wait_held_by(bridge)
+        proc.freeze()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOCSTATUS_")}
+        retire = subprocess.Popen(
+            [sys.executable, "-m", "locstatus", "--backend", dep.url, "workers", "retire", wid,
+             "--force", "--actor", "test"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            retire.wait(2)  # before the fix it returned at once, the registration gone
+        dep.mgr.pause("zenko", "replication")
+        # past the bridge's next renewal (LEASE / 3; ZooKeeper: SESSION / 3), and short of the
+        # processor's own ZooKeeper session (10 s: frozen longer, it would expire)
+        watch_until = time.monotonic() + 2.5
+        while time.monotonic() < watch_until:
+            assert dep.state("zenko") is State.PAUSING, "settled without the processor"
+            time.sleep(0.05)
+        assert not node_paused(dep, "zenko")
+        proc.thaw()
+        out, err = retire.communicate(timeout=30)
+        assert retire.returncode == 1, (retire.returncode, out, err)
+        assert f"holder is present (host {socket.gethostname()}, pid {bridge.pid})" in \
+            err.decode(), err
+        assert dep.holders() == {bridge.pid}
+        dep.wait_state("zenko", State.PAUSED)
+        assert node_paused(dep, "zenko")
+        agree(dep, proc)

@@ -670,10 +670,16 @@ def test_workers_shows_a_standing_registration_away_and_retire_ends_it(
 def test_workers_retire_refuses_a_standing_registration_whose_holder_is_present(
     synced: Cli
 ) -> None:
-    """docs/agent.md "Standing registrations": its lease holds (the bridge runs): retiring it
-    would let a pause settle without the processor, so exit 1 naming the holder, nothing
-    removed; ``--force`` retires it."""
-    register(synced.url, "backbeat.replication.zenko", standing=True)
+    """docs/agent.md "Standing registrations": its lease holds (the bridge runs, or was killed
+    a moment ago): retiring it would let a pause settle without the processor, so exit 1
+    naming the holder, nothing removed. ``--force`` waits for the holder to be away: a
+    holder gone for good (it renews no more) is retired once its lease ran out."""
+    now = datetime.now(UTC)
+    with connect(synced.url) as mgr:
+        mgr.backend.put_worker(WorkerInfo(
+            worker_id="backbeat.replication.zenko", services=("replication",), host="host-1",
+            pid=4242, started_at=now, lease_expires_at=now + timedelta(seconds=2),
+            standing=True))
     refused = synced("workers", "retire", "backbeat.replication.zenko")
     assert refused.exit_code == 1, refused.stdout
     assert "holder is present (host host-1, pid 4242)" in refused.stderr, refused.stderr
@@ -681,8 +687,11 @@ def test_workers_retire_refuses_a_standing_registration_whose_holder_is_present(
     assert [w["worker_id"] for w in json.loads(synced.ok("workers", "--json").stdout)] == [
         "backbeat.replication.zenko"]
     done = synced.ok("workers", "retire", "backbeat.replication.zenko", "--force")
+    assert datetime.now(UTC) >= now + timedelta(seconds=2)  # it waited for the lease
     assert "retired the standing registration of backbeat.replication.zenko" in done.stdout
     assert json.loads(synced.ok("workers", "--json").stdout) == []
+
+
 @pytest.mark.parametrize("bad", ["../../x", "a/b", "..", "all", "-x"])
 def test_workers_retire_of_a_bad_id_names_a_worker_id_not_a_location(
     synced: Cli, bad: str

@@ -23,6 +23,7 @@ from locstatus.api.page import render as render_page
 from locstatus.check import Kind, run_check
 from locstatus.clock import TimeSource
 from locstatus.demo.view import Dashboard, Snapshot
+from locstatus.errors import HolderPresent
 from locstatus.reconciler import Reconciler
 
 from support.fakeclock import FakeClock
@@ -101,6 +102,28 @@ def state(mgr: Manager, loc: str, svc: str = "replication") -> State:
 
 
 # -- liveness ---------------------------------------------------------------------------------
+
+
+def test_a_standing_registration_is_not_retired_while_the_clock_cannot_tell_its_holder_left(
+    mgr: Manager, clock: FakeClock, judge: Judge
+) -> None:
+    """docs/agent.md "Standing registrations": a live holder's lease 5 s ahead, the clock's
+    uncertainty 10 s (above its 1 s bound): its lease could read as ended, so the holder is
+    taken as present and the retirement refused, nothing removed (once, it read as not
+    present and was retired). The clock back within its bound, a lease the holder ended (its
+    deadline now) is retired."""
+    mgr.backend.put_worker(WorkerInfo(worker_id="bb.1", services=("replication",), host="h",
+                                      pid=1, lease_expires_at=clock() + timedelta(seconds=5),
+                                      standing=True))
+    judge.uncertainty = 10.0
+    with pytest.raises(HolderPresent, match="holder is present"):
+        mgr.retire_worker("bb.1", actor="ops")
+    assert [w.worker_id for w in mgr.workers()] == ["bb.1"]
+    judge.uncertainty = 0.5
+    mgr.backend.put_worker(WorkerInfo(worker_id="bb.1", services=("replication",), host="h",
+                                      pid=1, lease_expires_at=clock(), standing=True))
+    assert mgr.retire_worker("bb.1", actor="ops").worker_id == "bb.1"
+    assert mgr.workers() == []
 
 
 def test_a_lease_that_may_still_hold_keeps_its_worker_counted(

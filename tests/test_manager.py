@@ -26,7 +26,13 @@ from locstatus import (
 )
 from locstatus.backends import Backend
 from locstatus.backends.memory import MemoryBackend
-from locstatus.errors import AlreadyExists, AmbiguousCommit, BackendUnavailable, VersionConflict
+from locstatus.errors import (
+    AlreadyExists,
+    AmbiguousCommit,
+    BackendUnavailable,
+    HolderPresent,
+    VersionConflict,
+)
 from locstatus.manager import RetryPolicy
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus
 
@@ -919,3 +925,34 @@ def test_worker_statuses_list_lag_only_where_a_transition_waits(
                 for lag in view.lagging] == [("eu-west-1", "replication", 0, 1)]
     finally:
         holder.close()
+
+
+def test_a_retirement_racing_a_holder_taking_the_registration_over_leaves_it_counting(
+    kit: Kit, mgr: Manager, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/agent.md "Standing registrations", Judged in the removal: a retirement judges the
+    holder away, and a holder in another process (a bridge starting) takes the registration
+    over before the removal lands. The removal is judged in its own atomic step (heartbeat
+    backends: the lease deadline judged; ZooKeeper: no other session holds it), so the
+    taken-over registration is kept (HolderPresent, naming the new holder) and a pause
+    waits for it."""
+    b, taker = mgr.backend, kit.open()
+    b.put_worker(WorkerInfo(worker_id="bb.1", services=("replication",), host="h1", pid=1,
+                            lease_expires_at=START - timedelta(seconds=5), standing=True))
+    remove = b.remove_worker
+
+    def taken_over_first(worker_id: str, **kw: object) -> bool:
+        taker.put_worker(WorkerInfo(worker_id="bb.1", services=("replication",), host="h2",
+                                    pid=2, lease_expires_at=clock() + timedelta(seconds=60),
+                                    standing=True))
+        return remove(worker_id, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(b, "remove_worker", taken_over_first)
+    try:
+        with pytest.raises(HolderPresent, match=r"host h2, pid 2\), registered again just now"):
+            mgr.retire_worker("bb.1", actor="ops")
+        assert [(w.worker_id, w.host) for w in mgr.workers()] == [("bb.1", "h2")]
+        mgr.pause("eu-west-1", "replication")
+        assert state(mgr, "eu-west-1", "replication") is State.PAUSING
+    finally:
+        taker.close()

@@ -452,6 +452,71 @@ def test_hints_for_locations_acks_and_workers_arrive_from_watches(
     unsubscribe()
 
 
+def test_hints_of_quick_successive_writes_carry_records_in_order_ending_with_the_last(
+    zk_server: ZkServer, chroot: str, opened: Callable[[str], ZooKeeperBackend]
+) -> None:
+    """The read a changed location's hint carries is sent from kazoo's callback as its watch
+    fires, before the watcher thread takes the event (locstatus/backends/zookeeper/watcher.py):
+    under writes that follow each other faster than the watcher's rounds, no hint carries an
+    older record than one before it, the last carried record is the last write, and the watch
+    stays set (a write after a quiet moment is hinted too)."""
+    url = zk_url(zk_server.hosts, chroot)
+    writer, watcher = opened(url), opened(url)
+    v = writer.create(record("q-loc"), []).version
+    got: list[Hint] = []
+    watcher.subscribe(got.append, kinds=("location", "resync"))
+
+    def carried() -> list[int]:
+        return [h.record.version for h in list(got)
+                if h.location == "q-loc" and h.record is not None]
+
+    for i in range(40):
+        state = State.PAUSING if i % 2 == 0 else State.RUNNING
+        v = writer.compare_and_set(record("q-loc", state, i + 1), v, []).version
+    wait_until(lambda: v in carried(), 10, what="a hint carrying the last write")
+    versions = carried()
+    assert versions == sorted(versions), versions
+    assert not [h for h in got if h.kind == "resync"]
+    time.sleep(0.3)
+    v = writer.compare_and_set(record("q-loc", State.PAUSED, 99), v, []).version
+    wait_until(lambda: v in carried(), 10, what="a hint after a quiet moment")
+
+
+def test_a_backend_nobody_subscribes_to_any_more_stops_reading_changed_locations(
+    zk_server: ZkServer, chroot: str, opened: Callable[[str], ZooKeeperBackend],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once its last subscriber left, a backend's location watches die out: the read it sends
+    as a watch fires (which sets that watch again) is sent only while its watches are armed,
+    so further writes of the location cost it nothing."""
+    url = zk_url(zk_server.hosts, chroot)
+    writer, watcher = opened(url), opened(url)
+    v = writer.create(record("u-loc"), []).version
+    got: list[Hint] = []
+    unsubscribe = watcher.subscribe(got.append, kinds=("location", "resync"))
+    v = writer.compare_and_set(record("u-loc", State.PAUSING, 1), v, []).version
+    wait_until(lambda: any(h.record is not None and h.record.version == v for h in got), 10,
+               what="the hint of a subscribed backend")
+    unsubscribe()
+    v = writer.compare_and_set(record("u-loc", State.RUNNING, 2), v, []).version  # disarms
+    time.sleep(0.5)
+    kazoo = watcher._client.kazoo  # the requests this backend sends
+    reads: list[str] = []
+    get_async = kazoo.get_async
+
+    def counted(path: str, *a: object, **kw: object) -> object:
+        reads.append(path)
+        return get_async(path, *a, **kw)
+
+    monkeypatch.setattr(kazoo, "get_async", counted)
+    for i in range(5):
+        state = State.PAUSING if i % 2 == 0 else State.RUNNING
+        v = writer.compare_and_set(record("u-loc", state, 3 + i), v, []).version
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert [p for p in reads if p.endswith("/locations/u-loc")] == []
+
+
 def test_acknowledgements_are_watched_only_for_subscribers_that_want_them(
     zk_server: ZkServer, chroot: str, opened: Callable[[str], ZooKeeperBackend]
 ) -> None:
@@ -588,7 +653,8 @@ def test_a_standing_registration_survives_a_real_session_expiry_and_is_held_agai
     wait_until(lambda: [w.away for w in reader.workers()] == [False], 10,
                what="the reader to see it held again")
     assert reader.remove_worker("w-s") is False  # only a retirement ends it
-    assert reader.remove_worker("w-s", retire=True) is True
+    assert reader.remove_worker("w-s", retire=True) is False  # held again: present, kept
+    assert b.remove_worker("w-s", retire=True) is True  # from its holder's own session
     assert raw.exists(f"{chroot}/workers/w-s") is None
 
 

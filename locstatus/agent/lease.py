@@ -204,8 +204,9 @@ class Lease:
                 self.backend.ping()  # fails at once while disconnected (the fence's clock)
             if (self.standing and self._registered is not None
                     and not self.backend.has_worker(self.worker_id)):
-                # retired (--force) or removed while this holder runs: what it stands for
-                # still runs, so it registers again (docs/agent.md "Standing registrations")
+                # removed behind this running holder's back (by hand: a retirement never
+                # removes it while it is present): what it stands for still runs, so it
+                # registers again (docs/agent.md "Standing registrations")
                 log.warning("agent %s: its standing registration is gone (retired or removed "
                             "while it runs): registering it again", self.worker_id)
                 self.backend.put_worker(info)

@@ -1,6 +1,7 @@
 """The sidecar's one pure ASGI middleware: request metrics per route template, the ``Host``
-check of a sidecar without a token (421), the request body limit (413) and the body read
-deadline (408), all before any parsing (docs/http.md, "Requests from browsers", "Operations").
+check of a sidecar without a token (421), a body framed two ways (400), the request body limit
+(413) and the body read deadline (408), all before any parsing (docs/http.md, "Requests from
+browsers", "Operations", "Errors").
 
 Pure ASGI rather than Starlette's ``BaseHTTPMiddleware``: no extra task per request, and a body
 that is too large or too slow is refused before FastAPI reads it.
@@ -34,8 +35,9 @@ declares a body and stalls must not pin a connection and a request forever."""
 
 class Middleware:
     """Request metrics per route template, the ``Host`` check of a sidecar without a token
-    (421, :class:`~.guard.HostPolicy`), the 64 KiB body limit (413) and the body read deadline
-    (408)."""
+    (421, :class:`~.guard.HostPolicy`), a body framed by both ``Content-Length`` and
+    ``Transfer-Encoding`` (400, :func:`_framing_error`), the 64 KiB body limit (413) and the
+    body read deadline (408)."""
 
     def __init__(
         self, app: ASGIApp, metrics: Metrics, max_body: int, hosts: HostPolicy,
@@ -66,6 +68,12 @@ class Middleware:
                 status[0] = 421
                 await self._refuse(scope, send, 421, "misdirected request", refusal,
                                    type_="urn:locstatus:misdirected-request")
+                return
+            framing = _framing_error(scope)
+            if framing is not None:
+                status[0] = 400
+                await self._refuse(scope, send, 400, "bad request framing", framing,
+                                   type_="urn:locstatus:bad-framing")
                 return
             if method in ("POST", "PUT", "PATCH", "DELETE"):
                 try:
@@ -145,6 +153,21 @@ class Middleware:
             ],
         })
         await send({"type": "http.response.body", "body": body})
+
+
+def _framing_error(scope: Scope) -> str | None:
+    """Why the request's body framing is ambiguous, or None: both ``Content-Length`` and
+    ``Transfer-Encoding`` (RFC 9112 6.3: a server may reject it, and must close the connection).
+    The HTTP server reads such a body as chunked, so ``Content-Length: 0`` plus chunked waited
+    for chunks the client never sent (a 408 five seconds later), and a chunked body under a
+    ``Content-Length`` that says otherwise was applied: the two framings disagree, the shape of
+    request smuggling through a proxy that reads the other one. Refused before any body is
+    read, nothing written; the answer closes the connection."""
+    names = {key.lower() for key, _ in scope.get("headers", ())}
+    if b"content-length" in names and b"transfer-encoding" in names:
+        return ("the request has both Content-Length and Transfer-Encoding headers: its body "
+                "framing is ambiguous; send one of them")
+    return None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

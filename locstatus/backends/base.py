@@ -509,7 +509,13 @@ class Backend(ABC):
         ``retire``: a retirement (``Manager.retire_worker``), the only removal that ends a
         standing registration (docs/agent.md "Standing registrations"); without it a standing
         registration is kept, with its acknowledgements (False), judged in the removal's
-        atomic step as ``if_expires`` is.
+        atomic step as ``if_expires`` is. With ``if_expires`` too, a conditional retirement
+        (``Manager.retire_worker`` on heartbeat backends: a holder that took the registration
+        over since it was judged wrote another deadline, and keeps it). On ZooKeeper, where a
+        standing registration's lease is its holder's session, a retirement keeps one whose
+        ``holder`` node another session holds (its holder is present, False), judged in the
+        delete's multi-op; it keeps a standing one given ``if_expires`` (False): the manager
+        retires there without it.
 
         ``if_expires`` (aware UTC): remove only while the stored registration's
         ``lease_expires_at`` is exactly this deadline, the one the caller saw pass; a renewed

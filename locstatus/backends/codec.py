@@ -490,14 +490,15 @@ def is_registration(
     """Whether the registration stored under ``worker_id`` may be removed by
     ``remove_worker(if_expires=, retire=)``. A standing registration (docs/agent.md "Standing
     registrations") only by a retirement (``retire``, ``Manager.retire_worker``): never by an
-    ordinary unregistration, nor by a conditional removal (it outlives its lease). Otherwise
-    always when ``if_expires`` is None, else only while its lease deadline, as
+    ordinary unregistration, nor by the check's conditional removal (it outlives its lease).
+    Otherwise always when ``if_expires`` is None, else only while its lease deadline, as
     :func:`decode_worker` lists it (an unreadable one's stand-in carries the lease that still
-    reads in it, or none), is exactly ``if_expires``."""
+    reads in it, or none), is exactly ``if_expires`` (a conditional retirement too: a holder
+    that took the registration over meanwhile wrote another deadline)."""
     if retire and if_expires is None:
         return True
     info = decode_worker(worker_id, raw)
-    if info.standing:
+    if info.standing and not retire:
         return False
     return if_expires is None or info.lease_expires_at == if_expires
 

@@ -75,6 +75,29 @@ ZK_SERVICES = ("replication", "ingestion")
 
 
 @dataclass(frozen=True)
+class _Needs:
+    """What bridging a service needs of :class:`~locstatus.backbeat_state.BackbeatConfig`:
+    ``fields`` set, named ``name`` (and the options that give them, ``options``) in the
+    refusal of an asked-for service and in the "not bridging" reason of one left alone."""
+
+    fields: tuple[str, ...]
+    name: str
+    options: str
+
+    def met(self, config: BackbeatConfig) -> bool:
+        return all(getattr(config, f) for f in self.fields)
+
+
+_ZK_REDIS = _Needs(("zookeeper", "redis"), "ZooKeeper and Redis", "--zookeeper, --redis")
+NEEDS = {
+    "replication": _ZK_REDIS,  # the queue processor's state node and its Redis channel
+    "ingestion": _ZK_REDIS,
+    "lifecycle": _Needs(("mongodb",), "MongoDB", "--mongodb"),  # __locationStatusStore
+}
+"""Each service the bridge can bridge, in the order it lists them, and what it needs."""
+
+
+@dataclass(frozen=True)
 class BridgeSettings:
     """Timings of the bridge, in seconds.
 
@@ -231,26 +254,20 @@ class Bridge:
         self.client = client
         self.config = config
         self.settings = settings or BridgeSettings()
-        available = [s for s in ("replication", "ingestion", "lifecycle")
-                     if s in client.services]
+        available = [s for s in NEEDS if s in client.services]
         wanted = list(services) if services is not None else [
-            s for s in available
-            if (s == "lifecycle" and config.mongodb) or
-               (s != "lifecycle" and config.zookeeper and config.redis)
-        ]
+            s for s in available if NEEDS[s].met(config)]
         for s in wanted:
             if s not in available:
                 raise InvalidInput(f"cannot bridge {s!r}: not a service of this store")
-            if s == "lifecycle" and not config.mongodb:
-                raise InvalidInput("bridging lifecycle needs Backbeat's MongoDB (--mongodb)")
-            if s != "lifecycle" and not (config.zookeeper and config.redis):
-                raise InvalidInput(f"bridging {s} needs Backbeat's ZooKeeper and Redis")
+            if not NEEDS[s].met(config):
+                need = NEEDS[s]
+                raise InvalidInput(f"bridging {s} needs Backbeat's {need.name} ({need.options})")
         if not wanted:
             raise InvalidInput("nothing to bridge: give Backbeat's ZooKeeper and Redis, or MongoDB")
         self.services = wanted
         self.unbridged: dict[str, str] = {  # a pause of these settles with nothing following it
-            s: ("no Backbeat MongoDB in the configuration (--mongodb)" if s == "lifecycle"
-                else "no Backbeat ZooKeeper and Redis in the configuration")
+            s: f"no Backbeat {NEEDS[s].name} in the configuration ({NEEDS[s].options})"
             for s in available if s not in wanted and services is None
         }
         """Services of the store this bridge leaves alone because its configuration lacks what
@@ -396,10 +413,11 @@ class Bridge:
             if proc is not None:
                 proc.agent.stop()
             try:
-                # its agent stopped above (or it was an earlier run's): force, as a lease
-                # ended just now may not read as passed beyond doubt yet
-                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat",
-                                          force=True)
+                # its agent stopped above, its lease ended now (or it was an earlier run's):
+                # its holder is not present. Not forced: a forced retirement would wait here
+                # for a holder still present (its stop could not write the lease's end, or
+                # another bridge holds it); refused, the next rescan tries again
+                self.client.retire_worker(w.worker_id, actor="locstatus bridge backbeat")
             except NotFound:
                 continue  # retired meanwhile
             except LocstatusError as exc:

@@ -205,17 +205,18 @@ def retire(
     ],
     actor: ActorOpt = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Retire a standing registration even while its "
-                           "holder is present. Dangerous: a pause may settle without what it "
-                           "stands for until the holder registers again.")
+        bool, typer.Option("--force", help="For a standing registration whose holder is "
+                           "present: wait for it to be away (at most until its lease runs "
+                           "out), then retire it; for a holder known gone whose lease has not "
+                           "run out yet. A holder that runs keeps it (exit 1).")
     ] = False,
 ) -> None:
     """End a worker's registration and drop its acknowledgements, so it no longer counts for
     settle: how a standing registration (the Backbeat bridge's processors) ends when what it
     stands for is gone for good (docs/agent.md "Standing registrations"). A standing
-    registration whose holder is present is refused (naming its host and pid) unless --force.
-    Exit 0 done, 1 no such worker or its holder present, 2 bad input or backend
-    unavailable."""
+    registration whose holder is present is never retired: refused (naming its host and pid),
+    or with --force once that holder is away (its lease or session ran out). Exit 0 done, 1 no
+    such worker or its holder present, 2 bad input or backend unavailable."""
     check_worker_id(worker_id)  # named as a worker id, before the backend is opened
     check_option_text("--actor", actor, MAX_ACTOR)
     mgr = options_of(ctx).manager()

@@ -46,8 +46,10 @@ def holder_present(worker: WorkerInfo, time_source: TimeSource) -> bool:
     on ZooKeeper its holder node exists, elsewhere its lease deadline is still ahead even at
     the worst end of the clock's uncertainty. A lease its holder ended when it stopped (the
     deadline it wrote is *now*) is not present, though it may not read as away yet
-    (:func:`holder_away` waits until it passed beyond doubt). What ``retire_worker`` refuses
-    without ``force``. Always False for an ordinary registration."""
+    (:func:`holder_away` waits until it passed beyond doubt). While the clock's uncertainty
+    is above its bound (docs/time.md), a holder not away is present: a live holder's lease
+    could read as ended then. What ``retire_worker`` never removes. Always False for an
+    ordinary registration."""
     if not worker.standing or holder_away(worker, time_source):
         return False
     expires = worker.lease_expires_at
@@ -57,6 +59,8 @@ def holder_present(worker: WorkerInfo, time_source: TimeSource) -> bool:
         slack = max(0.0, time_source.uncertainty_seconds())
     except Exception:  # a source that cannot say: judge on its estimate alone
         slack = 0.0
+    if slack > time_source.max_uncertainty_seconds:
+        return True  # cannot tell beyond doubt that its holder ended it
     return time_source.now() + timedelta(seconds=slack) < expires
 
 

@@ -129,13 +129,16 @@ class Manager:
         """End ``worker_id``'s registration (a standing one outlives its holder, docs/agent.md
         "Standing registrations"): removed with its acknowledgements, so it stops counting for
         settle at once; logged on ``locstatus.audit`` naming ``actor`` (free text, 256
-        characters). A standing registration whose holder is present (its lease holds; on
-        ZooKeeper its holder node exists) is refused with :class:`HolderPresent`, naming the
-        holder's host and pid, unless ``force`` (dangerous: a pause may settle without what it
-        stands for until its holder registers again at its next renewal). Returns the
-        registration as listed just before. Raises :class:`InvalidInput` (bad id or actor,
-        before any I/O), :class:`NotFound` (not registered), :class:`HolderPresent`,
-        :class:`BackendUnavailable`."""
+        characters). A standing registration is never removed while its holder is present (its
+        lease holds; on ZooKeeper its holder node exists): a pause would settle without what it
+        stands for. Without ``force`` that is refused at once with :class:`HolderPresent`,
+        naming the holder's host and pid; with ``force`` it waits for the holder to be away (at
+        most until its lease runs out, on ZooKeeper one session timeout) and retires then, for
+        a holder known gone whose lease has not run out yet, or raises :class:`HolderPresent`
+        when the holder turns out to run (it wrote its registration meanwhile, or is still
+        present). Returns the registration as listed just before. Raises
+        :class:`InvalidInput` (bad id or actor, before any I/O), :class:`NotFound` (not
+        registered), :class:`HolderPresent`, :class:`BackendUnavailable`."""
         check_worker_id(worker_id)
         check_free_text(None, actor)
         return retire_worker(self._core, worker_id, actor, force=force)

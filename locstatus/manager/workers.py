@@ -12,6 +12,8 @@ backend's time, docs/time.md).
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -105,40 +107,129 @@ def worker_statuses(core: Core) -> WorkerReport:
     return WorkerReport(out, corrupt)
 
 
+FORCE_POLL = 0.2
+"""Seconds between two looks at a registration a forced retirement waits on."""
+
+
+def _holder_refusal(worker_id: str, info: WorkerInfo, why: str, *,
+                    forced: bool = False) -> HolderPresent:
+    """The refusal naming ``info``'s holder; ``why`` adds to "whose holder is present"."""
+    force = "" if forced else (
+        ", or, if it is gone for good and its lease has not run out yet, retire with "
+        "--force, which waits for that")
+    return HolderPresent(
+        f"{worker_id} is a standing registration whose holder is present (host "
+        f"{info.host or '?'}, pid {info.pid}){why}: retired now, a pause would settle without "
+        f"what it stands for; stop its holder first (it is then away){force} "
+        "(docs/agent.md \"Standing registrations\")"
+    )
+
+
+def _wait_bound(core: Core, info: WorkerInfo) -> float:
+    """Seconds a forced retirement waits for ``info``'s holder to be away: until its lease
+    deadline passed beyond doubt (heartbeat backends), or one session timeout (ZooKeeper,
+    where the lease is the holder's session), and a few looks more."""
+    try:  # at most the clock's bound: above it the wait ends refused (it cannot tell)
+        slack = min(max(0.0, core.time.uncertainty_seconds()),
+                    core.time.max_uncertainty_seconds)
+    except Exception:  # a source that cannot say: judge on its estimate alone
+        slack = 0.0
+    expires = info.lease_expires_at
+    if expires is not None:
+        left = (expires - core.time.now()).total_seconds()
+    else:
+        timeout = getattr(core.backend, "session_timeout", None)
+        left = float(timeout) if isinstance(timeout, int | float) else 0.0
+    return max(0.0, left) + slack + 3 * FORCE_POLL
+
+
+def _await_away(
+    core: Core, worker_id: str, info: WorkerInfo, sleep: Callable[[float], None]
+) -> WorkerInfo:
+    """Wait until the holder of ``info`` (present) is away, and return the registration as
+    then listed. A holder that writes its registration meanwhile (a renewal, a handler error
+    published, a new holder) runs: :class:`HolderPresent`, as when it is still present once
+    its lease (or session) had time to run out. :class:`NotFound` when it went meanwhile."""
+    deadline = time.monotonic() + _wait_bound(core, info)
+    while True:
+        sleep(FORCE_POLL)
+        now = {w.worker_id: w for w in core.backend.workers()}.get(worker_id)
+        if now is None:
+            raise NotFound(f"no worker {worker_id!r} is registered any more (retired or "
+                           "removed while this retirement waited for its holder)")
+        if not holder_present(now, core.time):
+            return now
+        if now != info:
+            raise _holder_refusal(worker_id, now, ", and it wrote its registration while "
+                                  "this retirement waited for it to be away: it runs",
+                                  forced=True)
+        if time.monotonic() >= deadline:
+            problem = core.time.problem()
+            raise _holder_refusal(worker_id, now, ", still, after its lease had time to run "
+                                  "out: it runs" + (f" (or the {problem}: docs/time.md)"
+                                                    if problem else ""), forced=True)
+
+
 def retire_worker(
-    core: Core, worker_id: str, actor: str | None = None, *, force: bool = False
+    core: Core,
+    worker_id: str,
+    actor: str | None = None,
+    *,
+    force: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> WorkerInfo:
     """Remove ``worker_id``'s registration and its acknowledgements: how a standing
     registration ends (docs/agent.md "Standing registrations"; an ordinary one is
-    unregistered as its agent's ``stop()`` does). A standing registration whose holder is
-    present (:func:`.liveness.holder_present`: its lease ahead beyond doubt, or on ZooKeeper
-    its holder node exists) is refused unless ``force``: its holder still applies what it
-    stands for, and a pause would settle without it (it registers again at its next
-    renewal). Returns the
-    registration as it was listed just before. Logged on ``locstatus.audit`` with ``actor``
-    and ``worker`` (no location's history holds a registration). Raises
-    :class:`~locstatus.errors.NotFound` for a worker not registered,
-    :class:`~locstatus.errors.HolderPresent` (nothing removed),
+    unregistered as its agent's ``stop()`` does).
+
+    A standing registration is never removed while its holder is present
+    (:func:`.liveness.holder_present`: its lease ahead beyond doubt, or on ZooKeeper its
+    holder node exists): its holder still applies what it stands for, and a pause made before
+    the holder wrote it again would settle without it (a hostile review: a forced retirement
+    of a running Backbeat bridge's registration let one settle while the processor ran). So
+    it is refused (:class:`~locstatus.errors.HolderPresent`), unless ``force``, which waits
+    for the holder to be away (``sleep``: how it waits, seconds; at most until its lease
+    deadline passed beyond doubt, on ZooKeeper one session timeout) and retires then: for a
+    holder known gone (killed, its host lost) whose lease has not run out yet. A holder that
+    writes its registration while it waits, or is still present then, runs:
+    :class:`~locstatus.errors.HolderPresent`, nothing removed.
+
+    The removal is conditional on heartbeat backends: only while the registration still
+    carries the lease deadline judged (a holder taking it over in between writes another, and
+    keeps it: :class:`~locstatus.errors.HolderPresent`). Returns the registration as it was
+    listed just before. Logged on ``locstatus.audit`` with ``actor`` and ``worker`` (no
+    location's history holds a registration). Raises :class:`~locstatus.errors.NotFound`
+    for a worker not registered, :class:`~locstatus.errors.HolderPresent` (nothing removed),
     :class:`~locstatus.errors.BackendUnavailable`."""
     listed = {w.worker_id: w for w in core.backend.workers()}
     info = listed.get(worker_id)
-    present = info is not None and holder_present(info, core.time)
-    if info is not None and present and not force:
-        raise HolderPresent(
-            f"{worker_id} is a standing registration whose holder is present (host "
-            f"{info.host or '?'}, pid {info.pid}): retired now, a pause would settle without "
-            "what it stands for; stop its holder first (it is then away), or retire with "
-            "--force (docs/agent.md \"Standing registrations\")"
-        )
-    if info is None or not core.backend.remove_worker(worker_id, retire=True):
+    waited = False
+    if info is not None and holder_present(info, core.time):
+        if not force:
+            raise _holder_refusal(worker_id, info, "")
+        info = _await_away(core, worker_id, info, sleep)
+        waited = True
+    if info is None:
         names = sorted(listed)
         known = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         raise NotFound(f"no worker {worker_id!r} is registered (registered: {known or 'none'})")
+    # judged in the removal's own atomic step where the store can (its lease deadline, which
+    # every write of a holder moves); on ZooKeeper the lease is the session: unconditional
+    conditional = (info.standing and info.lease_expires_at is not None
+                   and not core.backend.session_leases)
+    if not core.backend.remove_worker(
+        worker_id, if_expires=info.lease_expires_at if conditional else None, retire=True
+    ):
+        again = {w.worker_id: w for w in core.backend.workers()}.get(worker_id)
+        if again is None:
+            raise NotFound(f"no worker {worker_id!r} is registered any more (retired or "
+                           "removed meanwhile)")
+        raise _holder_refusal(worker_id, again, ", registered again just now")
     audit.info(
         "worker %s retired by %s (%s registration; services %s)%s",
         worker_id, actor or "an unnamed actor",
         "standing" if info.standing else "ordinary", ",".join(info.services) or "?",
-        " with --force, its holder present" if present else "",
+        " with --force, once its holder was away" if waited else "",
         extra={"worker": worker_id, "actor": actor or ""},
     )
     return info

@@ -214,3 +214,37 @@ def test_distinct_methods_and_paths_do_not_grow_the_metrics(
     row.notes = (f"{n_methods} methods + {n_paths} paths sent in {sent:.1f}s; /metrics "
                  f"{len(metrics.content) / 1000:.1f} kB, {len(series)} request series, "
                  f"rendered in {render:.3f}s")
+
+
+def test_a_body_framed_two_ways_is_a_400_and_writes_nothing(sidecar: tuple[str, str]) -> None:
+    """A request with both ``Content-Length`` and ``Transfer-Encoding: chunked`` is ambiguous
+    (RFC 9112 6.3: the two framings can disagree, the shape of request smuggling): the sidecar
+    answered ``Content-Length: 0`` + chunked with a 408 after its 5 s body deadline (the server
+    waited for chunks the client never meant to send), and a chunked body under a
+    ``Content-Length: 0`` was applied. Now both get a 400 problem document at once, the
+    connection closed, and nothing is written (docs/http.md, "Errors")."""
+    base, url = sidecar
+    port = int(base.rsplit(":", 1)[1])
+    with connect(url) as mgr:
+        before = mgr.status("eu-west-2")
+    head = (b"POST /v1/locations/eu-west-2/replication/pause HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 0\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    body = b'{"reason": "framed two ways"}'
+    cases = {"no body": head, "a chunked body": head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)}
+    for name, data in cases.items():
+        t0 = time.monotonic()
+        answer = _raw(port, data, timeout=30)
+        took = time.monotonic() - t0
+        status, _, rest = answer.partition(b"\r\n")
+        assert status.startswith(b"HTTP/1.1 400"), (name, answer[:300])
+        assert b"application/problem+json" in rest, (name, answer[:300])
+        assert b"urn:locstatus:bad-framing" in rest, (name, answer[:300])
+        assert b"Content-Length and Transfer-Encoding" in rest, (name, answer[:300])
+        assert took < 3.0, f"{name}: answered after {took:.1f} s (the 5 s body deadline?)"
+    with connect(url) as mgr:
+        after = mgr.status("eu-west-2")
+    assert after.version == before.version
+    assert not after.services["replication"].paused
+    with httpx.Client(base_url=base, timeout=10) as http:  # the sidecar serves on
+        assert http.get("/v1/locations/eu-west-2").status_code == 200

@@ -88,7 +88,9 @@ class Workers:
                     return False  # standing: only a retirement ends it
             else:
                 doc = self.store.workers.find_one({"_id": worker_id}, max_time_ms=self.store.mt)
-                if doc is None or not codec.is_registration(worker_id, doc.get("info"), if_expires):
+                if doc is None or not codec.is_registration(
+                    worker_id, doc.get("info"), if_expires, retire=retire
+                ):
                     return False
                 removed = self.store.workers.delete_one(
                     {"_id": worker_id, "info": doc.get("info")}

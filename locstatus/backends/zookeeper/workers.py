@@ -237,13 +237,19 @@ class Workers:
         txn.delete("worker", path, stat.version)
         return refusal(client.get(txn.tx.commit_async()), txn.labels) is None
 
-    def _drop_standing_now(self, path: str) -> bool:
+    def _drop_standing_now(self, path: str) -> bool | None:
         """Delete the standing registration at ``path`` whatever its version (retirement);
-        False when it was gone already."""
+        False when it was gone already, None when another session holds it (its ``holder``
+        child: the holder is present, judged in the delete's multi-op at the version read, so
+        a holder taking it over in between, which rewrites the node, keeps it)."""
         for _ in range(10):
             stat = self.client.get(self.kazoo.exists_async(path))
             if stat is None:
                 return False
+            if stat.numChildren:
+                held = self.client.get(self.kazoo.exists_async(f"{path}/{HOLDER}"))
+                if held is not None and held.ephemeralOwner != self.client.session_id:
+                    return None
             if self._drop_standing(path, stat):
                 return True
         raise BackendUnavailable(f"could not remove {path}: it kept changing")
@@ -308,7 +314,8 @@ class Workers:
 
     def _remove_now(self, worker_id: str, *, retire: bool) -> bool:
         """An unconditional removal: a retirement (``retire``) ends a standing registration
-        too; an ordinary one keeps it (persistent node: ``ephemeralOwner`` 0), with its
+        too, unless another session holds it (its holder is present: kept, False); an
+        ordinary one keeps it (persistent node: ``ephemeralOwner`` 0), with its
         acknowledgements, deleting only an ordinary node at the version read."""
         path = self.paths.worker(worker_id)
         pa, client, kazoo = self.paths, self.client, self.kazoo
@@ -353,7 +360,10 @@ class Workers:
                 except NoNodeError:
                     gone = False
                 except NotEmptyError:  # a standing registration: its holder child goes with it
-                    gone = self._drop_standing_now(path)
+                    dropped = self._drop_standing_now(path)
+                    if dropped is None:
+                        return False  # held by another session: present, kept with its acks
+                    gone = dropped
             locations = client.get(self.kazoo.get_children_async(pa.acks_root))
             client.bulk(  # one delete per location, those never acknowledged left out
                 [f"{pa.acks_root}/{loc}/{worker_id}" for loc in locations],
