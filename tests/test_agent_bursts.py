@@ -60,6 +60,7 @@ class Held(Partition):
         self.acks_written = 0
         self.ack_batches: list[int] = []
         self._held: list[tuple[HintCallback, Hint]] | None = None
+        self._as_of_now = False
         self._lock = threading.Lock()
 
     def hold(self) -> None:
@@ -67,15 +68,20 @@ class Held(Partition):
             self._held = []
 
     def release(self, *, as_of_now: bool = False) -> None:
-        """Deliver the held hints. ``as_of_now``: without the records they carry (ZooKeeper's
-        carry the record as read when the change was seen, which a later write the test made
-        while they were held has superseded), so the agent reads what the store holds now."""
+        """Deliver the held hints. ``as_of_now``: these and every later one without the records
+        they carry (ZooKeeper's carry the record as read when the change was seen, which a
+        write the test made meanwhile may have superseded; and a hint of a bulk write may
+        arrive only after the release), so the agent reads what the store holds now."""
         with self._lock:
             held, self._held = self._held or [], None
+            self._as_of_now = as_of_now
         for callback, hint in held:
-            if as_of_now and hint.record is not None:
-                hint = hint.model_copy(update={"record": None})
-            callback(hint)
+            callback(self._fresh(hint))
+
+    def _fresh(self, hint: Hint) -> Hint:
+        if self._as_of_now and hint.record is not None:
+            return hint.model_copy(update={"record": None})
+        return hint
 
     def read(self, location: str) -> LocationStatus:
         self.reads += 1
@@ -101,7 +107,7 @@ class Held(Partition):
                 if self._held is not None:
                     self._held.append((callback, hint))
                     return
-            callback(hint)
+            callback(self._fresh(hint))
 
         return self.inner.subscribe(forward, kinds=kinds)
 
