@@ -1493,3 +1493,49 @@ def test_a_batch_of_acks_refuses_a_stale_one_alone(b: Backend) -> None:
     assert b.acks("c") == {"w-1": {"replication": 1}}
     assert b.ack_many("w-1", [AckItem("b", "replication", 1, moved)]) == [None]
     assert b.acks("b") == {"w-1": {"replication": 1}}
+
+
+@settings(
+    max_examples=12, deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    plan=st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from(["replication", "lifecycle"]),
+                  st.sampled_from(["current", "stale", "none", "ahead"])),
+        min_size=1, max_size=10,
+    ),
+)
+def test_a_batch_of_acks_ends_as_the_same_acks_one_by_one(
+    b: Backend, plan: list[tuple[int, str, str]]
+) -> None:
+    """Invariant 14, as a property: whatever mix of current, stale and unconditional
+    acknowledgements, of generations the record has or not, and of repeats of one
+    (location, service), ``ack_many`` refuses exactly the items a lone ``ack`` would refuse
+    and leaves the acknowledgements a lone ``ack`` per item, in order, would leave (the
+    last accepted one of each key)."""
+    prefix = uuid.uuid4().hex[:8]
+    worker_id = f"w-{prefix}"
+    b.put_worker(worker(worker_id, None, ("replication", "lifecycle")))
+    names = [f"a{prefix}-{i}" for i in range(3)]
+    version: dict[str, int] = {}
+    for n in names:
+        v = b.create(record(n), []).version
+        version[n] = b.compare_and_set(record(n, State.PAUSING, 1), v, []).version
+    items: list[AckItem] = []
+    for i, service, kind in plan:
+        n = names[i]
+        generation = {"replication": 1, "lifecycle": 0}[service] + (kind == "ahead")
+        if_version = {"current": version[n], "stale": version[n] - 1}.get(kind)
+        items.append(AckItem(n, service, generation, if_version))
+    results = b.ack_many(worker_id, items)
+    assert len(results) == len(items)
+    expected: dict[str, dict[str, int]] = {}
+    for item, (_, _, kind), result in zip(items, plan, results, strict=True):
+        if kind in ("stale", "ahead"):
+            assert isinstance(result, VersionConflict), (kind, result)
+        else:
+            assert result is None, (kind, result)
+            expected.setdefault(item.location, {})[item.service] = item.generation
+    for n in names:
+        assert b.acks(n).get(worker_id, {}) == expected.get(n, {})
