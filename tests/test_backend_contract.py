@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from locstatus.backends import Backend, codec
-from locstatus.backends.base import AckItem, CasItem, CasResult
+from locstatus.backends.base import AckItem, CasItem, CasResult, StaleVersion
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -118,6 +118,23 @@ def test_stale_compare_and_set_conflicts_and_writes_nothing(b: Backend) -> None:
     with pytest.raises(VersionConflict):
         b.compare_and_set(record("loc", State.RESUMING, 2), v1, [entry("loc", "op-stale", "resume")])
     assert (b.read("loc"), b.history("loc", limit=100)) == before
+
+
+def test_a_stale_compare_and_set_carries_the_record_as_it_is_now(kit: Kit) -> None:
+    """A conflict comes back with the record that refused it where the backend has it within
+    the refused write's own round trip (docs/design.md §3.1): what the writer's next read would
+    return, another client's write included, so its next attempt needs no read of its own.
+    ZooKeeper's multi-op answers no data (a get behind every write would cost every write)."""
+    a, other = kit.open(), kit.open()
+    v1 = a.create(record("loc"), []).version
+    now = other.compare_and_set(record("loc", State.PAUSING, 1), v1, [entry("loc", "op-1")])
+    with pytest.raises(VersionConflict) as refused:
+        a.compare_and_set(record("loc", State.RESUMING, 2), v1, [entry("loc", "op-stale", "resume")])
+    if kit.name == "zk":
+        assert not isinstance(refused.value, StaleVersion)
+    else:
+        assert isinstance(refused.value, StaleVersion)
+        assert refused.value.current == now == a.read("loc")
 
 
 def test_compare_and_set_of_a_missing_record_is_not_found(b: Backend) -> None:

@@ -58,6 +58,7 @@ from locstatus.backends.base import (
     check_ack,
     distinct_locations,
     stale_ack,
+    stale_version,
 )
 from locstatus.backends.hints import HintBatch, Subscribers
 from locstatus.backends.history import HistoryPage
@@ -338,12 +339,13 @@ class SQLiteBackend(Backend):
             )
             if cur.rowcount != 1:
                 row = db.execute(
-                    "SELECT version FROM locations WHERE location = ?", (loc,)
+                    "SELECT version, data FROM locations WHERE location = ?", (loc,)
                 ).fetchone()
                 if row is None:
                     raise NotFound(f"unknown location {loc!r}")
-                raise VersionConflict(
-                    f"location {loc!r} is at version {row[0]}, expected {expected_version}"
+                raise stale_version(  # the record as read in the same transaction
+                    f"location {loc!r} is at version {row[0]}, expected {expected_version}",
+                    _decode_row_or_error(loc, row[0], row[1]),
                 )
             if history:
                 _insert_history(db, loc, version, history)
