@@ -27,12 +27,14 @@ Each side's CPU seconds in this process are reported beside its wall seconds: on
 machine they move least with the load.
 
 Run: ``python bench/bulk.py [--backend sqlite|zk|mongo] [--locations 10000] [--rounds 5]
-[--only pause,resume,sync,propagate] [--agents 16] [--processes] [--json out.json]``;
+[--only pause,resume,sync,propagate] [--agents 16] [--in-process] [--raw-reads get|multiread]
+[--json out.json]``;
 ZooKeeper and MongoDB start a local server (tests/support/servers.py: ZooKeeper with
 ``--zk-heap 2g``; SecantusDB, or ``$LOCSTATUS_TEST_MONGO_URI``) unless ``--url`` names one
 (MongoDB: a ``mongodb://`` server URL; each store is a fresh database on it, dropped after).
-``propagate`` (not run by default): a ``pause all`` until 16 agents acknowledged it, against
-the raw write (bench/burst.py).
+``propagate`` (not run by default): a ``pause all`` until 16 agents, one OS process each
+(``--in-process``: all in the bench's process), acknowledged it, timed from the bulk call's
+start to the last acknowledgement stored, against the raw write (bench/burst.py).
 """
 
 from __future__ import annotations
@@ -188,12 +190,35 @@ shared machine the wall time of both sides moves with the load, what each side c
 not (SQLite's own work is in-process; a ZooKeeper server's is not counted)."""
 
 
-def timed(fn: Callable[[], Any], cpu: list[float] | None = None) -> float:
-    """Wall seconds of ``fn()``; its CPU seconds appended to ``cpu``."""
-    t, c = time.perf_counter(), time.process_time()
+SERVER_PID: int | None = None
+"""The local ZooKeeper server started for the run (None: none, or not ours to measure)."""
+SERVER_CPU: dict[str, dict[str, list[float]]] = {}
+"""operation -> side -> that server's CPU seconds per round (user + system, from /proc): with
+ZooKeeper most of the work is the server's, and on a shared machine its CPU seconds move less
+with the load than either side's wall time."""
+
+
+def server_cpu() -> float | None:
+    """The CPU seconds the local ZooKeeper server has used so far (None: not measurable)."""
+    if SERVER_PID is None:
+        return None
+    try:
+        fields = Path(f"/proc/{SERVER_PID}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(fn: Callable[[], Any], cpu: list[float] | None = None,
+          server: list[float] | None = None) -> float:
+    """Wall seconds of ``fn()``; its CPU seconds appended to ``cpu``, the local server's
+    (when measurable) to ``server``."""
+    t, c, s = time.perf_counter(), time.process_time(), server_cpu()
     fn()
     if cpu is not None:
         cpu.append(time.process_time() - c)
+    if server is not None and s is not None and (after := server_cpu()) is not None:
+        server.append(after - s)
     return time.perf_counter() - t
 
 
@@ -225,10 +250,12 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
             ]
             for who, fn in (pair if first_ls else pair[::-1]):
                 cpu: list[float] = []
-                took = timed(fn, cpu)  # an event not asked for still runs (untimed), so
-                if event in results:  # that each round's other one is a real write
+                served: list[float] = []
+                took = timed(fn, cpu, served)  # an event not asked for still runs (untimed),
+                if event in results:  # so that each round's other one is a real write
                     results[event][who].append(took)
                     CPU.setdefault(event, {}).setdefault(who, []).extend(cpu)
+                    SERVER_CPU.setdefault(event, {}).setdefault(who, []).extend(served)
         if "sync" in results:
             ls_new, raw_new = stores.new(), stores.new()
             fresh = Manager(open_backend(ls_new), services=(SERVICE,))
@@ -248,8 +275,9 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
             _drop(backend, ls_new, raw_new)
         loads.append(os.getloadavg()[0])
         progress(f"round {r + 1}/{rounds} (load {loads[-1]:.1f}): " + ", ".join(
-            f"{k} {v['locstatus'][-1]:.2f} s (CPU {CPU[k]['locstatus'][-1]:.2f}) vs raw "
-            f"{v['raw'][-1]:.2f} s (CPU {CPU[k]['raw'][-1]:.2f})"
+            f"{k} {v['locstatus'][-1]:.2f} s (CPU {CPU[k]['locstatus'][-1]:.2f}"
+            f"{_served(k, 'locstatus')}) vs raw {v['raw'][-1]:.2f} s (CPU "
+            f"{CPU[k]['raw'][-1]:.2f}{_served(k, 'raw')})"
             for k, v in results.items()
         ))
     raw.close()
@@ -269,6 +297,13 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
             "rounds_raw_s": [round(x, 3) for x in v["raw"]],
             "locstatus_cpu_s": round(statistics.median(CPU[k]["locstatus"]), 3),
             "raw_cpu_s": round(statistics.median(CPU[k]["raw"]), 3),
+            **({
+                "locstatus_server_cpu_s": round(statistics.median(srv["locstatus"]), 3),
+                "raw_server_cpu_s": round(statistics.median(srv["raw"]), 3),
+                "rounds_locstatus_server_cpu_s": [round(x, 3) for x in srv["locstatus"]],
+                "rounds_raw_server_cpu_s": [round(x, 3) for x in srv["raw"]],
+            } if (srv := SERVER_CPU.get(k, {})).get("locstatus") and srv.get("raw")
+               else {}),
             "rounds_locstatus_cpu_s": [round(x, 3) for x in CPU[k]["locstatus"]],
             "rounds_raw_cpu_s": [round(x, 3) for x in CPU[k]["raw"]],
             # the ratio of CPU seconds: what the ratio tends to on an idle machine, where
@@ -278,6 +313,12 @@ def run(backend: str, url: str | None, n: int, rounds: int, only: set[str], tmp:
             ), 3),
         }
     return summary
+
+
+def _served(op: str, who: str) -> str:
+    """``, server CPU x`` of the last round of ``op`` on side ``who``, when measured."""
+    got = SERVER_CPU.get(op, {}).get(who)
+    return f", server CPU {got[-1]:.2f}" if got else ""
 
 
 def propagate(backend: str, url: str | None, n: int, rounds: int, tmp: str,
@@ -354,9 +395,12 @@ def server(backend: str, url: str | None, tmp: str, heap: str = "2g") -> Iterato
     zk = servers.ZooKeeperServer(
         Path(tmp) / "zookeeper", jvm_opts=[*opts, f"-Xms{heap}", f"-Xmx{heap}"]
     ).start()
+    global SERVER_PID
+    SERVER_PID = zk.pid
     try:
         yield f"zk://{zk.hosts}/bench-bulk"
     finally:
+        SERVER_PID = None
         zk.close()
 
 
@@ -368,13 +412,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default="pause,resume,sync", help="also: propagate")
     ap.add_argument("--agents", type=int, default=16, help="propagate: agents")
-    ap.add_argument("--processes", action="store_true", help="propagate: one process each")
+    ap.add_argument("--in-process", action="store_true",
+                    help="propagate: the agents in this process (default: one process each)")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--raw-reads", default="get", choices=["get", "multiread"],
+                    help="ZooKeeper: how the raw baseline reads the records: one kazoo "
+                    "get_async per record (default, kazoo alone), or multiRead requests as "
+                    "locstatus reads (bench/raw_bulk_zk.py)")
     ap.add_argument("--zk-heap", default="2g",
                     help="JVM heap of the local ZooKeeper started for the run (default 2g)")
     args = ap.parse_args(argv)
     if args.backend == "zk":
-        import raw_bulk_zk  # noqa: F401  (registers RAW["zk"])
+        import raw_bulk_zk  # registers RAW["zk"]
+
+        raw_bulk_zk.READS = args.raw_reads
     if args.backend == "mongo":
         import raw_bulk_mongo  # noqa: F401  (registers RAW["mongo"])
     only = set(args.only.split(","))
@@ -386,21 +437,25 @@ def main(argv: list[str] | None = None) -> None:
         if "propagate" in only:
             summary["propagate"] = propagate(args.backend, base, args.locations, args.rounds,
                                              tmp, say, agents=args.agents,
-                                             processes=args.processes)
+                                             processes=not args.in_process)
     for k in ("pause", "resume", "sync"):
         if k in summary:
             s = summary[k]
             print(f"{k} all {args.locations} on {args.backend}: locstatus {s['locstatus_s']} s "
                   f"({s['locstatus_per_s']}/s), raw {s['raw_s']} s ({s['raw_per_s']}/s), "
                   f"ratio {s['ratio']}x (target >= 0.5x); CPU of this process: locstatus "
-                  f"{s['locstatus_cpu_s']} s, raw {s['raw_cpu_s']} s (ratio {s['cpu_ratio']}x)")
+                  f"{s['locstatus_cpu_s']} s, raw {s['raw_cpu_s']} s (ratio {s['cpu_ratio']}x)"
+                  + (f"; CPU of the ZooKeeper server: locstatus {s['locstatus_server_cpu_s']} s, "
+                     f"raw {s['raw_server_cpu_s']} s" if "raw_server_cpu_s" in s else ""))
     if "propagate" in summary:
         s = summary["propagate"]
         print(f"propagate pause all {args.locations} to {s['agents']} agents ({s['mode']}) on "
-              f"{args.backend}: write {s['write_s']} s, then acknowledged in "
-              f"{s['propagate_s']} s (total {s['total_s']} s); raw write {s['raw_s']} s: "
-              f"ratio {s['ratio']}x, total {s['total_ratio']}x (target <= 2x); CPU of this "
-              f"process {s['cpu_s']} s (raw {s['raw_cpu_s']} s)")
+              f"{args.backend}: all acknowledged {s['total_s']} s after the write's start "
+              f"(write {s['write_s']} s, then {s['propagate_s']} s); raw write {s['raw_s']} s: "
+              f"ratio {s['ratio']}x (target <= 2x; after the write only: "
+              f"{s['propagate_ratio']}x); CPU: bulk call {s['cpu_s']} s, agents "
+              f"{s['agents_cpu_s']} s, raw write {s['raw_cpu_s']} s; load averages "
+              f"{s['load_averages']}")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))

@@ -3,27 +3,41 @@
 
 Used by ``bench/bulk.py --only propagate`` (the same stores, raw baselines and server as the
 other bulk figures). One store holds N locations and 16 agents applying ``replication``
-everywhere (in this process, each with its own backend connection, or with ``--processes``
-one OS process each); a second store of N locations is the raw baseline's. Each round
+everywhere, each in its own OS process (as workers run: one agent per worker process; with
+``--in-process`` all 16 in the bench's process instead, one backend connection each, all on
+one interpreter lock); a second store of N locations is the raw baseline's. Each round
 (interleaved, who goes first alternates):
 
 - **locstatus**: ``Manager.bulk(Operation.pause(...))`` over every location, then wait until
-  all 16 agents acknowledged the new generation at every location. Measured: the bulk call
-  (``write``), and from its return to the last acknowledgement (``propagate``: the hints out,
-  the records read, the handlers run, the acknowledgements written), and their sum
-  (``total``). Then ``resume all`` back, also waited for (not timed).
-- **raw**: the raw batched write of the same change (bench/bulk.py :data:`RAW`: SQLite
-  ``executemany`` in one transaction, kazoo pipelined multi-ops).
+  all 16 agents acknowledged the new generation at every location. Timed, on the monotonic
+  clock (system-wide on Linux, so the agents' processes and the bench's share it): from the
+  bulk call's start to the moment the last of the 16 agents had every acknowledgement of the
+  new generation stored (``total``: the write, the hints out, the records read, the handlers
+  run, the acknowledgements written and committed); its two parts, the bulk call (``write``)
+  and from its return to that last acknowledgement (``propagate``). Then ``resume all``
+  back, also waited for (not timed).
+- **raw**: the raw batched write of the same change with the same client (bench/bulk.py
+  :data:`RAW`: SQLite ``executemany`` in one transaction, kazoo pipelined multi-ops, pymongo
+  unordered ``bulk_write``).
 
-Ratio (target <= 2x): ``propagate`` / raw write time; ``total`` / raw is reported too. An
-agent counts as done when its ``acks`` counter moved by N and every location's
-``observed_generation`` is the new one (checked then, so a re-acknowledgement cannot end a
-round early).
+Ratio (target <= 2x): ``total`` / raw write time (``propagate`` / raw is reported too).
+
+When an agent is done: its ``acks`` counter (acknowledgements stored: counted once
+``Backend.ack_many`` returned them written) moved by N since the round's start and every
+location's ``observed_generation`` is the new one (checked then, so a re-acknowledgement
+cannot end a round early). Each agent process looks every :data:`POLL` seconds, so an agent's
+end time is late by at most that much.
+
+Also reported per round: the CPU seconds of the bench's process (the bulk call; with
+``--in-process`` the agents too) and of the 16 agent processes together from the round's start
+to their end time (their whole burst work, settling included), the fleet's counters during the
+round (hints received, full re-reads, settles stored, acknowledgements), and the load average.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -34,9 +48,11 @@ from locstatus.agent import Agent
 
 SERVICE = "replication"
 CTX = mp.get_context("spawn")
-POLL = 0.05
-"""Seconds between two looks at the agents' counters (each look takes every agent's lock: a
-faster poll slows the agents it measures)."""
+POLL = 0.02
+"""Seconds between two looks of an agent process at its own counters (the end time's
+resolution)."""
+COUNTED = ("hints", "resyncs", "settles", "acks", "backend_errors")
+"""The agents' counters reported per round (summed over the fleet)."""
 
 
 def _agent(url: str, index: int) -> tuple[Agent, Any]:
@@ -55,6 +71,25 @@ def _generation_everywhere(agent: Agent, locations: list[str], generation: int) 
     return all(agent.observed_generation(loc, SERVICE) == generation for loc in locations)
 
 
+def _done(agent: Agent, base: int, locations: list[str], generation: int) -> bool:
+    return agent.metrics()["acks"] - base >= len(locations) and _generation_everywhere(
+        agent, locations, generation
+    )
+
+
+def _counts(agent: Agent) -> dict[str, int]:
+    m = agent.metrics()
+    return {k: m.get(k, 0) for k in COUNTED}
+
+
+class Mark:
+    """Where one agent stood at a round's start: its ``acks`` counter, its CPU seconds (of
+    its process) and its counters."""
+
+    def __init__(self, acks: int, cpu: float, counts: dict[str, int]) -> None:
+        self.acks, self.cpu, self.counts = acks, cpu, counts
+
+
 class InProcess:
     """16 agents in this process, one backend connection each."""
 
@@ -69,22 +104,15 @@ class InProcess:
         for agent in self.agents:
             agent.start(wait=False)
 
-    def acks(self) -> list[int]:
-        return [a.metrics()["acks"] for a in self.agents]
+    def mark(self) -> list[Mark]:
+        cpu = time.process_time()
+        return [Mark(a.metrics()["acks"], cpu, _counts(a)) for a in self.agents]
 
-    def counts(self) -> dict[str, int]:
-        """The fleet's settle work so far: settle results stored by the agents (``settles``),
-        the compare-and-set writes their managers made (``writes``: settles only, acks are not
-        writes) and the batched ones that conflicted and were re-read alone (``stale``)."""
-        return {
-            "settles": sum(a.metrics()["settles"] for a in self.agents),
-            "writes": sum(c.stats["writes"] for c in self.clients),
-            "stale": sum(c.stats["stale_hints"] + c.stats["conflicts"] for c in self.clients),
-        }
-
-    def wait(self, base: list[int], generation: int, timeout: float) -> float:
-        """Monotonic time at which the last agent had acknowledged ``generation`` everywhere."""
-        n = len(self.locations)
+    def wait(self, marks: list[Mark], generation: int, timeout: float
+             ) -> tuple[float, float, dict[str, int]]:
+        """(monotonic time at which the last agent had acknowledged ``generation``
+        everywhere, CPU seconds of this process since the marks, the fleet's counters since
+        the marks)."""
         done: dict[int, float] = {}
         deadline = time.monotonic() + timeout
         while len(done) < len(self.agents):
@@ -92,12 +120,13 @@ class InProcess:
             if now > deadline:
                 raise TimeoutError(f"{len(done)}/{len(self.agents)} agents done in {timeout} s")
             for i, agent in enumerate(self.agents):
-                if i in done or agent.metrics()["acks"] - base[i] < n:
-                    continue
-                if _generation_everywhere(agent, self.locations, generation):
+                if i not in done and _done(agent, marks[i].acks, self.locations, generation):
                     done[i] = now
             time.sleep(POLL)
-        return max(done.values())
+        now = [_counts(a) for a in self.agents]
+        counts = {k: sum(c[k] - m.counts[k] for c, m in zip(now, marks, strict=True))
+                  for k in COUNTED}
+        return max(done.values()), time.process_time() - marks[0].cpu, counts
 
     def close(self) -> None:
         for agent in self.agents:
@@ -107,27 +136,26 @@ class InProcess:
 
 
 def _child(url: str, index: int, locations: list[str], cmd: Any, out: Any) -> None:
-    """One agent process: answers ``("wait", base_acks, generation)`` with the monotonic time
-    (system-wide on Linux) at which it had acknowledged ``generation`` everywhere."""
+    """One agent process. Answers ``("mark",)`` with its :class:`Mark` fields, and ``("wait",
+    base_acks, generation, cpu, counts)`` with (monotonic end time, CPU seconds since ``cpu``,
+    counters since ``counts``) once it had acknowledged ``generation`` everywhere."""
     agent, client = _agent(url, index)
     agent.start(wait=False)
-    n = len(locations)
     try:
         while True:
             msg = cmd.get()
             if msg[0] == "stop":
                 return
-            if msg[0] == "acks":
-                out.put((index, agent.metrics()["acks"]))
+            if msg[0] == "mark":
+                out.put((index, (agent.metrics()["acks"], time.process_time(), _counts(agent))))
                 continue
-            _, base, generation = msg
-            while True:
-                if agent.metrics()["acks"] - base >= n and _generation_everywhere(
-                    agent, locations, generation
-                ):
-                    out.put((index, time.monotonic()))
-                    break
+            _, base, generation, cpu, counts = msg
+            while not _done(agent, base, locations, generation):
                 time.sleep(POLL)
+            end = time.monotonic()
+            now = _counts(agent)
+            out.put((index, (end, time.process_time() - cpu,
+                             {k: now[k] - counts[k] for k in COUNTED})))
     finally:
         agent.stop()
         client.backend.close()
@@ -147,16 +175,21 @@ class Processes:
         for p in self.procs:
             p.start()
 
-    def acks(self) -> list[int]:
-        for q in self.cmds:
-            q.put(("acks",))
-        got = dict(self.out.get(timeout=600) for _ in self.cmds)
+    def _ask(self, msgs: list[tuple[Any, ...]], timeout: float) -> list[Any]:
+        for q, msg in zip(self.cmds, msgs, strict=True):
+            q.put(msg)
+        got = dict(self.out.get(timeout=timeout) for _ in self.cmds)
         return [got[i] for i in range(len(self.cmds))]
 
-    def wait(self, base: list[int], generation: int, timeout: float) -> float:
-        for i, q in enumerate(self.cmds):
-            q.put(("wait", base[i], generation))
-        return max(self.out.get(timeout=timeout)[1] for _ in self.cmds)
+    def mark(self) -> list[Mark]:
+        return [Mark(*m) for m in self._ask([("mark",)] * len(self.cmds), 600)]
+
+    def wait(self, marks: list[Mark], generation: int, timeout: float
+             ) -> tuple[float, float, dict[str, int]]:
+        """As :meth:`InProcess.wait`; the CPU seconds are the agent processes' together."""
+        got = self._ask([("wait", m.acks, generation, m.cpu, m.counts) for m in marks], timeout)
+        counts = {k: sum(g[2][k] for g in got) for k in COUNTED}
+        return max(g[0] for g in got), sum(g[1] for g in got), counts
 
     def close(self) -> None:
         for q in self.cmds:
@@ -165,14 +198,6 @@ class Processes:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-
-
-def settle_start(fleet: InProcess | Processes, n: int, timeout: float) -> float:
-    """Wait until every agent acknowledged generation 0 everywhere (its start: on_resume at
-    every location); seconds it took."""
-    t = time.monotonic()
-    end = fleet.wait([0] * len(fleet.acks()), 0, timeout)
-    return end - t
 
 
 def run(
@@ -195,36 +220,41 @@ def run(
         ls_url, agents, locations
     )
     res: dict[str, list[float]] = {
-        "write": [], "propagate": [], "total": [], "raw": [], "cpu": [], "raw_cpu": [],
+        "write": [], "propagate": [], "total": [], "raw": [], "cpu": [], "agents_cpu": [],
+        "raw_cpu": [], "load": [],
     }
     counted: list[dict[str, int]] = []
     try:
-        started = settle_start(fleet, n, timeout)
-        progress(f"{agents} agents started and acknowledged {n} locations in {started:.1f} s")
+        t = time.monotonic()
+        marks = fleet.mark()
+        for m in marks:  # its first acknowledgements may be in before the mark
+            m.acks = 0
+        end, _, _ = fleet.wait(marks, 0, timeout)
+        started = end - t
+        progress(f"{agents} agents ({'processes' if processes else 'in-process'}) started "
+                 f"and acknowledged {n} locations in {started:.1f} s")
         generation = 0
         for r in range(rounds):
             def ours() -> None:
                 nonlocal generation
-                base = fleet.acks()
-                before = fleet.counts() if isinstance(fleet, InProcess) else {}
+                marks = fleet.mark()
                 c0 = time.process_time()
                 t0 = time.monotonic()
                 report = mgr.bulk(Operation.pause(SERVICE))
                 t1 = time.monotonic()
+                res["cpu"].append(time.process_time() - c0)
                 assert len(report.items) == n and not report.failed, report.failed[:3]
                 generation += 1
-                t2 = fleet.wait(base, generation, timeout)
-                res["cpu"].append(time.process_time() - c0)
+                t2, agents_cpu, counts = fleet.wait(marks, generation, timeout)
                 res["write"].append(t1 - t0)
                 res["propagate"].append(t2 - t1)
                 res["total"].append(t2 - t0)
-                if isinstance(fleet, InProcess):
-                    after = fleet.counts()
-                    counted.append({k: after[k] - before[k] for k in after})
-                base = fleet.acks()
+                res["agents_cpu"].append(agents_cpu)
+                counted.append(counts)
+                marks = fleet.mark()
                 mgr.bulk(Operation.resume(SERVICE))
                 generation += 1
-                fleet.wait(base, generation, timeout)
+                fleet.wait(marks, generation, timeout)
 
             def theirs() -> None:
                 c0 = time.process_time()
@@ -237,25 +267,27 @@ def run(
             pair = [ours, theirs] if r % 2 == 0 else [theirs, ours]
             for fn in pair:
                 fn()
+            res["load"].append(os.getloadavg()[0])
             progress(
-                f"propagate round {r + 1}/{rounds}: write {res['write'][-1]:.2f} s, "
-                f"then all {agents} agents acknowledged in {res['propagate'][-1]:.2f} s "
-                f"(total {res['total'][-1]:.2f} s, CPU {res['cpu'][-1]:.2f} s of this "
-                f"process); raw write {res['raw'][-1]:.2f} s"
-                + (f"; settle work during it {counted[-1]}" if counted else "")
+                f"propagate round {r + 1}/{rounds} (load {res['load'][-1]:.1f}): all "
+                f"{agents} agents acknowledged {res['total'][-1]:.2f} s after the write's "
+                f"start (write {res['write'][-1]:.2f} s, then {res['propagate'][-1]:.2f} s); "
+                f"raw write {res['raw'][-1]:.2f} s; CPU: bulk call {res['cpu'][-1]:.2f} s, "
+                f"agents {res['agents_cpu'][-1]:.2f} s; fleet counters {counted[-1]}"
             )
     finally:
         fleet.close()
         mgr.backend.close()
-    med = {k: statistics.median(v) for k, v in res.items()}
-    ratios = [p / w for p, w in zip(res["propagate"], res["raw"], strict=True)]
+    med = {k: statistics.median(v) for k, v in res.items() if k != "load"}
     totals = [p / w for p, w in zip(res["total"], res["raw"], strict=True)]
+    ratios = [p / w for p, w in zip(res["propagate"], res["raw"], strict=True)]
     return {
         "agents": agents, "locations": n, "rounds": rounds,
         "mode": "processes" if processes else "in-process", "start_s": round(started, 3),
         **{f"{k}_s": round(v, 3) for k, v in med.items()},
-        "ratio": round(statistics.median(ratios), 3),
-        "total_ratio": round(statistics.median(totals), 3),
-        **{f"rounds_{k}_s": [round(x, 3) for x in v] for k, v in res.items()},
-        "rounds_settle_work": counted,
+        "ratio": round(statistics.median(totals), 3),
+        "propagate_ratio": round(statistics.median(ratios), 3),
+        **{f"rounds_{k}_s": [round(x, 3) for x in v] for k, v in res.items() if k != "load"},
+        "load_averages": [round(x, 1) for x in res["load"]],
+        "rounds_counters": counted,
     }

@@ -1,8 +1,11 @@
 """Raw kazoo baseline for ``bench/bulk.py --backend zk``: the ZooKeeper I/O of a bulk pause,
 resume or create of every location, the fastest way kazoo offers.
 
-- ``flip``: list the locations, read every znode with pipelined ``get_async``, parse, set the
-  service's state, serialise, then write them in multi-ops of :data:`PER_MULTI` locations each
+- ``flip``: list the locations, read every znode (:data:`READS`: ``get``, the default, kazoo
+  alone: one pipelined ``get_async`` per node, :data:`GETS_IN_FLIGHT` in flight; ``multiread``:
+  ZooKeeper's multiRead of :data:`~locstatus.backends.zookeeper.multiread.PER_REQUEST` nodes per
+  request, :data:`MULTIREADS_IN_FLIGHT` in flight, with locstatus's request class, the I/O
+  locstatus does), parse, set the service's state, serialise, then write them in multi-ops of :data:`PER_MULTI` locations each
   (per location a versioned ``set_data`` plus the ``create`` of its history node), every
   multi-op sent with ``commit_async`` at once, :data:`IN_FLIGHT` at a time, every result
   inspected: the fastest kazoo pipeline measured (docs/benchmarks.md, "Bulk operations":
@@ -31,10 +34,14 @@ sys.path.insert(0, str(HERE))
 from kazoo.client import KazooClient  # noqa: E402
 
 from locstatus.backends.zookeeper import parse_zk_url  # noqa: E402
+from locstatus.backends.zookeeper.multiread import MultiRead, requests  # noqa: E402
 
 PER_MULTI = 50
 IN_FLIGHT = 20
-READS = 1000
+GETS_IN_FLIGHT = 1000
+MULTIREADS_IN_FLIGHT = 5
+READS = "get"
+"""How ``flip`` reads: ``multiread`` or ``get`` (``bench/bulk.py --raw-reads``)."""
 
 
 def _bulk() -> ModuleType:
@@ -77,14 +84,31 @@ class RawZk:
                 assert not failed, failed[:3]
 
     def _read_all(self, base: str, names: list[str]) -> Iterator[tuple[str, bytes, Any]]:
-        """Every node, pipelined ``get_async``, ``READS`` in flight at a time (100 000 sent at
-        once queue the session's pings behind them: the connection drops)."""
-        for start in range(0, len(names), READS):
-            chunk = names[start:start + READS]
-            reads = [self.client.get_async(f"{base}/{n}") for n in chunk]
-            for name, pending in zip(chunk, reads, strict=True):
-                data, stat = pending.get(timeout=30)
-                yield name, data, stat
+        """Every node, pipelined, a bounded number in flight (100 000 sent at once queue the
+        session's pings behind them: the connection drops)."""
+        if READS == "get":
+            for start in range(0, len(names), GETS_IN_FLIGHT):
+                chunk = names[start:start + GETS_IN_FLIGHT]
+                reads = [self.client.get_async(f"{base}/{n}") for n in chunk]
+                for name, pending in zip(chunk, reads, strict=True):
+                    data, stat = pending.get(timeout=30)
+                    yield name, data, stat
+            return
+        runs = requests([f"{base}/{n}" for n in names], 1_000_000)
+        done = 0
+        for start in range(0, len(runs), MULTIREADS_IN_FLIGHT):
+            pending = []
+            for run in runs[start:start + MULTIREADS_IN_FLIGHT]:
+                result = self.client.handler.async_result()
+                self.client._call(MultiRead(run), result)
+                pending.append((len(run), result))
+            for count, result in pending:
+                answers = result.get(timeout=30)
+                assert len(answers) == count and not any(
+                    isinstance(a, Exception) for a in answers), answers[:3]
+                for name, (data, stat) in zip(names[done:done + count], answers, strict=True):
+                    yield name, data, stat
+                done += count
 
     def flip(self, event: str) -> None:
         bulk = _bulk()

@@ -53,6 +53,8 @@ LOC = "us-east-1"
 SVC = "replication"
 WORKER = Path(__file__).parent / "support" / "agent_worker.py"
 FAST = {"lease_seconds": 2.0, "handler_retry": HandlerRetry(base=0.05, cap=0.2)}
+SCHEDULING = 0.5
+"""Seconds for a woken thread to run and its write to land on a loaded 2-core machine."""
 
 
 def eventually(check: Callable[[], Any], timeout: float = 20.0, every: float = 0.02) -> Any:
@@ -476,6 +478,27 @@ def test_agent_fires_a_due_scheduled_resume(mgr: Manager, agents: list[Agent]) -
     assert [e.event for e in mgr.history(LOC, limit=2)] == ["settle", "resume_due"]
 
 
+@pytest.mark.parametrize("kit", ["zk"], indirect=True)  # the backend whose hints carry records
+def test_a_resume_scheduled_while_the_agent_idles_fires_when_due_not_at_its_next_reread(
+    mgr: Manager, agents: list[Agent]
+) -> None:
+    """ZooKeeper's hint of a changed record carries the record; the agent stores it without a
+    read and used not to wake its watch thread, which slept on until its next re-read
+    (``resync_interval``, 30 s by default): a resume scheduled while nothing else woke it
+    fired 25 s late (tests/test_skew.py, [zk]). Late by at most the time source's error bound
+    plus the agent's period (``settle_interval``; docs/time.md, "What it guarantees")."""
+    make_agent(mgr, agents, "w1", services=[SVC], resync_interval=60.0,
+               settle_interval=1.0).start()
+    mgr.pause(LOC, SVC, wait=10)
+    time.sleep(1.0)  # idle: whatever the pause woke the agent for is over
+    at = mgr.resume(LOC, SVC, at=timedelta(seconds=1)).services[SVC].resume_at
+    assert at is not None
+    eventually(lambda: svc_state(mgr) is State.RUNNING, timeout=10)
+    (fired,) = [e for e in mgr.history(LOC, limit=3) if e.event == "resume_due"]
+    bound = timedelta(seconds=mgr.time.max_uncertainty_seconds + 1.0 + SCHEDULING)
+    assert at <= fired.at <= at + bound, f"due at {at}, fired at {fired.at}"
+
+
 def test_bad_arguments_are_refused(mgr: Manager) -> None:
     with pytest.raises(InvalidInput):
         mgr.agent("../w")
@@ -540,10 +563,15 @@ class Worker:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
-    def stop(self) -> None:
+    def ask_to_stop(self) -> None:
+        """SIGCONT (a frozen one) and SIGTERM, without waiting: :meth:`stop` waits."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.ask_to_stop()
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
@@ -561,6 +589,8 @@ def spawn(backend_url: str, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
         return w
 
     yield start
+    for w in started:  # all at once: 16 agents unregistering one after the other took 16 s
+        w.ask_to_stop()
     for w in started:
         w.stop()
 

@@ -60,17 +60,28 @@ class Held(Partition):
         self.acks_written = 0
         self.ack_batches: list[int] = []
         self._held: list[tuple[HintCallback, Hint]] | None = None
+        self._as_of_now = False
         self._lock = threading.Lock()
 
     def hold(self) -> None:
         with self._lock:
             self._held = []
 
-    def release(self) -> None:
+    def release(self, *, as_of_now: bool = False) -> None:
+        """Deliver the held hints. ``as_of_now``: these and every later one without the records
+        they carry (ZooKeeper's carry the record as read when the change was seen, which a
+        write the test made meanwhile may have superseded; and a hint of a bulk write may
+        arrive only after the release), so the agent reads what the store holds now."""
         with self._lock:
             held, self._held = self._held or [], None
+            self._as_of_now = as_of_now
         for callback, hint in held:
-            callback(hint)
+            callback(self._fresh(hint))
+
+    def _fresh(self, hint: Hint) -> Hint:
+        if self._as_of_now and hint.record is not None:
+            return hint.model_copy(update={"record": None})
+        return hint
 
     def read(self, location: str) -> LocationStatus:
         self.reads += 1
@@ -96,7 +107,7 @@ class Held(Partition):
                 if self._held is not None:
                     self._held.append((callback, hint))
                     return
-            callback(hint)
+            callback(self._fresh(hint))
 
         return self.inner.subscribe(forward, kinds=kinds)
 
@@ -136,6 +147,18 @@ def fleet(kit: Kit, agents: list[Agent], n: int = 2,
         agent.start()
     for a in agents:
         eventually(lambda a=a: a.metrics()["resyncs"] >= 2)  # the early re-read is done
+    # ... and the start's work: every location applied and acknowledged. An acknowledgement
+    # still in flight when the test writes would be refused (the record moved) and the record
+    # read again, outside the burst the test holds back.
+    wids = [f"w{i}" for i in range(n)]
+
+    def settled() -> bool:
+        acks = mgr.backend.all_acks()
+        return all(a.metrics()["pending"] == 0 and a.metrics()["running"] == 0
+                   for a in agents) and all(
+            acks.get(name, {}).get(wid, {}).get(SVC) == 0 for name in NAMES for wid in wids)
+
+    eventually(settled)
     return mgr, links, calls
 
 
@@ -173,6 +196,12 @@ def test_a_pause_of_every_location_is_read_and_acknowledged_in_batches(
 def test_a_corrupt_record_inside_a_burst_is_reported_alone(
     kit: Kit, agents: list[Agent]
 ) -> None:
+    """The record is corrupted after the pause and before the worker hears of the burst, so
+    the worker only ever reads it corrupt. On ZooKeeper the held hint of the pause carries the
+    record as it was then (valid, paused): applied, that pause is right but another case (a
+    state applied, then superseded by a corrupt write), so the hints are released as of now:
+    this race failed the test 1 run in 3 on [zk] before (and :func:`fleet` now waits for the
+    start's acknowledgements: one still in flight, refused, read the record again)."""
     mgr, links, calls = fleet(kit, agents, n=1)
     (agent,), (link,) = agents, links
     bad = NAMES[N // 2]
@@ -180,7 +209,7 @@ def test_a_corrupt_record_inside_a_burst_is_reported_alone(
     assert not mgr.bulk(Operation.pause(SVC)).failed
     kit.write_raw(bad, '{"services": {"replication": {"state": "exploded"}}}')
     before = mgr.backend.acks(bad)
-    link.release()
+    link.release(as_of_now=True)
     others = [n for n in NAMES if n != bad]
     eventually(lambda: all(agent.observed_generation(n, SVC) == 1 for n in others))
     eventually(lambda: f"{bad}/*" in agent.errors())

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from locstatus.backends import Backend, codec
-from locstatus.backends.base import AckItem, CasItem, CasResult
+from locstatus.backends.base import AckItem, CasItem, CasResult, StaleVersion
 from locstatus.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -118,6 +118,23 @@ def test_stale_compare_and_set_conflicts_and_writes_nothing(b: Backend) -> None:
     with pytest.raises(VersionConflict):
         b.compare_and_set(record("loc", State.RESUMING, 2), v1, [entry("loc", "op-stale", "resume")])
     assert (b.read("loc"), b.history("loc", limit=100)) == before
+
+
+def test_a_stale_compare_and_set_carries_the_record_as_it_is_now(kit: Kit) -> None:
+    """A conflict comes back with the record that refused it where the backend has it within
+    the refused write's own round trip (docs/design.md §3.1): what the writer's next read would
+    return, another client's write included, so its next attempt needs no read of its own.
+    ZooKeeper's multi-op answers no data (a get behind every write would cost every write)."""
+    a, other = kit.open(), kit.open()
+    v1 = a.create(record("loc"), []).version
+    now = other.compare_and_set(record("loc", State.PAUSING, 1), v1, [entry("loc", "op-1")])
+    with pytest.raises(VersionConflict) as refused:
+        a.compare_and_set(record("loc", State.RESUMING, 2), v1, [entry("loc", "op-stale", "resume")])
+    if kit.name == "zk":
+        assert not isinstance(refused.value, StaleVersion)
+    else:
+        assert isinstance(refused.value, StaleVersion)
+        assert refused.value.current == now == a.read("loc")
 
 
 def test_compare_and_set_of_a_missing_record_is_not_found(b: Backend) -> None:
@@ -1476,3 +1493,49 @@ def test_a_batch_of_acks_refuses_a_stale_one_alone(b: Backend) -> None:
     assert b.acks("c") == {"w-1": {"replication": 1}}
     assert b.ack_many("w-1", [AckItem("b", "replication", 1, moved)]) == [None]
     assert b.acks("b") == {"w-1": {"replication": 1}}
+
+
+@settings(
+    max_examples=12, deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    plan=st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from(["replication", "lifecycle"]),
+                  st.sampled_from(["current", "stale", "none", "ahead"])),
+        min_size=1, max_size=10,
+    ),
+)
+def test_a_batch_of_acks_ends_as_the_same_acks_one_by_one(
+    b: Backend, plan: list[tuple[int, str, str]]
+) -> None:
+    """Invariant 14, as a property: whatever mix of current, stale and unconditional
+    acknowledgements, of generations the record has or not, and of repeats of one
+    (location, service), ``ack_many`` refuses exactly the items a lone ``ack`` would refuse
+    and leaves the acknowledgements a lone ``ack`` per item, in order, would leave (the
+    last accepted one of each key)."""
+    prefix = uuid.uuid4().hex[:8]
+    worker_id = f"w-{prefix}"
+    b.put_worker(worker(worker_id, None, ("replication", "lifecycle")))
+    names = [f"a{prefix}-{i}" for i in range(3)]
+    version: dict[str, int] = {}
+    for n in names:
+        v = b.create(record(n), []).version
+        version[n] = b.compare_and_set(record(n, State.PAUSING, 1), v, []).version
+    items: list[AckItem] = []
+    for i, service, kind in plan:
+        n = names[i]
+        generation = {"replication": 1, "lifecycle": 0}[service] + (kind == "ahead")
+        if_version = {"current": version[n], "stale": version[n] - 1}.get(kind)
+        items.append(AckItem(n, service, generation, if_version))
+    results = b.ack_many(worker_id, items)
+    assert len(results) == len(items)
+    expected: dict[str, dict[str, int]] = {}
+    for item, (_, _, kind), result in zip(items, plan, results, strict=True):
+        if kind in ("stale", "ahead"):
+            assert isinstance(result, VersionConflict), (kind, result)
+        else:
+            assert result is None, (kind, result)
+            expected.setdefault(item.location, {})[item.service] = item.generation
+    for n in names:
+        assert b.acks(n).get(worker_id, {}) == expected.get(n, {})

@@ -25,10 +25,12 @@ from locstatus import (
     Manager,
     NotFound,
     State,
+    VersionConflict,
     connect,
 )
 from locstatus.api import create_app
 from locstatus.api.server import BackgroundServer
+from locstatus.backends.base import CasItem
 from locstatus.backends.mongo import MongoBackend
 from locstatus.client import Client
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
@@ -216,17 +218,28 @@ def test_a_document_mongodb_cannot_hold_is_invalid_input_and_nothing_is_written(
 # -- MongoDB: the server frozen (SIGSTOP) ----------------------------------------------------
 
 
+CALL_DEADLINE = 1.0
+"""Seconds: the frozen-server tests' ``timeoutMS``, the deadline of one MongoDB backend call."""
+SCHEDULING = 0.5
+"""Seconds past a deadline for the raise to reach the caller (the thread woken, the error
+mapped): the same allowance the 0.5 s steps of the driver's own waits make (docs/mongodb.md,
+"Timeouts")."""
+
+
 def test_with_the_mongodb_server_frozen_calls_fail_cleanly_and_the_worker_is_live_after(
     mongo_server: MongoHandle,
 ) -> None:
-    """SIGSTOP keeps the server's sockets open while it answers nothing: every call ends
-    with a LocstatusError within the configured timeouts, and after SIGCONT the worker
-    renews its lease and applies the next pause."""
+    """SIGSTOP keeps the server's sockets open while it answers nothing: a pause ends with a
+    LocstatusError within the deadlines of its backend calls (``timeoutMS``, one per call,
+    docs/mongodb.md "Timeouts"; six sequential attempts of 0.5 s each used to add up past 5 s
+    on a loaded machine), and after SIGCONT the worker renews its lease and applies the next
+    pause."""
     if not mongo_server.controllable:
         pytest.skip("LOCSTATUS_TEST_MONGO_URI names an external server: it cannot be frozen")
     database = fresh_database()
     url = kit_url(mongo_server, database, serverSelectionTimeoutMS="500",
-                  socketTimeoutMS="500", connectTimeoutMS="500")
+                  socketTimeoutMS="500", connectTimeoutMS="500",
+                  timeoutMS=str(int(CALL_DEADLINE * 1000)))
     mgr = connect(url)
     agent = None
     try:
@@ -239,7 +252,10 @@ def test_with_the_mongodb_server_frozen_calls_fail_cleanly_and_the_worker_is_liv
             with pytest.raises(BackendUnavailable):  # AmbiguousCommit is one too
                 mgr.pause("loc-a", SVC, op_id="op-frozen")
             took = time.monotonic() - t0
-            assert took < 5.0, f"{took:.1f}s: more than a few timeouts of 0.5 s (a retried read)"
+            # Two backend calls at most, one deadline each: the clock's re-probe when one is
+            # due (docs/time.md), then the read, which fails with nothing sent.
+            assert took < 2 * CALL_DEADLINE + SCHEDULING, (
+                f"{took:.2f}s: past two calls' deadlines of {CALL_DEADLINE} s (timeoutMS)")
         finally:
             mongo_server.resume()
         thawed = datetime.now(UTC)
@@ -258,6 +274,92 @@ def test_with_the_mongodb_server_frozen_calls_fail_cleanly_and_the_worker_is_liv
             client.drop_database(database)
         finally:
             client.close()
+
+
+def test_every_write_call_to_a_frozen_mongodb_server_fails_within_its_one_deadline(
+    mongo_server: MongoHandle,
+) -> None:
+    """One deadline per call (``timeoutMS``, docs/mongodb.md "Timeouts"): a write call against
+    a server frozen by SIGSTOP ends with BackendUnavailable (AmbiguousCommit is one) within
+    it, however many operations and driver retries it makes: before, each operation had its
+    own timeout and a batch read back a lost answer three more times (4x the timeout and
+    more). After SIGCONT nothing is half-written: every version of every record has its
+    history write, every op_id at most once, no history lost, and each location takes the
+    next write."""
+    if not mongo_server.controllable:
+        pytest.skip("LOCSTATUS_TEST_MONGO_URI names an external server: it cannot be frozen")
+    database = fresh_database()
+    url = kit_url(mongo_server, database, timeoutMS=str(int(CALL_DEADLINE * 1000)))
+    backend = MongoBackend(url)
+    try:
+        stored = {loc: backend.create(record(loc), [entry(loc, f"op-born-{loc}")])
+                  for loc in ("cas", "many-1", "many-2", "gone")}
+        backend.put_worker(WorkerInfo(worker_id="w-1", services=(SVC,)))
+        calls: dict[str, Callable[[], object]] = {
+            "compare_and_set": lambda: backend.compare_and_set(
+                record("cas", 1), stored["cas"].version, [entry("cas", "op-f-cas")]),
+            "compare_and_set_many": lambda: backend.compare_and_set_many([
+                CasItem(record(loc, 1), stored[loc].version, [entry(loc, f"op-f-{loc}")])
+                for loc in ("many-1", "many-2")]),
+            "create": lambda: backend.create(record("new"), [entry("new", "op-f-new")]),
+            "create_many": lambda: backend.create_many([
+                (record(loc), [entry(loc, f"op-f-{loc}")]) for loc in ("new-1", "new-2")]),
+            "delete": lambda: backend.delete("gone", stored["gone"].version),
+            "put_worker": lambda: backend.put_worker(
+                WorkerInfo(worker_id="w-2", services=(SVC,))),
+            "ack": lambda: backend.ack("w-1", "cas", SVC, 1),
+        }
+        took: dict[str, float] = {}
+        mongo_server.pause()
+        try:
+            for name, call in calls.items():
+                t0 = time.monotonic()
+                try:
+                    result = call()
+                except BackendUnavailable:
+                    pass
+                else:  # a batch answers per item
+                    assert isinstance(result, list), f"{name} answered a frozen server"
+                    assert all(isinstance(r, BackendUnavailable) for r in result), (name, result)
+                took[name] = time.monotonic() - t0
+        finally:
+            mongo_server.resume()
+        late = {n: round(t, 2) for n, t in took.items() if t >= CALL_DEADLINE + SCHEDULING}
+        assert not late, f"calls past their deadline of {CALL_DEADLINE} s: {late}"
+        for loc in ("cas", "many-1", "many-2", "new", "new-1", "new-2", "gone"):
+            for _ in range(10):  # a frozen call's request the thawed server applies late
+                try:
+                    rec = backend.read(loc)
+                    backend.compare_and_set(record(loc, 7), rec.version,
+                                            [entry(loc, f"op-n-{loc}")])
+                    break
+                except NotFound:
+                    break  # a create or delete that landed, or not, whole
+                except VersionConflict:
+                    time.sleep(0.2)
+            else:
+                raise AssertionError(f"{loc}: no next write landed")
+            try:
+                rec = backend.read(loc)
+            except NotFound:
+                continue
+            ops = [e.op_id for v in range(1, rec.version + 1)
+                   for e in backend.history_write(loc, v)]
+            assert all(backend.history_write(loc, v) for v in range(1, rec.version + 1)), loc
+            assert len(ops) == len(set(ops)), f"{loc}: an op_id twice: {ops}"
+            assert not backend.history_gaps(loc).lost, loc
+    finally:
+        mongo_server.resume()
+        backend.close()
+        client = mongo_server.client()
+        try:
+            client.drop_database(database)
+        finally:
+            client.close()
+
+
+def entry(location: str, op_id: str) -> HistoryEntry:
+    return HistoryEntry(op_id=op_id, at=T0, location=location, service=SVC, event="pause")
 
 
 # -- every backend: a registration too large for any of them ---------------------------------

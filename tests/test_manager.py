@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from locstatus import (
@@ -823,6 +823,141 @@ def test_a_stale_hint_costs_a_conflict_not_a_lost_update(two: tuple[Manager, Man
     assert a.stats["stale_hints"] == 1 and a.stats["conflicts"] == 0
     a.resume("us-east-1", "replication")  # the hint is current now: no read, no conflict
     assert a.stats["stale_hints"] == 1
+
+
+class _Reads(Partition):
+    """The real backend, counting the records read one at a time."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.reads = 0
+
+    def read(self, location: str) -> LocationStatus:
+        self.reads += 1
+        return super().read(location)
+
+
+def test_a_conflict_is_planned_again_from_the_record_it_came_back_with(
+    kit: Kit, clock: FakeClock, mgr: Manager,
+) -> None:
+    """The record a refused compare-and-set comes back with is as fresh as a read, so the
+    next attempt plans from it: a pause planned from a stale hint is a refused write and a
+    write, no read between (docs/design.md §3.1; found by bench/bridge.py --store zk, where
+    every pause paid a read for it). ZooKeeper's refusal carries no record: it reads."""
+    counted = _Reads(kit.open())
+    a = Manager(counted, clock=clock)
+    a.status("us-east-1")
+    mgr.pause("us-east-1", "lifecycle")  # a's hint is two versions behind
+    counted.reads = 0
+    rec = a.pause("us-east-1", "replication")
+    assert {s: st.state for s, st in rec.services.items()} == {
+        "replication": State.PAUSED, "lifecycle": State.PAUSED}
+    brought_back = kit.name != "zk"
+    assert counted.reads == (0 if brought_back else 1)
+    assert (a.stats["stale_hints"], a.stats["replanned"]) == (1, int(brought_back))
+    ops = [e.event for e in a.history("us-east-1", limit=4)]
+    assert ops == ["settle", "pause", "settle", "pause"]
+
+
+def test_a_location_another_process_keeps_writing_is_read_first(
+    kit: Kit, clock: FakeClock, mgr: Manager,
+) -> None:
+    """Once a location's hint proved stale, the next write reads first (one round trip)
+    rather than planning from the hint again and being refused; once a read finds the
+    location where this manager left it, the hint is used again (docs/design.md §3.1)."""
+    counted = _Reads(kit.open())
+    a = Manager(counted, clock=clock)
+    a.status("us-east-1")
+    mgr.pause("us-east-1", "lifecycle")
+    a.pause("us-east-1", "replication")  # refused once: the hint was stale
+    mgr.resume("us-east-1", "lifecycle")
+    counted.reads = 0
+    a.resume("us-east-1", "replication")  # read first: no refused write
+    assert (counted.reads, a.stats["stale_hints"]) == (1, 1)
+    a.pause("us-east-1", "replication")  # read first again, found as a left it
+    a.resume("us-east-1", "replication")  # the hint again
+    assert (counted.reads, a.stats["stale_hints"]) == (2, 1)
+    assert state(a, "us-east-1", "replication") is State.RUNNING
+
+
+_OWN_OPS = st.lists(
+    st.sampled_from(["pause", "resume", "schedule", "cancel"]), min_size=1, max_size=6
+)
+
+
+def _run_own(m: Manager, loc: str, svc: str, ops: list[str], base: int) -> list[str]:
+    """``ops`` on ``svc`` of ``loc``, each from the manager's own (possibly stale) hint: what
+    each call ended as (its resulting state, or ``refused``)."""
+    out: list[str] = []
+    for k, op in enumerate(ops):
+        try:
+            if op == "pause":
+                rec = m.pause(loc, svc)
+            elif op == "resume":
+                rec = m.resume(loc, svc)
+            elif op == "schedule":
+                rec = m.resume(loc, svc, at=START + timedelta(hours=base + k + 1))
+            else:
+                rec = m.cancel_scheduled_resume(loc, svc)
+        except InvalidTransition:
+            out.append("refused")
+            continue
+        out.append(rec.services[svc].state.value)
+    return out
+
+
+def _own_history(m: Manager, loc: str, svc: str) -> list[tuple[object, ...]]:
+    return [
+        (e.event, e.from_state, e.to_state, e.generation, e.resume_at)
+        for e in reversed(m.history(loc, limit=500)) if e.service == svc
+    ]
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plans=st.tuples(_OWN_OPS, _OWN_OPS, _OWN_OPS))
+def test_concurrent_writers_planning_from_each_others_conflicts_lose_and_revert_nothing(
+    kit: Kit, plans: tuple[list[str], list[str], list[str]],
+) -> None:
+    """Three managers (three clients of one store) each change their own service of one
+    record at once, every write planned from a record another writer made stale, so they keep
+    conflicting and planning again from the record each refused write came back with
+    (docs/design.md §3.1). Each service ends exactly as its writer's calls made it alone (run
+    one after the other on a store of its own): same answers, same state, generation and
+    schedule, same history, and one write per version; no write of one service undid
+    another's."""
+    clock = FakeClock(START)
+    services = ("replication", "lifecycle", "ingestion")
+    loc = f"hot-{uuid.uuid4().hex[:8]}"
+    managers = [Manager(kit.open(), clock=clock) for _ in services]
+    managers[0].sync_locations({loc: list(services)})
+    for m in managers:
+        m.status(loc)  # every hint current now, stale after the first write
+    answers: dict[str, list[str]] = {}
+    barrier = threading.Barrier(len(services))
+
+    def run(i: int) -> None:
+        barrier.wait()
+        answers[services[i]] = _run_own(managers[i], loc, services[i], plans[i], 10 * i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(services))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    alone = Manager(MemoryBackend(f"memory://{uuid.uuid4().hex}"), clock=FakeClock(START))
+    alone.sync_locations({loc: list(services)})
+    final = managers[0].status(loc)
+    for i, svc in enumerate(services):
+        assert answers[svc] == _run_own(alone, loc, svc, plans[i], 10 * i), svc
+        want = alone.status(loc).services[svc]
+        got = final.services[svc]
+        assert (got.state, got.generation, got.resume_at) == (
+            want.state, want.generation, want.resume_at), svc
+        assert _own_history(managers[0], loc, svc) == _own_history(alone, loc, svc), svc
+    versions = [e.version for e in managers[0].history(loc, limit=500)]
+    writes = sorted(set(versions))
+    assert writes == list(range(writes[0], final.version + 1))
 
 
 def test_if_match_is_judged_on_the_stored_version_not_the_hint(

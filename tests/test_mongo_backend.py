@@ -723,24 +723,28 @@ def test_a_connection_lost_during_compare_and_set_is_resolved_and_applied_once(
     failpoint_server: MongoHandle, failpoint: Callable[..., None],
     opened: Callable[[str], MongoBackend],
 ) -> None:
-    url = kit_url(failpoint_server, fresh_database(), appname="ls-flaky")
-    b = opened(url)
-    mgr = Manager(b)
+    database = fresh_database()
+    # One lost connection: pymongo's retry of the retryable write (same transaction number:
+    # applied once) absorbs it, given the time to find the server again (the default deadline).
+    patient = opened(kit_url(failpoint_server, database, appname="ls-flaky"))
+    mgr = Manager(patient)
     mgr.sync_locations(["loc"])
-    v = b.read("loc").version
-    # One lost connection: pymongo's single retry of the retryable write absorbs it.
+    v = patient.read("loc").version
     failpoint("failCommand", {"times": 1}, failCommands=["findAndModify"],
               closeConnection=True, appName="ls-flaky")
-    v = b.compare_and_set(record("loc"), v, [entry("loc", "op-retried", "restore")]).version
-    assert [e.op_id for e in b.history("loc", limit=1)] == ["op-retried"]
-    assert b.read("loc").version == v
-    # Both the attempt and the retry lose their connection: the outcome is unknown.
-    failpoint("failCommand", {"times": 2}, failCommands=["findAndModify"],
-              closeConnection=True, appName="ls-flaky")
+    v = patient.compare_and_set(record("loc"), v, [entry("loc", "op-retried", "restore")]).version
+    assert [e.op_id for e in patient.history("loc", limit=1)] == ["op-retried"]
+    assert patient.read("loc").version == v
+    b = opened(kit_url(failpoint_server, database, appname="ls-flaky", timeoutMS="1000"))
+    mgr = Manager(b)
+    # No answer before the call's deadline (the server holds the command past it, then fails
+    # it): the outcome is unknown.
+    unanswered = {"failCommands": ["findAndModify"], "blockConnection": True,
+                  "blockTimeMS": 1500, "errorCode": 2, "appName": "ls-flaky"}
+    failpoint("failCommand", {"times": 1}, **unanswered)
     with pytest.raises(AmbiguousCommit, match="outcome of compare-and-set of 'loc'"):
         b.compare_and_set(record("loc", State.PAUSED, 1), v, [entry("loc", "op-lost")])
-    failpoint("failCommand", {"times": 2}, failCommands=["findAndModify"],
-              closeConnection=True, appName="ls-flaky")
+    failpoint("failCommand", {"times": 1}, **unanswered)
     rec = mgr.pause("loc", "replication", op_id="op-resolved")
     assert rec.services["replication"].op_id == "op-resolved" and mgr.stats["ambiguous"] == 1
     ops = [e.op_id for e in mgr.history("loc")]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from locstatus import CorruptRecord, Manager
+from locstatus.backends import AckItem
 from locstatus.backends.sqlite import SQLiteBackend
 from locstatus.check import run_check
 from locstatus.models import Hint
@@ -241,3 +242,57 @@ def test_without_inotify_the_change_log_is_still_polled(
     finally:
         backend.close()
         writer.close()
+
+
+def test_a_subscriber_gets_only_the_kinds_it_asked_for(tmp_path: Path) -> None:
+    """An agent asks for no ``acks`` hints (docs/agent.md "Bursts"): 16 workers acknowledging
+    a pause of every location are 16 rows of the change log per location, which each agent's
+    poller read and hinted. A subscriber of ``location`` hints gets the pause and none of the
+    acknowledgements; one of every kind beside it gets both."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    mgr = Manager(SQLiteBackend(url))
+    mgr.sync_locations({f"loc-{i}": ["replication"] for i in range(20)})
+    backend = SQLiteBackend(url)
+    try:
+        picky: list[Hint] = []
+        everything, cond = _hints_of(backend)
+        backend.subscribe(picky.append, kinds=("location",))
+        time.sleep(0.2)  # the poller is started
+        for i in range(20):
+            mgr.backend.ack("w-1", f"loc-{i}", "replication", 0)
+        mgr.pause("loc-7", "replication")
+        assert _wait_location_hint(everything, cond, "loc-7", timeout=5.0) is not None
+        time.sleep(0.2)  # the picky one is called right after the other, same batch
+        assert {h.kind for _, h in everything} >= {"acks", "location"}
+        assert [h.kind for h in picky if h.kind != "resync"] == ["location"]
+        assert picky[-1].location == "loc-7"
+    finally:
+        backend.close()
+        mgr.close()
+
+
+def test_a_burst_of_more_than_ten_thousand_changes_is_hinted_not_a_resync(
+    tmp_path: Path,
+) -> None:
+    """A pause of 10 000 locations and its workers' acknowledgements are more than the 10 000
+    changes the log used to keep: every poller that had not read the log in between lost
+    rows and hinted a ``resync`` (each agent re-read every record and swept every one:
+    docs/agent.md "Bursts"). One transaction of 12 000 acknowledgements, then a pause: the
+    pause is hinted as itself, with no resync."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    mgr = Manager(SQLiteBackend(url))
+    names = [f"loc-{i:05d}" for i in range(12_000)]
+    mgr.sync_locations({n: ["replication"] for n in names})
+    backend = SQLiteBackend(url)
+    try:
+        got, cond = _hints_of(backend)
+        time.sleep(0.2)  # the poller is started
+        results = mgr.backend.ack_many("w-1", [AckItem(n, "replication", 0) for n in names])
+        assert results == [None] * len(names)
+        mgr.pause("loc-00007", "replication")
+        assert _wait_location_hint(got, cond, "loc-00007", timeout=10.0) is not None
+        assert [h for _, h in got if h.kind == "resync"] == []
+        assert len({h.location for _, h in got if h.kind == "acks"}) == len(names)
+    finally:
+        backend.close()
+        mgr.close()

@@ -99,7 +99,11 @@ class Watcher:
                 # another life (then it is marked dirty: the watch thread asks)
                 rec = hint.record
                 if rec is not None and rec.location == hint.location and s.store_locked(rec):
-                    return False
+                    # Stored without a read. The watch thread still wakes when the record holds
+                    # a resume this worker fires: its sleep was planned without it (else a
+                    # resume scheduled while nothing else woke it fired at the next re-read,
+                    # up to resync_interval late).
+                    return self.fire_scheduled_resumes and rec.location in s.copy.scheduled
                 s.dirty.add(hint.location)
             elif hint.kind == "acks" and hint.location is not None:
                 # Others are still acknowledging: put off this worker's settle until they are

@@ -141,6 +141,32 @@ ScanItem = tuple[LocationStatus | CorruptRecord, list[HistoryEntry] | CorruptRec
 """A record (or its error) and its newest history writes, see :meth:`Backend.scan_with_history`."""
 
 
+class StaleVersion(VersionConflict):
+    """A compare-and-set refused because the record moved on, carrying the record as the
+    backend found it when it refused the write (``current``), got within the refused write's
+    own round trip: a SQLite transaction, the re-read of a MongoDB ``findAndModify`` that
+    matched nothing, the memory store's lock (ZooKeeper's multi-op answers no data: a plain
+    :class:`VersionConflict`).
+    Read at or after the refusal, it is as fresh as a read the caller would make next: the
+    manager plans its next attempt from it instead of reading again (docs/design.md §3.1).
+    A backend raises a plain :class:`VersionConflict` when it has no record to give (a
+    record that does not decode, an answer lost): the manager then reads."""
+
+    def __init__(self, message: str, current: LocationStatus) -> None:
+        super().__init__(message)
+        self.current = current
+
+
+def stale_version(
+    message: str, found: LocationStatus | CorruptRecord | None
+) -> VersionConflict:
+    """The error of a compare-and-set refused at another version: :class:`StaleVersion`
+    carrying ``found`` when it is a record, a plain :class:`VersionConflict` otherwise."""
+    if isinstance(found, LocationStatus):
+        return StaleVersion(message, found)
+    return VersionConflict(message)
+
+
 def stale_ack(location: str, if_version: int) -> VersionConflict:
     """The error of an acknowledgement refused by ``if_version`` (see :meth:`Backend.ack`)."""
     return VersionConflict(

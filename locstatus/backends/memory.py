@@ -27,6 +27,7 @@ from locstatus.backends.base import (
     Unsubscribe,
     check_ack,
     stale_ack,
+    stale_version,
 )
 from locstatus.backends.hints import Subscribers
 from locstatus.backends.history import HistoryPage
@@ -172,8 +173,9 @@ class MemoryBackend(Backend):
             if current is None:
                 raise NotFound(f"unknown location {loc!r}")
             if current[0] != expected_version:
-                raise VersionConflict(
-                    f"location {loc!r} is at version {current[0]}, expected {expected_version}"
+                raise stale_version(
+                    f"location {loc!r} is at version {current[0]}, expected {expected_version}",
+                    codec.decode_record_or_error(loc, *current),
                 )
             version = expected_version + 1
             self._store.records[loc] = (version, codec.encode_record(record))

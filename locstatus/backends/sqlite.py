@@ -58,6 +58,7 @@ from locstatus.backends.base import (
     check_ack,
     distinct_locations,
     stale_ack,
+    stale_version,
 )
 from locstatus.backends.hints import HintBatch, Subscribers
 from locstatus.backends.history import HistoryPage
@@ -106,10 +107,18 @@ CREATE TRIGGER IF NOT EXISTS workers_ins AFTER INSERT ON workers
     BEGIN INSERT INTO changes (kind, location) VALUES ('workers', NULL); END;
 CREATE TRIGGER IF NOT EXISTS workers_del AFTER DELETE ON workers
     BEGIN INSERT INTO changes (kind, location) VALUES ('workers', NULL); END;
-CREATE TRIGGER IF NOT EXISTS changes_prune AFTER INSERT ON changes WHEN NEW.seq % 1000 = 0
-    BEGIN DELETE FROM changes WHERE seq < NEW.seq - 10000; END;
+-- The log keeps the last 200 000 changes (it kept 10 000, under the trigger named changes_prune:
+-- a pause of 10 000 locations and its 16 workers' acknowledgements overflowed it, and every
+-- agent's poller fell back to a full re-read, docs/agent.md "Bursts").
+DROP TRIGGER IF EXISTS changes_prune;
+CREATE TRIGGER IF NOT EXISTS changes_prune_keep_200000 AFTER INSERT ON changes
+    WHEN NEW.seq % 1000 = 0
+    BEGIN DELETE FROM changes WHERE seq < NEW.seq - 200000; END;
 """
 _KEEP_CHANGES = 10_000
+"""At most this many rows of the change log per read of the poller."""
+_HINT_KINDS = ("location", "acks", "workers")
+"""The kinds of rows in the change log (``resync`` is the poller's own)."""
 _JSONABLE = "(typeof(l.data) = 'text' AND typeof(l.version) != 'blob')"
 """Rows whose columns a JSON value can carry (a blob cannot: :meth:`SQLiteBackend.read_many`
 reads the others row by row)."""
@@ -330,12 +339,13 @@ class SQLiteBackend(Backend):
             )
             if cur.rowcount != 1:
                 row = db.execute(
-                    "SELECT version FROM locations WHERE location = ?", (loc,)
+                    "SELECT version, data FROM locations WHERE location = ?", (loc,)
                 ).fetchone()
                 if row is None:
                     raise NotFound(f"unknown location {loc!r}")
-                raise VersionConflict(
-                    f"location {loc!r} is at version {row[0]}, expected {expected_version}"
+                raise stale_version(  # the record as read in the same transaction
+                    f"location {loc!r} is at version {row[0]}, expected {expected_version}",
+                    _decode_row_or_error(loc, row[0], row[1]),
                 )
             if history:
                 _insert_history(db, loc, version, history)
@@ -582,8 +592,11 @@ class SQLiteBackend(Backend):
     def subscribe(
         self, callback: HintCallback, *, kinds: Collection[str] | None = None
     ) -> Unsubscribe:
-        """Every kind is delivered (``kinds`` is advisory: every change is in the log anyway)."""
-        unsubscribe = self._subscribers.add(callback)
+        """``kinds`` is honoured: the poller reads from the log only the kinds some subscriber
+        asked for (and ``resync``). An agent asks for no ``acks`` hints, and a burst's
+        acknowledgements by 16 workers are 16 rows of the log per location that each agent's
+        poller read and hinted, more than the pause's own rows (docs/agent.md "Bursts")."""
+        unsubscribe = self._subscribers.add(callback, kinds)
         with self._sub_lock:
             if self._poller is None:
                 # Start from the log's current end now, so a write right after subscribe()
@@ -634,27 +647,30 @@ class SQLiteBackend(Backend):
                 watch.close()
 
     def _read_changes(self, last: int | None) -> tuple[int | None, bool]:
-        """Hint the changes logged after ``last``; return the new ``last`` and whether there
-        were any."""
+        """Hint the changes logged after ``last`` of the kinds some subscriber wants; return
+        the new ``last`` and whether anything was logged after ``last`` (wanted or not). When
+        the log was pruned past ``last`` (this poller fell behind), a ``resync`` instead."""
         try:
+            end = int(self._query("SELECT COALESCE(MAX(seq), 0) FROM changes")[0][0])  # type: ignore[call-overload]
             if last is None:
-                return int(self._query("SELECT COALESCE(MAX(seq), 0) FROM changes")[0][0]), False  # type: ignore[call-overload]
-            rows = self._query(
-                "SELECT seq, kind, location FROM changes WHERE seq > ? ORDER BY seq LIMIT ?",
-                (last, _KEEP_CHANGES),
-            )
-            if not rows:
+                return end, False
+            if end <= last:
                 return last, False
+            kinds = [k for k in _HINT_KINDS if self._subscribers.wanted(k)]
+            rows = self._query(
+                "SELECT seq, kind, location FROM changes WHERE seq > ? AND seq <= ? AND kind IN "
+                "(SELECT value FROM json_each(?)) ORDER BY seq LIMIT ?",
+                (last, end, json.dumps(kinds), _KEEP_CHANGES),
+            )
             oldest = int(self._query("SELECT COALESCE(MIN(seq), 0) FROM changes")[0][0])  # type: ignore[call-overload]
-            if int(rows[0][0]) > last + 1 and oldest > last + 1:  # type: ignore[call-overload]
+            if oldest > last + 1:  # rows after ``last`` were pruned unread
                 self._emit(Hint(kind="resync"))
             else:
                 batch = HintBatch()  # one hint per kind and location, in log order
                 for _, kind, loc in rows:
                     batch.add(Hint(kind=str(kind), location=None if loc is None else str(loc)))
-                for hint in batch.take():
-                    self._emit(hint)
-            return int(rows[-1][0]), True  # type: ignore[call-overload]
+                self._subscribers.deliver(batch.take())
+            return (end if len(rows) < _KEEP_CHANGES else int(rows[-1][0])), True  # type: ignore[call-overload]
         except BackendUnavailable:
             # keep ``last``: missed changes are hinted after recovery (or a resync fires
             # when they were pruned meanwhile)

@@ -6,8 +6,10 @@ reads:
 1. read the record and its version;
 2. plan purely (:mod:`.plans`: a :data:`~.plans.Decision`, never I/O);
 3. write with ``compare_and_set(expected_version)``, history in the same write;
-4. on :class:`VersionConflict` re-read and re-apply under a bounded, jittered retry policy
-   (tenacity), then raise :class:`ConflictError`;
+4. on :class:`VersionConflict` re-apply to the fresh record under a bounded, jittered retry
+   policy (tenacity), then raise :class:`ConflictError`: the record the refused write came back
+   with (:class:`~locstatus.backends.base.StaleVersion`: got in the write's own round trip, at
+   or after the refusal, so as fresh as a read), or else a read;
 5. on :class:`AmbiguousCommit` (connection lost after send) re-read and look for the
    operation's op_id in the history write at the version it would have produced before trying
    again, never retrying blindly (:func:`_landed`).
@@ -17,8 +19,13 @@ Nothing is trusted between calls but one thing: a *known record*, either the ver
 a bulk operation's scan just read. The loop may skip step 1 and plan from it, but only to make a
 write: that write's compare-and-set succeeds only if the record is still at that version (so the
 known record was the current one), and any other decision (a conflict, a refusal, a no-op, a
-precondition) is decided again from a fresh read. A process that pauses and resumes the same
-locations (the sidecar, an operator script, ``wait=`` loops) so saves a read per write.
+precondition) is decided again from a fresh record. A process that pauses and resumes the same
+locations (the sidecar, an operator script, ``wait=`` loops) so saves a read per write; and
+when another process made its hint stale, the refused write brings the fresh record back, so
+the write costs the refused attempt and the write, no read between, where the backend brings
+it back (:class:`~locstatus.backends.base.StaleVersion`); and a location whose hint proved
+stale is read first by the next operations (:class:`VersionHints`), not refused again
+(docs/design.md §3.1).
 
 Some plans need more than the record (a settle needs the worker list and the acks, read *after*
 the record: model/README.md, finding 1): they come as a ``prepare(record) -> plan`` step, the I/O
@@ -50,7 +57,7 @@ from tenacity import (
 )
 
 from locstatus import monotonic
-from locstatus.backends.base import Backend, CasItem
+from locstatus.backends.base import Backend, CasItem, StaleVersion
 from locstatus.clock import Clock
 from locstatus.errors import (
     AmbiguousCommit,
@@ -89,23 +96,59 @@ class VersionHints:
     """The last record of each location this manager read or wrote (at most ``size``, least
     recently used dropped first). Only ever the *expected version* of a first compare-and-set
     attempt: never returned to a caller, never a reason to skip a write (see the module
-    docstring). Thread-safe (the sidecar calls one manager from many threads)."""
+    docstring). Thread-safe (the sidecar calls one manager from many threads).
+
+    A hint another process made stale (:meth:`stale`: its compare-and-set was refused) is not
+    offered again (:meth:`get` is None: the write reads first, one round trip, where the
+    refused write and then the read were two) until a read finds the location where this
+    manager left it (nobody else wrote between its calls): a location another process writes
+    between every two of ours (the bridge's settle between two pauses) is read first, one
+    written only by this manager planned from its hint (docs/design.md §3.1)."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
         self._records: OrderedDict[str, LocationStatus] = OrderedDict()
+        self._stale: dict[str, str] = {}  # location -> the op_id whose write found it stale
         self._lock = threading.Lock()
 
-    def get(self, location: str) -> LocationStatus | None:
+    def get(self, location: str, op_id: str | None = None) -> LocationStatus | None:
+        """The hint of ``location`` for a write of operation ``op_id``: None when there is
+        none, or when it proved stale for another operation (the writes of the operation that
+        found it stale, its settle after its pause, still plan from the record it wrote)."""
         with self._lock:
+            found = self._stale.get(location)
+            if found is not None and found != op_id:
+                return None
             return self._records.get(location)
+
+    def stale(self, location: str, op_id: str) -> None:
+        """A write of ``op_id`` found the hint of ``location`` stale: other operations read it
+        first from now on (see the class)."""
+        with self._lock:
+            if location in self._records:
+                self._stale[location] = op_id
+
+    def left_at(self, location: str, op_id: str | None = None) -> int | None:
+        """The version of the hint :meth:`get` holds back from ``op_id``, else None."""
+        with self._lock:
+            rec = self._records.get(location)
+            found = self._stale.get(location)
+            if rec is None or found is None or found == op_id:
+                return None
+            return rec.version
+
+    def found_as_left(self, location: str) -> None:
+        """A write's first read found ``location`` at the held-back hint's version: nobody
+        else wrote it between two calls of this manager; offer its hint again."""
+        with self._lock:
+            self._stale.pop(location, None)
 
     def put(self, rec: LocationStatus) -> None:
         self.put_many((rec,))
 
     def put_many(self, recs: Iterable[LocationStatus]) -> None:
         """:meth:`put` each, in order, under one lock (a bulk batch's records)."""
-        records, size = self._records, self.size
+        records, size, stale = self._records, self.size, self._stale
         with self._lock:
             for rec in recs:
                 location = rec.location
@@ -116,11 +159,12 @@ class VersionHints:
                     records.move_to_end(location)
                 records[location] = rec
                 if len(records) > size:
-                    records.popitem(last=False)
+                    stale.pop(records.popitem(last=False)[0], None)
 
     def drop(self, location: str) -> None:
         with self._lock:
             self._records.pop(location, None)
+            self._stale.pop(location, None)
 
 
 @dataclass
@@ -150,14 +194,18 @@ class WriteRequest:
 
 class Writer:
     """Runs plans against ``backend`` under ``retry``; counts what it did in ``stats``
-    (``writes``, ``conflicts``, ``ambiguous``, ``stale_hints``: the manager's ``stats``)."""
+    (``writes``, ``conflicts``, ``ambiguous``, ``stale_hints``, and ``replanned``: attempts
+    planned from the record a refused write came back with, no read; the manager's
+    ``stats``)."""
 
     def __init__(self, backend: Backend, clock: Clock, retry: RetryPolicy) -> None:
         self.backend = backend
         self.clock = clock
         self.retry = retry
         self.hints = VersionHints()
-        self.stats = {"writes": 0, "conflicts": 0, "ambiguous": 0, "stale_hints": 0}
+        self.stats = {
+            "writes": 0, "conflicts": 0, "ambiguous": 0, "stale_hints": 0, "replanned": 0,
+        }
 
     def read(self, location: str) -> LocationStatus:
         """The stored record (and remember it as the location's hint). Raises as
@@ -210,23 +258,31 @@ class Writer:
     ) -> LocationStatus:
         """:meth:`write` with its ambiguity record given (a batch's ambiguous item arrives
         with what it sent, so the first read looks for its op_id)."""
+        left: int | None = None
         if known is None and use_hint:
-            known = self.hints.get(location)
+            known = self.hints.get(location, op_id)
+            if known is None:
+                left = self.hints.left_at(location, op_id)
+        fresh: LocationStatus | None = None  # the record a refused write came back with
         if known is not None and (if_version is None or known.version == if_version):
             try:
                 stored = self._from_known(known, prep, op_id, ambiguity, replaced)
-            except VersionConflict:
+            except VersionConflict as exc:
                 if not ambiguity.sent:
                     self.stats["stale_hints"] += 1
+                    self.hints.stale(location, op_id)
+                fresh = _current(exc)
             except BackendUnavailable as exc:
                 _raise_unresolved(exc, op_id, ambiguity)
             else:
                 if stored is not None:
                     return stored
         try:
-            return self._attempt(location, prep, op_id, if_version, ambiguity, replaced)
-        except VersionConflict:
-            pass
+            return self._attempt(
+                location, prep, op_id, if_version, ambiguity, replaced, fresh, left
+            )
+        except VersionConflict as exc:
+            fresh = _current(exc)
         except BackendUnavailable as exc:
             _raise_unresolved(exc, op_id, ambiguity)
         policy = self.retry
@@ -239,9 +295,13 @@ class Writer:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._attempt(
-                        location, prep, op_id, if_version, ambiguity, replaced
-                    )
+                    try:
+                        return self._attempt(
+                            location, prep, op_id, if_version, ambiguity, replaced, fresh
+                        )
+                    except VersionConflict as exc:
+                        fresh = _current(exc)  # planned from by the next attempt, after the wait
+                        raise
         except BackendUnavailable as exc:
             _raise_unresolved(exc, op_id, ambiguity)
         except RetryError as exc:
@@ -273,7 +333,7 @@ class Writer:
         for req in requests:
             known = req.known
             if known is None and req.use_hint:
-                known = self.hints.get(req.location)
+                known = self.hints.get(req.location, req.op_id)
             decision = None if known is None else req.plan(known, now)
             if known is None or not isinstance(decision, Write):
                 alone.append(req)  # "nothing to do" or a refusal is only true of a fresh read
@@ -294,6 +354,7 @@ class Writer:
                 continue
             if isinstance(result, VersionConflict):
                 self.stats["stale_hints"] += 1
+                self.hints.stale(req.location, req.op_id)
                 yield req, self._alone(req)  # re-read and re-apply this location only
                 continue
             if not isinstance(result, AmbiguousCommit):
@@ -350,14 +411,32 @@ class Writer:
         if_version: int | None,
         ambiguity: _Ambiguity,
         replaced: list[LocationStatus] | None,
+        fresh: LocationStatus | None = None,
+        left: int | None = None,
     ) -> LocationStatus:
         """One read-plan-write. Raises VersionConflict to be retried (also after an ambiguous
-        commit, which records what was sent so the next read first looks for ``op_id``)."""
-        try:
-            rec = self.backend.read(location)
-        except NotFound:
-            self.hints.drop(location)
-            raise
+        commit, which records what was sent so the next read first looks for ``op_id``).
+
+        ``fresh``: the record the previous attempt's refused write came back with
+        (:class:`~locstatus.backends.base.StaleVersion`), read by the backend at or after
+        that refusal: this attempt plans from it exactly as from its own read (the op_id
+        look-up of an ambiguous commit, ``if_version``, a no-op or a refusal included), and
+        reads only when there is none. ``left``: the version of a hint held back as stale
+        (:class:`VersionHints`); a read that finds the record still there offers it again."""
+        if fresh is not None:
+            rec = fresh
+            self.stats["replanned"] += 1
+        else:
+            try:
+                rec = self.backend.read(location)
+            except NotFound:
+                self.hints.drop(location)
+                raise
+            if left is not None:  # nobody else wrote since our last call, or still stale
+                if rec.version == left:
+                    self.hints.found_as_left(location)
+                else:
+                    self.hints.stale(location, op_id)
         self.hints.put(rec)
         if ambiguity.sent:
             landed = _landed(self.backend, rec, op_id, ambiguity)
@@ -399,6 +478,11 @@ class Writer:
         if replaced is not None:
             replaced.append(rec)
         return stored
+
+
+def _current(exc: VersionConflict) -> LocationStatus | None:
+    """The record a refused compare-and-set came back with (:class:`StaleVersion`), if any."""
+    return exc.current if isinstance(exc, StaleVersion) else None
 
 
 def _prepared(plan: Plan | None, prepare: Prepare | None) -> Prepare:

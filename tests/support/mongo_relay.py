@@ -9,8 +9,14 @@ Usage::
 
     relay = MongoRelay("127.0.0.1", server.port)
     relay.cut_next("update", "locations", "after", times=2)   # the attempt and its retry
+    relay.cut_next("update", "locations", "after", seconds=1.5)  # every one for 1.5 s
     ...  # a client connected to relay.port with directConnection=true
     relay.close()
+
+Inside a backend call's deadline (``timeoutMS``) the driver retries a cut retryable command
+until the deadline (pymongo's client-side operation timeout): ``times=2`` is then absorbed by
+a third attempt, and only a cut lasting past the deadline (``seconds=``) leaves the outcome
+unknown.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,6 +41,8 @@ class _Trap:
     collection: str
     mode: CutMode
     times: int
+    until: float | None = None
+    """Monotonic time the trap ends (then ``times`` is not counted), if given."""
 
 
 class MongoRelay:
@@ -52,11 +61,14 @@ class MongoRelay:
         self._closed = False
         threading.Thread(target=self._accept, name="mongo-relay", daemon=True).start()
 
-    def cut_next(self, command: str, collection: str, mode: CutMode, *, times: int = 1) -> None:
+    def cut_next(self, command: str, collection: str, mode: CutMode, *, times: int = 1,
+                 seconds: float | None = None) -> None:
         """Cut the next ``times`` requests of ``command`` on ``collection`` (see the module
-        docstring). Traps queue: a second call's applies once the first one's cuts are done."""
+        docstring), or with ``seconds`` every one for that long from now. Traps queue: a
+        second call's applies once the first one's cuts are done."""
+        until = None if seconds is None else time.monotonic() + seconds
         with self._lock:
-            self._traps.append(_Trap(command, collection, mode, times))
+            self._traps.append(_Trap(command, collection, mode, times, until))
 
     def close(self) -> None:
         self._closed = True
@@ -129,6 +141,9 @@ class MongoRelay:
 
     def _trapped(self, message: bytes) -> CutMode | None:
         with self._lock:
+            while self._traps and (until := self._traps[0].until) is not None \
+                    and time.monotonic() >= until:
+                self._traps.pop(0)
             trap = self._traps[0] if self._traps else None
             if trap is None or struct.unpack_from("<i", message, 12)[0] != _OP_MSG:
                 return None
@@ -141,7 +156,7 @@ class MongoRelay:
             if name != trap.command or body.get(name) != trap.collection:
                 return None
             trap.times -= 1
-            if trap.times <= 0:
+            if trap.times <= 0 and trap.until is None:
                 self._traps.pop(0)
             self.cut.append(trap.mode)
             return trap.mode

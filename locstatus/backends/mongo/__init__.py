@@ -21,11 +21,13 @@ The package, bottom up, in the shape of the ZooKeeper one:
 
 Durability and timeouts: ``w=majority&journal=true`` (``wTimeoutMS=10000``) and
 ``readConcernLevel=majority`` unless the URL says otherwise; ``serverSelectionTimeoutMS=5000``,
-``connectTimeoutMS=5000``, ``socketTimeoutMS=30000``; every read and ``findAndModify`` carries
-``maxTimeMS`` (default 10000), plain writes are bounded by ``wTimeoutMS`` and the socket
-timeout. A server that does not answer is :class:`~locstatus.errors.BackendUnavailable` naming
-it; a write whose outcome is unknown is :class:`~locstatus.errors.AmbiguousCommit`, resolved by
-the manager (docs/design.md §3.2).
+``connectTimeoutMS=5000``, ``socketTimeoutMS=30000``; every backend call has one deadline,
+``timeoutMS`` (default the smaller of ``socketTimeoutMS`` and ``maxTimeMS``), shared by all it
+sends and the driver's retries (``Store.deadline``; docs/mongodb.md, "Timeouts"); outside a
+call, reads and ``findAndModify`` carry ``maxTimeMS`` (default 10000) and plain writes are
+bounded by ``wTimeoutMS`` and the socket timeout. A server that does not answer is
+:class:`~locstatus.errors.BackendUnavailable` naming it; a write whose outcome is unknown is
+:class:`~locstatus.errors.AmbiguousCommit`, resolved by the manager (docs/design.md §3.2).
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from locstatus.backends.base import (
+    AckItem,
     AckMap,
+    AckResult,
     Backend,
     CasItem,
     CasResult,
@@ -82,10 +84,12 @@ class MongoBackend(Backend):
     # -- records (records.py) and history (history.py) -------------------------------------
 
     def create(self, record: LocationStatus, history: Sequence[HistoryEntry]) -> LocationStatus:
-        return self._records.create(record, history)
+        with self._store.deadline():  # one deadline for the whole call
+            return self._records.create(record, history)
 
     def read(self, location: str) -> LocationStatus:
-        return self._records.read(location)
+        with self._store.deadline():  # one deadline for the whole call
+            return self._records.read(location)
 
     def read_many(self, locations: cabc.Sequence[str]) -> list[ReadResult]:
         """See :meth:`Records.read_many` (``$in`` queries)."""
@@ -100,7 +104,8 @@ class MongoBackend(Backend):
         """One ``findAndModify`` (see :mod:`~locstatus.backends.mongo.records`), then this
         write's copy to the history collection, and every ``recent_history // 2`` writes a
         catch-up (:meth:`HistoryCopy.catch_up`)."""
-        return self._records.compare_and_set(record, expected_version, history)
+        with self._store.deadline():  # one deadline for the whole call
+            return self._records.compare_and_set(record, expected_version, history)
 
     def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
         """Unordered ``bulk_write`` of version-guarded updates, :data:`CHUNK` at a time, then
@@ -113,35 +118,42 @@ class MongoBackend(Backend):
         return self._batches.create_many(items)
 
     def delete(self, location: str, expected_version: int) -> None:
-        self._records.delete(location, expected_version)
+        with self._store.deadline():  # one deadline for the whole call
+            self._records.delete(location, expected_version)
 
     def history(
         self, location: str, *, limit: int = 50, before_version: int | None = None
     ) -> list[HistoryEntry]:
-        return self._history.page(location, limit=limit, before_version=before_version)
+        with self._store.deadline():  # one deadline for the whole call
+            return self._history.page(location, limit=limit, before_version=before_version)
 
     def history_write(self, location: str, version: int) -> list[HistoryEntry]:
         """The embedded copy when it still holds ``version`` (the authoritative one, and the
         only one after a crash between the two writes), else the history collection."""
-        return self._history.write(location, version)
+        with self._store.deadline():  # one deadline for the whole call
+            return self._history.write(location, version)
 
     def history_gaps(self, location: str) -> HistoryGaps:
         """See :meth:`HistoryCopy.gaps`."""
-        return self._history.gaps(location)
+        with self._store.deadline():  # one deadline for the whole call
+            return self._history.gaps(location)
 
     def restore_history(self, location: str) -> list[int]:
-        return self._history.catch_up(location)
+        with self._store.deadline():  # one deadline for the whole call
+            return self._history.catch_up(location)
 
     # -- workers and acknowledgements (workers.py) -------------------------------------------
 
     def put_worker(self, info: WorkerInfo) -> None:
-        self._workers.put(info)
+        with self._store.deadline():  # one deadline for the whole call
+            self._workers.put(info)
 
     def remove_worker(
         self, worker_id: str, *, if_expires: datetime | None = None, retire: bool = False
     ) -> bool:
         """See :meth:`Backend.remove_worker` and :meth:`Workers.remove`."""
-        return self._workers.remove(worker_id, if_expires=if_expires, retire=retire)
+        with self._store.deadline():  # one deadline for the whole call
+            return self._workers.remove(worker_id, if_expires=if_expires, retire=retire)
 
     def workers(self) -> list[WorkerInfo]:
         return self._workers.listed()
@@ -157,13 +169,21 @@ class MongoBackend(Backend):
     ) -> None:
         """See :meth:`Workers.ack`: judged on the record read just before the write (invariant
         13) and stamped with its life."""
-        self._workers.ack(
-            worker_id, location, service, generation, if_version=if_version,
-            decode=self._records.decode,
-        )
+        with self._store.deadline():  # one deadline for the whole call
+            self._workers.ack(
+                worker_id, location, service, generation, if_version=if_version,
+                decode=self._records.decode,
+            )
+
+    def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
+        """See :meth:`Workers.ack_many`: per 1 000 items one read of their records and one
+        unordered ``bulk_write`` of the acknowledgements, each judged as :meth:`ack` judges
+        it."""
+        return self._workers.ack_many(worker_id, items, decode=self._records.decode)
 
     def acks(self, location: str) -> AckMap:
-        return self._workers.acks(location)
+        with self._store.deadline():  # one deadline for the whole call
+            return self._workers.acks(location)
 
     def all_acks(self) -> dict[str, AckMap]:
         return self._workers.all_acks()
@@ -185,7 +205,7 @@ class MongoBackend(Backend):
         set the primary's clock, the one its TTL monitor expires worker documents by;
         docs/time.md)."""
         store = self._store
-        with store.io("read of the server's time"):
+        with store.deadline(), store.io("read of the server's time"):
             hello = store.client.admin.command("hello", maxTimeMS=store.mt)
         at = hello.get("localTime")
         if not isinstance(at, datetime):
@@ -199,7 +219,7 @@ class MongoBackend(Backend):
 
     def ping(self) -> None:
         store = self._store
-        with store.io("ping"):
+        with store.deadline(), store.io("ping"):
             store.client.admin.command("ping", maxTimeMS=store.mt)
 
     def close(self) -> None:

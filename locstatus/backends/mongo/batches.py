@@ -118,7 +118,8 @@ class Batches:
         distinct_locations(item.record.location for item in items)
         out: list[CasResult | None] = [None] * len(items)
         for start in range(0, len(items), CHUNK):
-            self._chunk(items, range(start, min(start + CHUNK, len(items))), out)
+            with self.store.deadline():  # one deadline per chunk (store.py)
+                self._chunk(items, range(start, min(start + CHUNK, len(items))), out)
         assert all(r is not None for r in out)
         return [r for r in out if r is not None]
 
@@ -334,7 +335,8 @@ class Batches:
         distinct_locations(record.location for record, _ in items)
         out: list[CasResult | None] = [None] * len(items)
         for start in range(0, len(items), CHUNK):
-            self._create_chunk(items, range(start, min(start + CHUNK, len(items))), out)
+            with self.store.deadline():  # one deadline per chunk (store.py)
+                self._create_chunk(items, range(start, min(start + CHUNK, len(items))), out)
         assert all(r is not None for r in out)
         return [r for r in out if r is not None]
 

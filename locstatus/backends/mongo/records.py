@@ -31,7 +31,7 @@ from pymongo import ASCENDING, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from locstatus.backends import codec
-from locstatus.backends.base import ReadResult
+from locstatus.backends.base import ReadResult, stale_version
 from locstatus.backends.mongo.history import HistoryCopy, write_doc, writes_of
 from locstatus.backends.mongo.store import Doc, Store
 from locstatus.backends.versions import LIVES
@@ -243,7 +243,9 @@ class Records:
     ) -> LocationStatus | None:
         """The CAS matched nothing: re-read to tell a missing record from a conflict, from our
         own write applied by an earlier attempt (a driver retry: then return it), or from a
-        history copy that lags (the record is still at ``expected``: return None)."""
+        history copy that lags (the record is still at ``expected``: return None). A conflict
+        is a :class:`~locstatus.backends.base.StaleVersion` carrying the record this
+        re-read found."""
         with self.store.io(f"re-read of {loc!r} after a failed compare-and-set"):
             doc = self.store.records.find_one(
                 {"_id": loc}, {"born": 0, "recent_history": {"$slice": -1}},
@@ -262,7 +264,12 @@ class Records:
                 ops = {e.get("op_id") for e in written if isinstance(e, dict)}
                 if ops == {e.op_id for e in history}:
                     return self.decode(doc)
-        raise VersionConflict(f"location {loc!r} is at version {current}, expected {expected}")
+        doc.pop("recent_history", None)
+        try:  # this re-read is the record as it is now: the manager plans from it (§3.1)
+            found: LocationStatus | None = self.decode(doc)
+        except CorruptRecord:
+            found = None  # the manager's own read says so
+        raise stale_version(f"location {loc!r} is at version {current}, expected {expected}", found)
 
     def delete(self, location: str, expected_version: int) -> None:
         with self.store.io(f"delete of {location!r}"):

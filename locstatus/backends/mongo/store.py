@@ -10,7 +10,13 @@ any other failure is :class:`BackendUnavailable` naming the server and the opera
 
 The collections, all named after ``collection`` (docs/mongodb.md): the records, ``_history``
 (one document per write), ``_workers`` (heartbeat documents under a TTL index), ``_acks`` and
-``_incarnations`` (creation counters and purge floors). Indexes are created at start,
+``_incarnations`` (creation counters and purge floors).
+
+One deadline per backend call (:meth:`Store.deadline`, the URL's ``timeoutMS``): the driver's
+retries, server selection and connection set-up of every operation the call sends share it
+(``pymongo.timeout``, nested blocks only shorten it), so a call against a server frozen by
+SIGSTOP fails within it; each command's ``maxTimeMS`` is then what is left of it (docs/mongodb.md,
+"Timeouts"). Indexes are created at start,
 idempotently (same name and options: a no-op); a changed ``worker_ttl`` is applied with
 ``collMod``.
 """
@@ -21,6 +27,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import pymongo
@@ -57,6 +64,8 @@ Doc = dict[str, Any]
 _INDEX_OPTIONS_CONFLICT = {85, 86}
 CLOSE_TIMEOUT = 0.5
 """Seconds the driver may spend ending its server sessions when the backend closes."""
+_CALL_ENDS: ContextVar[float | None] = ContextVar("locstatus_mongo_call_ends", default=None)
+"""Monotonic time the current backend call's deadline ends (:meth:`Store.deadline`), if any."""
 
 
 class _Heartbeats(ServerHeartbeatListener):
@@ -124,6 +133,32 @@ class Store:
         """``maxTimeMS`` of every read and ``findAndModify``."""
         return self.settings.max_time_ms
 
+    @contextmanager
+    def deadline(self) -> Iterator[None]:
+        """The one deadline of a backend call: :attr:`MongoSettings.call_timeout` seconds from
+        now for everything sent inside the block (``pymongo.timeout``; inside an enclosing
+        block, the earlier of the two deadlines). Usage::
+
+            with store.deadline():
+                ...  # every store.io(...) of one backend call
+        """
+        ends = time.monotonic() + self.settings.call_timeout
+        outer = _CALL_ENDS.get()
+        token = _CALL_ENDS.set(ends if outer is None else min(outer, ends))
+        try:
+            with pymongo.timeout(self.settings.call_timeout):
+                yield
+        finally:
+            _CALL_ENDS.reset(token)
+
+    def _ran_out(self, exc: PyMongoError) -> str:
+        """``"; the call's deadline of 2s (timeoutMS) ran out"`` when ``exc`` is the driver
+        giving up at the deadline of :meth:`deadline`, else ``""`` (for messages)."""
+        ends = _CALL_ENDS.get()
+        if exc.timeout and ends is not None and time.monotonic() >= ends:
+            return f"; the call's deadline of {self.settings.call_timeout:g}s (timeoutMS) ran out"
+        return ""
+
     @property
     def where(self) -> str:
         """The hosts, without credentials, for messages."""
@@ -151,30 +186,31 @@ class Store:
                 f"{short(exc)}); nothing was written"
             ) from exc
         except ServerSelectionTimeoutError as exc:  # nothing was sent
+            within = min(self.settings.server_selection_timeout, self.settings.call_timeout)
             raise BackendUnavailable(
                 f"MongoDB at {self.settings.where} is unreachable ({what}): no server answered "
-                f"within {self.settings.server_selection_timeout:g}s (serverSelectionTimeoutMS); "
-                f"is mongod running? [{short(exc, 200)}]"
+                f"within {within:g}s (serverSelectionTimeoutMS, timeoutMS); is mongod running? "
+                f"[{short(exc, 200)}]"
             ) from exc
         except ExecutionTimeout as exc:
+            budget = f"maxTimeMS={self.mt}{self._ran_out(exc)}"
             if write:
                 raise AmbiguousCommit(
-                    f"MongoDB at {self.settings.where}: {what} exceeded "
-                    f"maxTimeMS={self.mt}; outcome unknown"
+                    f"MongoDB at {self.settings.where}: {what} exceeded {budget}; outcome unknown"
                 ) from exc
             raise BackendUnavailable(
-                f"MongoDB at {self.settings.where}: {what} exceeded maxTimeMS={self.mt} "
+                f"MongoDB at {self.settings.where}: {what} exceeded {budget} "
                 f"(ExecutionTimeout: {short(exc)})"
             ) from exc
         except (AutoReconnect, WriteConcernError, WTimeoutError) as exc:
             if write:
                 raise AmbiguousCommit(
                     f"MongoDB at {self.settings.where}: outcome of {what} unknown "
-                    f"({type(exc).__name__}: {short(exc)})"
+                    f"({type(exc).__name__}: {short(exc)}{self._ran_out(exc)})"
                 ) from exc
             raise BackendUnavailable(
                 f"MongoDB at {self.settings.where} failed during {what} "
-                f"({type(exc).__name__}: {short(exc)})"
+                f"({type(exc).__name__}: {short(exc)}{self._ran_out(exc)})"
             ) from exc
         except InvalidOperation as exc:
             raise BackendUnavailable(

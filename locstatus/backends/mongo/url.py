@@ -10,9 +10,17 @@ become namespaces). Errors show the URL without its credentials
 
 URL options of locstatus (removed before the URL reaches pymongo; every other option is
 pymongo's): ``database`` (default: the URL path, else ``locstatus``), ``collection`` (default
-``locations``), ``recent_history`` (writes embedded, 1-1000), ``maxTimeMS``, ``poll_interval``
-(seconds, 0.05-60, default 1), ``hints`` (``auto`` | ``changestream`` | ``poll``), ``worker_ttl``
-(seconds).
+``locations``), ``recent_history`` (writes embedded, 1-1000), ``maxTimeMS``, ``timeoutMS`` (the
+deadline of one backend call, below), ``poll_interval`` (seconds, 0.05-60, default 1), ``hints``
+(``auto`` | ``changestream`` | ``poll``), ``worker_ttl`` (seconds).
+
+``timeoutMS`` is pymongo's name for its client-side operation timeout (one deadline shared by an
+operation's server selection, connection set-up, command and retries). locstatus takes it out of
+the URL and applies it per backend *call* instead (``Store.deadline``): every operation a call
+sends (a compare-and-set's ``findAndModify``, its history insert, the driver's retries of each)
+shares one deadline, so a call against a server that answers nothing fails within it, not after
+a few rounds of ``serverSelectionTimeoutMS`` + ``connectTimeoutMS`` + ``socketTimeoutMS`` per
+attempt (docs/mongodb.md, "Timeouts").
 
 Usage::
 
@@ -22,6 +30,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +66,8 @@ class MongoSettings:
     collection: str
     recent_history: int = 100
     max_time_ms: int = 10_000
+    call_timeout: float = 10.0
+    """Seconds: the deadline of one backend call (``timeoutMS``), shared by all its operations."""
     poll_interval: float = 1.0
     hints: str = "auto"
     worker_ttl: int = 3600
@@ -68,6 +79,14 @@ RECENT_HISTORY = Number("recent_history", 100, 1, 1000, unit="writes", integer=T
 """Writes kept embedded in each record."""
 MAX_TIME_MS = Number("maxTimeMS", 10_000, 1, 3_600_000, unit="ms", integer=True)
 """Server-side time budget of every read and findAndModify."""
+TIMEOUT_MS = Number("timeoutMS", 10_000, 1, 3_600_000, unit="ms", integer=True)
+"""The deadline of one backend call: every operation it sends, with the driver's retries, server
+selection and connection set-up, ends within it (pymongo's client-side operation timeout).
+Default: the smaller of ``socketTimeoutMS`` and ``maxTimeMS`` (10 s with their defaults), so a
+call waits on a silent server no longer than one of its operations was allowed to before."""
+SOCKET_TIMEOUT_MS = Number("socketTimeoutMS", 30_000, 0, 999_999_999, unit="ms")
+"""pymongo's: how long one network read may wait (0: no limit); read here for the default of
+``timeoutMS``."""
 POLL_INTERVAL = Number("poll_interval", 1.0, 0.05, 60)
 """Seconds between polls when change streams are not available."""
 WORKER_TTL = Number("worker_ttl", 3600, 0, 366 * 86400, integer=True)
@@ -89,8 +108,8 @@ def parse_mongo_url(url: str) -> MongoSettings:
     mine: dict[str, str] = {}
     kept: list[str] = []
     present: set[str] = set()
-    own = {"database", "collection", "recent_history", "maxtimems", "poll_interval", "hints",
-           "worker_ttl"}
+    own = {"database", "collection", "recent_history", "maxtimems", "timeoutms", "poll_interval",
+           "hints", "worker_ttl"}
     for segment in (s for s in parts.query.split("&") if s):
         key = unquote(segment.split("=", 1)[0])
         value = unquote(segment.split("=", 1)[1]) if "=" in segment else ""
@@ -122,12 +141,19 @@ def parse_mongo_url(url: str) -> MongoSettings:
     worker_ttl = int(WORKER_TTL.parse(mine.get("worker_ttl"), "MongoDB", where))
     options = {k: v for k, v in _DEFAULT_CLIENT_OPTIONS.items() if k.lower() not in present}
     sst = 5.0
+    socket_ms = SOCKET_TIMEOUT_MS.default
     for segment in kept:
         key, _, value = segment.partition("=")
         if unquote(key).lower() == "serverselectiontimeoutms":
             # pymongo's own option, read here for messages and waits: pymongo ignores a bad
             # value with a warning (and waits 30 s), so it is refused here instead
             sst = SERVER_SELECTION_TIMEOUT_MS.parse(unquote(value), "MongoDB", where) / 1000
+        elif unquote(key).lower() == "sockettimeoutms":  # the same, for timeoutMS' default
+            socket_ms = SOCKET_TIMEOUT_MS.parse(unquote(value), "MongoDB", where) or math.inf
+    if "timeoutms" in mine:
+        call_timeout = TIMEOUT_MS.parse(mine["timeoutms"], "MongoDB", where) / 1000
+    else:
+        call_timeout = min(socket_ms, max_time_ms) / 1000
     client_url = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(kept), ""))
     return MongoSettings(
         client_url=client_url,
@@ -136,6 +162,7 @@ def parse_mongo_url(url: str) -> MongoSettings:
         collection=collection,
         recent_history=recent,
         max_time_ms=max_time_ms,
+        call_timeout=call_timeout,
         poll_interval=poll,
         hints=hints,
         worker_ttl=worker_ttl,

@@ -7,6 +7,7 @@ The package follows kazoo's own line between protocol and client, bottom up:
 - ``layout``: the znode layout under the chroot, what each node holds, and how znode versions
   become locstatus versions (:class:`Layout`, :func:`split_version`);
 - ``txn``: the labelled transaction, whose refusal names the operation that failed;
+- ``multiread``: ZooKeeper's multiRead as a kazoo request (many nodes read per request);
 - ``client``: the kazoo session and its one error edge (bounded retries, "outcome unknown"
   kept apart from "refused", credentials, request size);
 - ``session``: the watcher's state machine, pure (connection changes, watches, resync), as

@@ -21,6 +21,9 @@ call had drifted. Here, once:
 - **Size**: ZooKeeper refuses requests above ``jute.maxbuffer`` (1 MB) by dropping the
   connection; writes are measured first (:meth:`ZkClient.check_size`) and refused with
   :class:`InvalidInput` above ``max_bytes``.
+- **Bulk reads** (:meth:`ZkClient.get_many`) ask for many nodes per request with ZooKeeper's
+  multiRead (:mod:`~locstatus.backends.zookeeper.multiread`), pipelined; a server that does not
+  know it (before 3.6) is read node by node from its first refusal on.
 - **ACLs**: with credentials every node is created with a digest ACL giving that user all rights
   (plus world read unless ``world_read=false``), so other tenants of the ensemble cannot write
   locstatus nodes.
@@ -29,8 +32,11 @@ call had drifted. Here, once:
 from __future__ import annotations
 
 import contextlib
+import itertools
+import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -46,22 +52,29 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
     SessionExpiredError,
+    UnimplementedError,
     ZookeeperError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import ACL, make_acl, make_digest_acl
 
 from locstatus.backends.base import DOWN_GRACE
 from locstatus.backends.urls import redact_url
+from locstatus.backends.zookeeper.multiread import MultiRead, requests
 from locstatus.backends.zookeeper.txn import Refusal, Transaction, refusal
 from locstatus.backends.zookeeper.url import AUTH_ENV, ZkParams
 from locstatus.errors import AmbiguousCommit, BackendUnavailable, InvalidInput, LocstatusError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 BATCH = 1000
 """Asynchronous requests in flight at once in bulk reads."""
+READS_IN_FLIGHT = 5
+"""MultiRead requests in flight at once in :meth:`ZkClient.get_many` (a thousand nodes, as
+:data:`BATCH` node reads)."""
 _POLL = 0.05
 """Seconds between looks at the connection while waiting for pipelined answers."""
 _RETRYABLE = KazooRetry.RETRY_EXCEPTIONS + KazooRetry.EXPIRED_EXCEPTIONS
@@ -103,6 +116,8 @@ class ZkClient:
         self.down_since: float | None = None
         """Monotonic time the connection went down; None while connected."""
         self.closed = False
+        self.multiread: bool | None = None
+        """Whether the server answers multiRead: None until asked, False once it refused it."""
 
     # -- session -----------------------------------------------------------------------------
 
@@ -263,13 +278,15 @@ class ZkClient:
         return refused
 
     def commit_many(
-        self, what: Callable[[int], str], txns: Sequence[Transaction]
+        self, what: Callable[[int], str], txns: Iterable[Transaction]
     ) -> list[Refusal | LocstatusError | None]:
         """Send several transactions at once, pipelined on the session (each its own multi-op,
-        applied or refused alone; ``what(i)`` names the ``i``-th), when connected, and
-        collect each outcome as :meth:`commit` decides it, an error as a value:
+        applied or refused alone; ``what(i)`` names the ``i``-th, once it was produced), when
+        connected, and collect each outcome as :meth:`commit` decides it, an error as a value:
         :class:`AmbiguousCommit` for one whose answer was lost, :class:`BackendUnavailable`
-        for one not sent. Raises nothing for one transaction.
+        for one not sent. Raises nothing for one transaction. ``txns`` may be an iterator
+        that builds each transaction as it is asked for: each is sent as soon as it is built,
+        so the server works on the first while the next are built.
 
         The answers are waited for with one deadline for all (``timeout`` seconds from the
         send), and no longer once the connection is known down (:data:`DOWN_GRACE` after it
@@ -278,12 +295,18 @@ class ZkClient:
         hung a bulk for minutes when the server died (docs/reliability.md, "Failing fast
         while the backend is down"). Each still unanswered then is an
         :class:`AmbiguousCommit` (it may be sent when the connection is back)."""
+        produced = iter(txns)
+        first = next(produced, None)
+        if first is None:
+            return []
         try:
-            self.wait_connected(what(0) if txns else "")
+            self.wait_connected(what(0))
         except BackendUnavailable as exc:
-            return [exc] * len(txns)
+            return [exc] * (1 + sum(1 for _ in produced))
+        built: list[Transaction] = []
         sent: list[Any] = []
-        for i, txn in enumerate(txns):
+        for i, txn in enumerate(itertools.chain((first,), produced)):
+            built.append(txn)
             if not self.live.is_set():  # dropped while sending: send no more
                 sent.append(BackendUnavailable(
                     f"ZooKeeper {self.params.hosts}: the connection dropped before "
@@ -296,7 +319,7 @@ class ZkClient:
                 sent.append(self.unavailable("a pipelined write", exc))
         deadline = time.monotonic() + self.params.timeout
         out: list[Refusal | LocstatusError | None] = []
-        for i, (txn, pending) in enumerate(zip(txns, sent, strict=True)):
+        for i, (txn, pending) in enumerate(zip(built, sent, strict=True)):
             if isinstance(pending, LocstatusError):
                 out.append(pending)
                 continue
@@ -355,6 +378,64 @@ class ZkClient:
                     out.append((key, self.get(pending)))
                 except NoNodeError:
                     continue
+        return out
+
+    def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        """The data and stat of each of ``paths``, in order (None: no such node), each as its
+        own ``get`` would give it at the moment the server reads it: multiRead requests
+        (:func:`~.multiread.requests`: at most ``max_bytes`` each), :data:`READS_IN_FLIGHT` in
+        flight at a time; node by node (:meth:`get_each`) on a server that does not know
+        multiRead, known by its answer to the first one (it closes the connection after it:
+        the next request waits for the reconnection as any does). Any other error of a node
+        (NoAuth) or of a request (connection lost) raises as a ``get``'s would, for
+        :meth:`call` to decide."""
+        if self.multiread is False:
+            return self.get_each(paths)
+        root = self.kazoo.chroot
+        full = [root + p for p in paths] if root else paths
+        out: list[tuple[bytes, ZnodeStat] | None] = []
+        pending: deque[Any] = deque()
+        try:
+            for run in requests(full, self.params.max_bytes):
+                pending.append(self._multiread(run))
+                if self.multiread is None or len(pending) >= READS_IN_FLIGHT:
+                    self._answers(pending.popleft(), out)
+                    self.multiread = True
+            while pending:
+                self._answers(pending.popleft(), out)
+        except UnimplementedError:
+            log.info("ZooKeeper %s does not answer multiRead (before 3.6): bulk reads go "
+                     "node by node", self.params.hosts)
+            self.multiread = False
+            return self.get_each(paths)
+        return out
+
+    def _multiread(self, paths: Sequence[str]) -> Any:
+        """Send one multiRead of ``paths``; its kazoo async result."""
+        result = self.kazoo.handler.async_result()
+        self.kazoo._call(MultiRead(paths), result)
+        return result
+
+    def _answers(self, pending: Any, out: list[tuple[bytes, ZnodeStat] | None]) -> None:
+        """Wait for the answers of one multiRead and add them to ``out``."""
+        for answer in self.get(pending):
+            if isinstance(answer, NoNodeError):
+                out.append(None)
+            elif isinstance(answer, Exception):
+                raise answer
+            else:
+                out.append(answer)
+
+    def get_each(self, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+        """:meth:`get_many` with one pipelined ``get`` per node, :data:`BATCH` in flight."""
+        out: list[tuple[bytes, ZnodeStat] | None] = []
+        get_async = self.kazoo.get_async
+        for i in range(0, len(paths), BATCH):
+            for pending in [get_async(p) for p in paths[i : i + BATCH]]:
+                try:
+                    out.append(self.get(pending))
+                except NoNodeError:
+                    out.append(None)
         return out
 
     def delete_tree(self, path: str) -> None:

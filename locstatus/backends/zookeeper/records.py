@@ -18,6 +18,9 @@ Why it is shaped so:
   multi-op is all or nothing: a refused compare-and-set group decides the location whose
   operation failed and sends the others again as a group; a refused create group is sent
   again one location per multi-op. A conflict fails only its own location.
+- **Bulk reads** (:meth:`Records.read_many`, :meth:`Records.read_all`) ask for many records
+  per request (:meth:`ZkClient.get_many`, ZooKeeper's multiRead), each answered as its own
+  read would be.
 - **Delete** removes the record and its acknowledgements atomically; its history is keyed by
   incarnation, so what an interrupted clean-up leaves behind is never read again.
 
@@ -32,7 +35,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import Any, NoReturn, cast
 
@@ -158,25 +161,33 @@ class Records:
         txns: list[Transaction] = []
         payloads: dict[int, bytes] = {}
         size = self.client.params.max_bytes
-        used = size
+        parent_of = self.paths.history
+
+        def add(txn: Transaction, record: LocationStatus, payload: bytes, entries: bytes,
+                with_history: bool) -> None:
+            parent = parent_of(record.location)
+            txn.create("incarnation", parent)
+            txn.set_data("incarnation", parent, b"", 0)
+            self._create_ops(txn, record, 0, payload, entries, with_history)
+
         for i, (record, history) in enumerate(items):
             try:
                 payload, entries = self._create_parts(record, history, 0)
             except LocstatusError as exc:
                 results[i] = exc
                 continue
-            weight = len(payload) + len(entries) + 400
-            if used + weight > size or len(groups[-1]) >= GROUP:
+            if not groups or len(groups[-1]) >= GROUP:
                 groups.append([])
                 txns.append(self.client.transaction())
-                used = 0
-            parent = self.paths.history(record.location)
-            txns[-1].create("incarnation", parent)
-            txns[-1].set_data("incarnation", parent, b"", 0)
-            self._create_ops(txns[-1], record, 0, payload, entries, bool(history))
+            mark = txns[-1].mark()
+            add(txns[-1], record, payload, entries, bool(history))
+            if groups[-1] and txns[-1].size > size:  # too large with it: it starts the next
+                txns[-1].undo(mark)
+                groups.append([])
+                txns.append(self.client.transaction())
+                add(txns[-1], record, payload, entries, bool(history))
             payloads[i] = payload
             groups[-1].append(i)
-            used += weight
         outcomes = self.client.commit_many(
             lambda k: f"create of location {items[groups[k][0]][0].location!r}", txns
         )
@@ -272,23 +283,20 @@ class Records:
         return self.decode(location, raw, stat)
 
     def read_many(self, locations: Sequence[str]) -> list[ReadResult]:
-        """Pipelined ``get`` requests (:meth:`ZkClient.bulk`, a batch in flight at a time);
-        a node gone is its :class:`NotFound`, one that does not decode its
-        :class:`CorruptRecord`."""
-        pa, client = self.paths, self.client
-        paths = {loc: pa.location(loc) for loc in locations}  # names checked before any I/O
-
-        def get_many() -> dict[str, tuple[bytes, ZnodeStat]]:
-            return dict(client.bulk(list(paths), lambda n: self.kazoo.get_async(paths[n])))
-
-        got = client.call(f"read {len(paths)} locations", get_many)
+        """Many records per request (:meth:`ZkClient.get_many`: multiRead, pipelined); a node
+        gone is its :class:`NotFound`, one that does not decode its :class:`CorruptRecord`.
+        A name given twice is read twice."""
+        client = self.client
+        location = self.paths.location
+        paths = [location(loc) for loc in locations]  # names checked before any I/O
+        got = client.call(f"read {len(paths)} locations", partial(client.get_many, paths))
         out: list[ReadResult] = []
-        for loc in locations:
-            if loc not in got:
+        for loc, node in zip(locations, got, strict=True):
+            if node is None:
                 out.append(NotFound(f"unknown location {loc!r}"))
                 continue
             try:
-                out.append(self.decode(loc, *got[loc]))
+                out.append(self.decode(loc, *node))
             except CorruptRecord as exc:
                 out.append(exc)
         return out
@@ -298,11 +306,9 @@ class Records:
 
         def get_all() -> list[tuple[str, bytes, ZnodeStat]]:
             names = sorted(client.get(self.kazoo.get_children_async(pa.locations)))
-            return [
-                (name, raw, stat)
-                for name, (raw, stat) in client.bulk(
-                    names, lambda n: self.kazoo.get_async(f"{pa.locations}/{n}")
-                )
+            nodes = client.get_many([f"{pa.locations}/{n}" for n in names])
+            return [  # a node deleted since the listing is left out
+                (name, *node) for name, node in zip(names, nodes, strict=True) if node is not None
             ]
 
         out: list[LocationStatus | CorruptRecord] = []
@@ -337,13 +343,8 @@ class Records:
         resolved by its op_id, as a lone write's)."""
         distinct_locations(item.record.location for item in items)
         out: list[CasResult | None] = [None] * len(items)
-        parts: dict[int, tuple[bytes, bytes]] = {}
-        for i, item in enumerate(items):
-            try:
-                parts[i] = self._cas_parts(item.record, item.expected_version, item.history)
-            except LocstatusError as exc:  # not a version of it, too large: nothing sent
-                out[i] = exc
-        work = [(list(parts), GROUP)]
+        parts: dict[int, tuple[bytes, bytes]] = {}  # encoded as the first round builds
+        work = [(list(range(len(items))), GROUP)]
         while work:  # each round decides at least one location of every refused group
             pending, group_size = work.pop()
             again, alone = self._cas_round(items, parts, pending, group_size, out)
@@ -358,26 +359,49 @@ class Records:
         pending: list[int], group_size: int, out: list[CasResult | None],
     ) -> tuple[list[int], list[int]]:
         """One pipelined round of :meth:`compare_and_set_many`: the items ``pending`` (their
-        indexes) sent in groups of ``group_size``, the outcome of each decided one put in
-        ``out``. Returns the undecided rest of the refused groups whose failed operation is
-        known (sent again as groups), and those of the refused groups whose is not (sent
-        again alone)."""
+        indexes) sent in groups of ``group_size``, each group sent as soon as it is built (the
+        server writes the first while the next are encoded), the outcome of each decided one
+        put in ``out`` (one that cannot be encoded: its error, nothing sent). Returns the
+        undecided rest of the refused groups whose failed operation is known (sent again as
+        groups), and those of the refused groups whose is not (sent again alone)."""
         groups: list[list[int]] = []
         firsts: list[list[int]] = []  # per group: where each location's operations start
-        txns: list[Transaction] = []
         size = self.client.params.max_bytes
-        used = size
-        for i in pending:
-            weight = sum(len(p) for p in parts[i]) + 200
-            if used + weight > size or len(groups[-1]) >= group_size:
-                groups.append([])
-                firsts.append([])
-                txns.append(self.client.transaction())
-                used = 0
-            firsts[-1].append(len(txns[-1].labels))
-            self._cas_ops(txns[-1], items[i].record, items[i].expected_version, parts[i])
-            groups[-1].append(i)
-            used += weight
+
+        def build() -> Iterator[Transaction]:
+            txn: Transaction | None = None
+            for i in pending:
+                item = items[i]
+                part = parts.get(i)
+                if part is None:
+                    try:
+                        part = parts[i] = self._cas_parts(
+                            item.record, item.expected_version, item.history
+                        )
+                    except LocstatusError as exc:  # not a version of it, too large
+                        out[i] = exc
+                        continue
+                if txn is None or len(groups[-1]) >= group_size:
+                    if txn is not None:
+                        yield txn  # groups[-1] complete: sent while the next is built
+                    groups.append([])
+                    firsts.append([])
+                    txn = self.client.transaction()
+                mark = txn.mark()
+                start = mark[1]
+                self._cas_ops(txn, item.record, item.expected_version, part)
+                if groups[-1] and txn.size > size:  # too large with it: it starts the next
+                    txn.undo(mark)
+                    yield txn
+                    groups.append([])
+                    firsts.append([])
+                    txn = self.client.transaction()
+                    start = 0
+                    self._cas_ops(txn, item.record, item.expected_version, part)
+                firsts[-1].append(start)
+                groups[-1].append(i)
+            if txn is not None:
+                yield txn
 
         def what(k: int) -> str:
             locs = [items[i].record.location for i in groups[k]]
@@ -387,7 +411,7 @@ class Records:
 
         again: list[int] = []
         alone: list[int] = []
-        outcomes = self.client.commit_many(what, txns)
+        outcomes = self.client.commit_many(what, build())
         for group, first, outcome in zip(groups, firsts, outcomes, strict=True):
             if isinstance(outcome, LocstatusError):  # lost, unreachable: each as alone
                 for i in group:
