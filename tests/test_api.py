@@ -631,6 +631,28 @@ def test_loopback_hosts_any_port_and_allowed_names_are_served(mgr: Manager) -> N
         assert_problem(httpx.get(srv.url + "/v1/locations", headers={"Host": "zenko.local"}), 421)
 
 
+def test_authentication_is_judged_before_the_media_type(
+    server: BackgroundServer, mgr: Manager
+) -> None:
+    """Found by the new-user review (issue 18): ``POST /v1/...`` without a token and without
+    ``Content-Type`` answered 415, so a caller fixed the header only to be refused next: now
+    401 (no token) or 403 (a token that is not the sidecar's), and 415 only once
+    authenticated; the role is still the route's (a read-only principal gets its 403)."""
+    before = versions(mgr)
+    for method, path in (("POST", "/v1/locations/us-east-1/replication/pause"),
+                         ("DELETE", "/v1/locations/us-east-1/replication/schedule"),
+                         ("PUT", "/v1/workers/w-1")):
+        url = server.url + path
+        for headers in ({}, {"Content-Type": "text/plain"}):
+            assert_problem(httpx.request(method, url, headers=headers, timeout=60), 401)
+            assert_problem(httpx.request(method, url, timeout=60, headers={
+                **headers, "Authorization": "Bearer not-the-token-at-all"}), 403)
+            body = assert_problem(httpx.request(method, url, timeout=60, headers={
+                **headers, "Authorization": f"Bearer {TOKEN}"}), 415)
+            assert body["type"] == "urn:locstatus:unsupported-media-type"
+    assert versions(mgr) == before
+
+
 def test_with_a_token_any_host_is_served(server: BackgroundServer) -> None:
     r = httpx.get(server.url + "/v1/locations", headers={"Host": "sidecar.example:8080"})
     assert r.status_code == 200
@@ -940,6 +962,22 @@ def stop_sidecar(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def test_the_startup_line_names_the_backbeat_trust_networks(tmp_path: Path) -> None:
+    """Found by the new-user review (issue 18): with --backbeat-trust set, nothing said which
+    networks were trusted; the startup line now lists them (docs/http.md, "Putting locstatus
+    where Backbeat's API server was")."""
+    proc, _url, log_path = start_sidecar(
+        f"sqlite:///{tmp_path}/trust.db", tmp_path, "trust", env={"LOCSTATUS_API_TOKEN": TOKEN},
+        backbeat_trust=["10.100.0.0/16", "::1"],
+    )
+    try:
+        line = next(x for x in log_path.read_text().splitlines() if "locstatus sidecar on" in x)
+        assert ("Backbeat-route mutations need no token from 10.100.0.0/16, ::1/128 "
+                "(--backbeat-trust)") in line, line
+    finally:
+        stop_sidecar(proc)
 
 
 def test_serve_process_never_logs_the_token(

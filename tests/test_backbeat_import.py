@@ -199,6 +199,41 @@ def test_dry_run_writes_nothing(tmp_path: Any, legacy: Legacy) -> None:
         mgr.close()
 
 
+def test_the_summary_counts_services_says_a_passed_schedule_and_an_unread_source(
+    tmp_path: Any, legacy: Legacy
+) -> None:
+    """Found by the new-user review (issue 18): the summary counted writes on the first run
+    and services on the second (``3 change(s), 2 unchanged`` then ``0 change(s), 4
+    unchanged`` for the same 4 services); a ``scheduledResume`` already passed on a location
+    locstatus already has running was only "unchanged" though docs/cli.md says it is
+    reported; and lifecycle, with no MongoDB named, was left out without a word."""
+    url = f"sqlite:///{tmp_path}/ls.db"
+    mgr = Manager(open_backend(url))
+    try:
+        mgr.sync_locations({"zenko": ["replication"], "aws-location": ["replication"],
+                            "quiet": ["replication"], "past-site": ["replication"],
+                            "us-east-1": ["lifecycle"]})
+        legacy.put("replication", "zenko", node(True))
+        legacy.put("replication", "aws-location", node(True, LATER))  # a pause + a schedule
+        legacy.put("replication", "quiet", node(False))
+        legacy.put("replication", "past-site", node(True, PAST))  # locstatus: running already
+        zk_only = ["--zookeeper", legacy.zk_hosts]
+        first = run(url, *zk_only)
+        assert first.exit_code == 0, first.stderr
+        assert "2 service(s) changed (3 write(s)), 2 unchanged, 0 not imported" in first.stdout
+        assert ("unchanged past-site/replication (its scheduled resume passed; running "
+                "already)") in first.stdout, first.stdout
+        assert "not importing lifecycle: no MongoDB named" in first.stderr, first.stderr
+        again = run(url, *zk_only)
+        assert "0 service(s) changed (0 write(s)), 4 unchanged, 0 not imported" in again.stdout
+        report = json.loads(run(url, *zk_only, "--json").stdout)
+        assert report["passed"] == ["past-site/replication"]
+        assert list(report["skipped"]) == ["lifecycle"]
+        assert mgr.status("past-site").services["replication"].state is State.RUNNING
+    finally:
+        mgr.close()
+
+
 BAD_NODES: dict[str, tuple[bytes, str]] = {
     "not-json": (b"{paused: true", "not JSON"),
     "not-utf8": (b"\xff\xfe{}", "not JSON"),

@@ -257,8 +257,12 @@ def test_forwarded_requests_from_elsewhere_need_the_token(mgr: Manager, prefix: 
         body = problem(httpx.post(url, headers={"Authorization": SIGV4}), 401)
         assert "--backbeat-trust" in body["detail"]
         # a client cannot claim a trusted address in a header: the peer is the socket's
-        problem(httpx.post(url, headers={"X-Forwarded-For": "10.1.2.3",
-                                         "Forwarded": "for=10.1.2.3"}), 401)
+        forged = problem(httpx.post(url, headers={"X-Forwarded-For": "10.1.2.3",
+                                                  "Forwarded": "for=10.1.2.3"}), 401)
+        # without a token: the 401 says the peer is not trusted (issue 18's new-user review)
+        assert ("the peer 127.0.0.1 is not in a --backbeat-trust network (trusted: 10.0.0.0/8)"
+                ": a Backbeat-route mutation from it needs an Authorization header with a "
+                "bearer token") in forged["detail"], forged["detail"]
         problem(httpx.post(url, headers={"Authorization": "Bearer wrong"}), 403)
         assert state(mgr, "zenko") is State.RUNNING
         r = httpx.post(url, headers={"Authorization": f"Bearer {TOKEN}"})

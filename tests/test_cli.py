@@ -29,6 +29,8 @@ from locstatus.backends.sqlite import SQLiteBackend
 from locstatus.cli import app
 from locstatus.locations import load_sample, sample_path
 
+from support.kits_zk import ZkServer, zk_url
+
 ENV = {
     "LOCSTATUS_BACKEND": None,
     "LOCSTATUS_SERVICES": None,
@@ -667,6 +669,46 @@ def test_workers_shows_a_standing_registration_away_and_retire_ends_it(
     assert synced("workers", "retire").exit_code == 2
 
 
+def test_an_away_holders_lapsed_acknowledgements_read_unknown_not_zero(
+    tmp_path: Path, zk_server: ZkServer
+) -> None:
+    """Found by the new-user review (issue 18): on ZooKeeper, once the bridge stopped, its
+    standing registration's lag read ``(0<9)`` and the check's ``acked_generation: null``
+    though its processor had applied the generation before: its acknowledgements were
+    ephemeral under the bridge's session. Now unknown (lapsed with the holder's session); the
+    lag itself stays (the settle rule is unchanged)."""
+    cli = Cli(tmp_path)
+    cli.url = zk_url(zk_server.hosts)
+    now = datetime.now(UTC)
+    holder = connect(cli.url)
+    holder.add_location("zenko", ["replication"])
+    holder.backend.put_worker(WorkerInfo(
+        worker_id="backbeat.replication.zenko", services=("replication",), host="host-1",
+        pid=4242, started_at=now, standing=True))
+    gen = holder.pause("zenko").services["replication"].generation
+    holder.backend.ack("backbeat.replication.zenko", "zenko", "replication", gen)
+    holder.close()  # the bridge stops: its session, and its acknowledgements, go
+    assert cli("resume", "zenko", "--wait", "0").exit_code == 1  # it waits for the holder
+    now_gen = cli.status("zenko").services["replication"].generation
+    rows = {w["worker_id"]: w for w in json.loads(cli.ok("workers", "--json").stdout)}
+    bb = rows["backbeat.replication.zenko"]
+    assert bb["away"] is True
+    assert bb["lagging"] == [
+        {"location": "zenko", "service": "replication", "acked": None, "generation": now_gen}]
+    human = cli("workers", env={"COLUMNS": "400"}).stdout
+    assert (f"zenko/replication (?<{now_gen}: acknowledgement unknown, lapsed with its holder's "
+            "session)") in human, human
+    assert "(0<" not in human
+    time.sleep(1.1)
+    checked = cli("check", "--json", "--stuck-after", "1s")
+    report = json.loads(checked.stdout or "null")
+    assert report is not None, checked.stderr
+    [stuck] = [f for f in report["findings"] if f["kind"] == "stuck_transition"]
+    [lag] = stuck["evidence"]["lagging_workers"]
+    assert (lag["acked_generation"], lag["ack_lapsed"]) == (None, True)
+    assert cli.status("zenko").services["replication"].state is State.RESUMING
+
+
 def test_workers_retire_refuses_a_standing_registration_whose_holder_is_present(
     synced: Cli
 ) -> None:
@@ -688,6 +730,9 @@ def test_workers_retire_refuses_a_standing_registration_whose_holder_is_present(
         "backbeat.replication.zenko"]
     done = synced.ok("workers", "retire", "backbeat.replication.zenko", "--force")
     assert datetime.now(UTC) >= now + timedelta(seconds=2)  # it waited for the lease
+    # said before the wait, not silent for up to a lease (issue 18's new-user review)
+    assert re.search(r"waiting up to \d+ s for backbeat\.replication\.zenko's holder \(host "
+                     r"host-1, pid 4242\) to be away", done.stderr), done.stderr
     assert "retired the standing registration of backbeat.replication.zenko" in done.stdout
     assert json.loads(synced.ok("workers", "--json").stdout) == []
 

@@ -41,7 +41,7 @@ from locstatus import __version__
 from locstatus.manager import Manager
 
 from . import problems
-from .auth import check_token
+from .auth import authenticate, check_token
 from .backbeat import router as backbeat_router
 from .backbeat_trust import TrustedPeers
 from .context import CheckState, Context
@@ -159,6 +159,7 @@ def create_app(
         ],
     )
     app.state.backbeat_trust = TrustedPeers(backbeat_trust)
+    app.state.authenticate = authenticate  # the guard's, before a 415 (docs/http.md)
     app.state.locstatus = Context(
         mgr,
         token=token,

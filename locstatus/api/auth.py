@@ -36,6 +36,17 @@ async def authorize(
     require(request, credentials, "operate")
 
 
+def authenticate(request: Request) -> None:
+    """With tokens: raise as :func:`authorize` does when ``request`` carries no bearer token
+    (401) or one that is not the sidecar's (403), without judging the role (the route's own
+    dependency does): how a ``/v1`` mutation is authenticated before its media type is judged
+    (docs/http.md, "Requests from browsers")."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    credentials = (HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
+                   if scheme.lower() == "bearer" and token.strip() else None)
+    require(request, credentials, "read")
+
+
 def check_token(token: str) -> str:
     """Return ``token`` if a client can present it and it is long enough to be a secret, else
     raise :class:`InvalidInput` saying why (never showing it): a bearer token travels in an

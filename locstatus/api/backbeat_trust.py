@@ -61,6 +61,11 @@ class TrustedPeers:
     def __bool__(self) -> bool:
         return bool(self.networks)
 
+    def describe(self) -> str:
+        """The networks as an operator gave them, comma-separated (``10.100.0.0/16, ::1``);
+        ``none`` when there are none."""
+        return ", ".join(str(n) for n in self.networks) or "none"
+
     def trusts(self, peer: str | None) -> bool:
         """True when ``peer`` (an address literal, or None when unknown) is in a network."""
         if peer is None or not self.networks:
@@ -84,7 +89,8 @@ async def authorize_mutation(
     ``request.state.principal`` for the change's actor. A request signed for CloudServer
     (``AWS4-HMAC-SHA256``) from an untrusted peer is told why it is refused."""
     peers: TrustedPeers = getattr(request.app.state, "backbeat_trust", TrustedPeers())
-    if peers.trusts(request.client.host if request.client else None):
+    peer = request.client.host if request.client else None
+    if peers.trusts(peer):
         # no token needed; one presented that names an operator makes it the actor, anything
         # else leaves no principal: the change's actor is then the peer (backbeat:<address>)
         principals = request.app.state.locstatus.principals
@@ -96,9 +102,18 @@ async def authorize_mutation(
         request.state.principal = who if who is not None and who.may("operate") else None
         return
     scheme = request.headers.get("authorization", "").split(" ", 1)[0].lower()
-    if scheme.startswith("aws") and request.app.state.locstatus.principals.enabled:
+    enabled = request.app.state.locstatus.principals.enabled
+    outside = (f"the peer {peer or '(unknown address)'} is not in a --backbeat-trust network "
+               f"(trusted: {peers.describe()})")
+    if scheme.startswith("aws") and enabled:
         raise Unauthorized(
             "a request signed for CloudServer (AWS signature) is accepted only from a peer in "
-            "a --backbeat-trust network; this one needs the sidecar's bearer token"
+            f"a --backbeat-trust network; {outside}, so it needs the sidecar's bearer token"
+        )
+    if enabled and (credentials is None or not credentials.credentials):
+        raise Unauthorized(
+            f"{outside}: a Backbeat-route mutation from it needs an Authorization header with "
+            "a bearer token of the sidecar (LOCSTATUS_API_TOKEN or LOCSTATUS_API_TOKENS_FILE; "
+            "docs/http.md, \"Putting locstatus where Backbeat's API server was\")"
         )
     await authorize(request, credentials)

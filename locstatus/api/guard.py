@@ -189,6 +189,10 @@ def native_refusal(request: Request) -> ProblemError | None:
         return ProblemError(403, "forbidden", reason, type_="urn:locstatus:cross-origin")
     kind = media_type(request)
     if not _is_json(kind):
+        # who is asking is judged before what the body is: a caller without the token is told
+        # that (401), not about a media type it would fix only to be refused next (the
+        # route's own dependency judges the role after)
+        authenticate_first(request)
         return ProblemError(
             415, "unsupported media type",
             f"a mutation needs 'Content-Type: application/json' (got "
@@ -197,6 +201,15 @@ def native_refusal(request: Request) -> ProblemError | None:
             type_="urn:locstatus:unsupported-media-type",
         )
     return None
+
+
+def authenticate_first(request: Request) -> None:
+    """Run the app's ``state.authenticate(request)`` (:func:`~.auth.authenticate`, set by the
+    app factory: this module is below the principals), which raises when the request carries
+    no bearer token (401) or one that is not the sidecar's (403); none set: nothing to judge."""
+    hook: Callable[[Request], None] | None = getattr(request.app.state, "authenticate", None)
+    if hook is not None:
+        hook(request)
 
 
 def backbeat_refusal(request: Request) -> ProblemError | None:

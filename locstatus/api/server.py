@@ -106,7 +106,7 @@ def serve(
                 f"invalid --allow-host {name!r}: expected a host name or address such as "
                 "s3.zenko.local (any port is served)"
             )
-    TrustedPeers(backbeat_trust)  # a bad network is refused before anything starts
+    trusted = TrustedPeers(backbeat_trust)  # a bad network is refused before anything starts
     if not host:
         raise InvalidInput("empty --host: give an address such as 127.0.0.1")
     if not 0 <= port <= 65535:
@@ -161,12 +161,14 @@ def serve(
     _install_redaction()
     bound = sock.getsockname()
     log.info(
-        "locstatus sidecar on http://%s:%s, backend %s, auth %s, reconcile every %gs%s",
+        "locstatus sidecar on http://%s:%s, backend %s, auth %s, reconcile every %gs%s%s",
         _host_for_url(bound[0]), bound[1], redact(mgr.backend.url),
         _auth_mode(principals, token) if principals.enabled
         else "none (loopback only)" if loopback else "NONE (--insecure)",
         reconcile_interval,
         f", check every {check_interval:g}s" if check_interval else "",
+        f", Backbeat-route mutations need no token from {trusted.describe()} (--backbeat-trust)"
+        if trusted else "",
     )
     if not loopback and not principals.enabled:
         log.warning("--insecure: mutating routes on %s need no authentication", host)

@@ -65,13 +65,16 @@ class Findings:
         alive: Mapping[str, bool],
         acks: Mapping[str, Mapping[str, int]],
         stuck: Mapping[str, str],
+        lapsed: frozenset[str] = frozenset(),
     ) -> None:
         """``stuck_transition``: ``svc`` has been transitional since ``since``; ``lagging``: the
         workers that apply it and have not acknowledged its generation, ``alive`` whether each
         one's lease holds, ``acks`` the location's acknowledgements, ``stuck`` where a live
         worker's handler is stuck (docs/agent.md "Handlers") or, for a standing registration,
-        that its holder is away (docs/agent.md "Standing registrations"). Settled only when no
-        live worker lags."""
+        that its holder is away (docs/agent.md "Standing registrations"); ``lapsed``: the workers
+        whose acknowledgements went with their away holder's session (ZooKeeper), whose
+        ``acked_generation`` is then unknown, not "none" (``ack_lapsed`` true). Settled only
+        when no live worker lags."""
         loc = rec.location
         live = [w.worker_id for w in lagging if alive[w.worker_id]]
         errors = handler_errors(lagging, [w.worker_id for w in lagging], loc, [svc])
@@ -85,6 +88,8 @@ class Findings:
                     "lease_alive": alive[w.worker_id],
                     "lease_expires_at": iso(w.lease_expires_at),
                     "acked_generation": acks.get(w.worker_id, {}).get(svc),
+                    "ack_lapsed": (w.worker_id in lapsed
+                                   and acks.get(w.worker_id, {}).get(svc) is None),
                     "stuck": stuck.get(w.worker_id),
                     "handler_error": errors.get(w.worker_id),
                 }

@@ -32,7 +32,7 @@ from locstatus.check.screen import Newest, Screen
 from locstatus.check.tombstones import readiness
 from locstatus.clock import TimeSource
 from locstatus.errors import CorruptRecord, NotFound
-from locstatus.manager import Manager, away_notes, stuck_handlers, worker_live
+from locstatus.manager import Manager, acks_lapsed, away_notes, stuck_handlers, worker_live
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, WorkerInfo
 
 HISTORY_PAGES = (1, 8, 64, 512)
@@ -211,7 +211,9 @@ class Scan:
             **away_notes(lagging, live, self.time),
             **stuck_handlers(lagging, live, self.now),
         }
-        self.found.stuck(rec, svc, st, since, lagging, alive, acks, stuck)
+        lapsed = frozenset(w.worker_id for w in lagging
+                           if acks_lapsed(w, self.backend.session_leases))
+        self.found.stuck(rec, svc, st, since, lagging, alive, acks, stuck, lapsed)
 
     def _tombstone(self, rec: LocationStatus) -> None:
         ready = readiness(rec, self.workers, self.acks.get(rec.location, {}), self.time, self.ttl)

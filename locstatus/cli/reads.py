@@ -6,6 +6,7 @@ never left out (exit 2 after the rest was shown).
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -16,6 +17,7 @@ from locstatus.errors import (
     CorruptRecord,
 )
 from locstatus.manager.liveness import RETIRE_ADVICE
+from locstatus.models import WorkerInfo
 from locstatus.names import (
     MAX_ACTOR,
     check_location,
@@ -220,6 +222,14 @@ def retire(
     check_worker_id(worker_id)  # named as a worker id, before the backend is opened
     check_option_text("--actor", actor, MAX_ACTOR)
     mgr = options_of(ctx).manager()
-    info = mgr.retire_worker(worker_id, actor=actor or default_actor(), force=force)
+
+    def waiting(held: WorkerInfo, seconds: float) -> None:  # the wait is silent otherwise
+        typer.echo(escaped(
+            f"waiting up to {math.ceil(seconds)} s for {worker_id}'s holder (host "
+            f"{held.host or '?'}, pid {held.pid}) to be away (its lease or session to run "
+            "out) ..."), err=True)
+
+    info = mgr.retire_worker(worker_id, actor=actor or default_actor(), force=force,
+                             on_wait=waiting)
     kind = "standing registration" if info.standing else "registration"
     new_console().print(plain(f"retired the {kind} of {worker_id}"))

@@ -275,7 +275,10 @@ def workers_table(
         if w.standing and not w.away:
             lease.append(", standing")
         lagging = Text(", ".join(
-            f"{x.location}/{x.service} ({x.acked}<{x.generation})" for x in w.lagging
+            f"{x.location}/{x.service} ({x.acked}<{x.generation})" if x.acked is not None
+            else f"{x.location}/{x.service} (?<{x.generation}: acknowledgement unknown, "
+                 "lapsed with its holder's session)"
+            for x in w.lagging
         ), style="yellow")
         for loc in w.lag_unknown:
             lagging.append(", " if len(lagging) else "")

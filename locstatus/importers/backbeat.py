@@ -102,6 +102,19 @@ class Report(BaseModel):
     errors: list[Problem] = []
     only_in_backbeat: list[str] = []
     only_in_locstatus: list[str] = []
+    passed: list[str] = []
+    """``location/service`` (among ``unchanged``) Backbeat holds paused with a
+    ``scheduledResume`` already passed while locstatus already has it running: nothing to
+    write, but said, as for the ones it resumes (``due``)."""
+    skipped: dict[str, str] = {}
+    """Service -> why its source was not read (no MongoDB named for lifecycle, no ZooKeeper
+    for replication and ingestion): nothing of it imported."""
+
+    @property
+    def changed(self) -> list[str]:
+        """``location/service`` with at least one change (a pause and a schedule of one
+        service are one service changed, two writes), in the order first changed."""
+        return list(dict.fromkeys(f"{c.location}/{c.service}" for c in self.changes))
 
     @property
     def failed(self) -> bool:
@@ -273,11 +286,26 @@ def _entry(name: str, service: str, where: str, parse: Any) -> Entry:
     return Entry(name, service, where, state=state)
 
 
+def unread(config: BackbeatConfig, services: Iterable[str]) -> dict[str, str]:
+    """Service -> why :func:`read_backbeat` will not read it: of ``services``, the ones whose
+    source ``config`` does not name (the import says so, as the bridge's ``not bridging``
+    does, rather than leaving them out silently)."""
+    out: dict[str, str] = {}
+    for svc in services:
+        if svc in ZK_SERVICES and config.zookeeper is None:
+            out[svc] = ("no ZooKeeper named (zookeeper.connectionString of config.json, or "
+                        "--zookeeper)")
+        elif svc == "lifecycle" and config.mongodb is None:
+            out[svc] = ("no MongoDB named (queuePopulator.mongo of config.json, or "
+                        "--mongodb)")
+    return out
+
+
 def read_backbeat(
     config: BackbeatConfig, services: Iterable[str], timeout: float = TIMEOUT
 ) -> tuple[list[Entry], set[str]]:
     """Every entry of the services asked for, and the services whose source was read (each
-    source given ``timeout`` seconds to answer)."""
+    source given ``timeout`` seconds to answer); the others are :func:`unread`'s."""
     wanted = set(services)
     entries: list[Entry] = []
     read: set[str] = set()
@@ -368,6 +396,8 @@ def run_import(mgr: Manager, entries: Sequence[Entry], read: set[str], *,
         changes = plan(rec, entry.service, entry.state, now)
         if not changes:
             report.unchanged.append(key)
+            if entry.state.paused and at is not None and at <= now:
+                report.passed.append(key)  # its scheduled resume passed; running already
         for change in changes:
             report.changes.append(change)
             if dry_run:

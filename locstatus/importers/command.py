@@ -20,7 +20,14 @@ from locstatus.backbeat_state import BackbeatConfig
 from locstatus.errors import InvalidInput
 from locstatus.manager import Manager
 
-from .backbeat import TIMEOUT, Report, read_backbeat, refuse_after_bridge, run_import
+from .backbeat import (
+    TIMEOUT,
+    Report,
+    read_backbeat,
+    refuse_after_bridge,
+    run_import,
+    unread,
+)
 
 import_app = typer.Typer(
     help="Take over the state another system holds.", no_args_is_help=True, rich_markup_mode=None
@@ -127,8 +134,14 @@ def _print(report: Report) -> None:
         typer.echo(f"only in Backbeat (not a locstatus location/service): {key}")
     for key in report.only_in_locstatus:
         typer.echo(f"only in locstatus (no Backbeat state): {key}")
+    for key in report.passed:
+        typer.echo(f"unchanged {key} (its scheduled resume passed; running already)")
+    for svc, why in report.skipped.items():
+        typer.echo(f"not importing {svc}: {why}; nothing of it imported", err=True)
+    writes = len(report.changes)
     typer.echo(
-        f"{len(report.changes)} change(s), {len(report.unchanged)} unchanged, "
+        f"{len(report.changed)} service(s) {'to change' if report.dry_run else 'changed'} "
+        f"({writes} write(s)), {len(report.unchanged)} unchanged, "
         f"{len(report.errors)} not imported" + (" (dry run: nothing written)"
                                                  if report.dry_run else "")
     )
@@ -188,6 +201,7 @@ def backbeat(
         refuse_after_bridge(mgr, services)
     entries, read = read_backbeat(cfg, services, timeout)
     report = run_import(mgr, entries, read, dry_run=dry_run)
+    report.skipped = unread(cfg, services)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     else:

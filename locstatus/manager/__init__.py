@@ -24,6 +24,7 @@ neither the agent, the api, the cli, the check nor the bridge (import contracts,
 
 from .bulk import BulkInterrupted, BulkItem, BulkReport, Outcome, Progress, interrupted
 from .liveness import (
+    acks_lapsed,
     away_note,
     away_notes,
     holder_away,
@@ -54,6 +55,7 @@ __all__ = [
     "SyncReport",
     "WorkerReport",
     "WorkerStatus",
+    "acks_lapsed",
     "away_note",
     "away_notes",
     "holder_away",

@@ -41,6 +41,16 @@ def holder_away(worker: WorkerInfo, time_source: TimeSource) -> bool:
     return worker.away or (expires is not None and time_source.is_past(expires))
 
 
+def acks_lapsed(worker: WorkerInfo, session_leases: bool) -> bool:
+    """True when what ``worker`` acknowledged is not known any more: a standing registration
+    no session holds (:attr:`~locstatus.models.WorkerInfo.away`) on a store whose
+    acknowledgements live as long as the session that wrote them (``session_leases``:
+    ZooKeeper's ephemeral ack nodes went with its holder's session). Its lag then reads
+    "unknown", not "acknowledged nothing" (docs/agent.md "Standing registrations"); the settle
+    rule is the same (it still counts as not acknowledged)."""
+    return session_leases and worker.standing and worker.away
+
+
 def holder_present(worker: WorkerInfo, time_source: TimeSource) -> bool:
     """True when ``worker`` is a standing registration whose holder is present beyond doubt:
     on ZooKeeper its holder node exists, elsewhere its lease deadline is still ahead even at

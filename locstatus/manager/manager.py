@@ -10,7 +10,7 @@ write loop with its version hints).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from locstatus.backend_clock import time_source_for
@@ -124,7 +124,8 @@ class Manager:
         return worker_statuses(self._core)
 
     def retire_worker(
-        self, worker_id: str, *, actor: str | None = None, force: bool = False
+        self, worker_id: str, *, actor: str | None = None, force: bool = False,
+        on_wait: Callable[[WorkerInfo, float], None] | None = None,
     ) -> WorkerInfo:
         """End ``worker_id``'s registration (a standing one outlives its holder, docs/agent.md
         "Standing registrations"): removed with its acknowledgements, so it stops counting for
@@ -136,12 +137,13 @@ class Manager:
         most until its lease runs out, on ZooKeeper one session timeout) and retires then, for
         a holder known gone whose lease has not run out yet, or raises :class:`HolderPresent`
         when the holder turns out to run (it wrote its registration meanwhile, or is still
-        present). Returns the registration as listed just before. Raises
+        present); ``on_wait(registration, seconds)`` is called once before that wait, with
+        the most it can last. Returns the registration as listed just before. Raises
         :class:`InvalidInput` (bad id or actor, before any I/O), :class:`NotFound` (not
         registered), :class:`HolderPresent`, :class:`BackendUnavailable`."""
         check_worker_id(worker_id)
         check_free_text(None, actor)
-        return retire_worker(self._core, worker_id, actor, force=force)
+        return retire_worker(self._core, worker_id, actor, force=force, on_wait=on_wait)
 
     def lagging(self, location: str, service: str) -> list[str]:
         """Live workers that have not acknowledged the current generation of a service."""

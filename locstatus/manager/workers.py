@@ -22,7 +22,7 @@ from locstatus.errors import CorruptRecord, HolderPresent, NotFound
 from locstatus.models import WorkerInfo
 
 from .core import Core
-from .liveness import holder_away, holder_present, worker_live
+from .liveness import acks_lapsed, holder_away, holder_present, worker_live
 from .reads import listing
 
 audit = logging.getLogger("locstatus.audit")
@@ -31,13 +31,16 @@ audit = logging.getLogger("locstatus.audit")
 
 class Lag(BaseModel):
     """A change a live worker has not acknowledged yet: it acknowledged generation ``acked``
-    of ``service`` at ``location``, whose current generation is ``generation``."""
+    of ``service`` at ``location``, whose current generation is ``generation``. ``acked`` is
+    None when what it acknowledged is not known any more: a standing registration whose holder
+    is away on a store whose acknowledgements went with the holder's session (ZooKeeper,
+    :func:`.liveness.acks_lapsed`), not "it applied nothing" (0)."""
 
     model_config = ConfigDict(frozen=True)
 
     location: str
     service: str
-    acked: int
+    acked: int | None
     generation: int
 
 
@@ -80,6 +83,7 @@ def worker_statuses(core: Core) -> WorkerReport:
     acks = core.backend.all_acks()
     out: list[WorkerStatus] = []
     for w in infos:
+        lapsed = acks_lapsed(w, core.backend.session_leases)
         lag: list[Lag] = []
         for rec in records:
             for svc, st in sorted(rec.services.items()):
@@ -88,9 +92,11 @@ def worker_statuses(core: Core) -> WorkerReport:
                 # go with the session that wrote them), as /metrics and the check judge it
                 if not st.state.transitional or not w.applies(rec.location, svc):
                     continue
-                acked = acks.get(rec.location, {}).get(w.worker_id, {}).get(svc, 0)
+                stored = acks.get(rec.location, {}).get(w.worker_id, {}).get(svc)
+                acked = stored if stored is not None else 0
                 if acked < st.generation:
-                    lag.append(Lag(location=rec.location, service=svc, acked=acked,
+                    lag.append(Lag(location=rec.location, service=svc,
+                                   acked=None if stored is None and lapsed else acked,
                                    generation=st.generation))
         unknown = [
             bad.location
@@ -144,13 +150,17 @@ def _wait_bound(core: Core, info: WorkerInfo) -> float:
 
 
 def _await_away(
-    core: Core, worker_id: str, info: WorkerInfo, sleep: Callable[[float], None]
+    core: Core, worker_id: str, info: WorkerInfo, sleep: Callable[[float], None],
+    on_wait: Callable[[WorkerInfo, float], None] | None = None,
 ) -> WorkerInfo:
     """Wait until the holder of ``info`` (present) is away, and return the registration as
     then listed. A holder that writes its registration meanwhile (a renewal, a handler error
     published, a new holder) runs: :class:`HolderPresent`, as when it is still present once
     its lease (or session) had time to run out. :class:`NotFound` when it went meanwhile."""
-    deadline = time.monotonic() + _wait_bound(core, info)
+    bound = _wait_bound(core, info)
+    if on_wait is not None:
+        on_wait(info, bound)
+    deadline = time.monotonic() + bound
     while True:
         sleep(FORCE_POLL)
         now = {w.worker_id: w for w in core.backend.workers()}.get(worker_id)
@@ -177,6 +187,7 @@ def retire_worker(
     *,
     force: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    on_wait: Callable[[WorkerInfo, float], None] | None = None,
 ) -> WorkerInfo:
     """Remove ``worker_id``'s registration and its acknowledgements: how a standing
     registration ends (docs/agent.md "Standing registrations"; an ordinary one is
@@ -192,7 +203,9 @@ def retire_worker(
     deadline passed beyond doubt, on ZooKeeper one session timeout) and retires then: for a
     holder known gone (killed, its host lost) whose lease has not run out yet. A holder that
     writes its registration while it waits, or is still present then, runs:
-    :class:`~locstatus.errors.HolderPresent`, nothing removed.
+    :class:`~locstatus.errors.HolderPresent`, nothing removed. ``on_wait(registration,
+    seconds)`` is called once before such a wait, with the most it can last (so a front end
+    says why it is silent: ``locstatus workers retire --force``, docs/cli.md).
 
     The removal is conditional on heartbeat backends: only while the registration still
     carries the lease deadline judged (a holder taking it over in between writes another, and
@@ -207,7 +220,7 @@ def retire_worker(
     if info is not None and holder_present(info, core.time):
         if not force:
             raise _holder_refusal(worker_id, info, "")
-        info = _await_away(core, worker_id, info, sleep)
+        info = _await_away(core, worker_id, info, sleep, on_wait)
         waited = True
     if info is None:
         names = sorted(listed)
