@@ -249,8 +249,8 @@ def test_a_second_bridge_stands_by_and_takes_over_once_the_first_is_killed(
             published = monitor.by_db()
             assert published.get(1, 0) >= 4 * len(SITES) and published.get(2, 0) == 0, published
             assert dep.holders() == {first.pid}
-            assert f"held by another bridge (host {socket.gethostname()}, pid {first.pid})" \
-                in dep.log(2), dep.log(2)
+            assert f"held by another bridge (host {socket.gethostname()}, pid {first.pid}, " \
+                "instance " in dep.log(2), dep.log(2)
             assert "standing by" in dep.log(2)
 
             first.kill()
