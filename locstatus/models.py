@@ -350,6 +350,12 @@ class WorkerInfo(_Frozen):
     """Location filter; None means every location."""
     host: str = ""
     pid: int = 0
+    instance: str | None = None
+    """The writer's instance id (:func:`locstatus.instance.process_instance`), which tells
+    apart two processes of one host name and pid (each pid 1 in its own pid namespace);
+    None when unknown (a record of an older version, or an ordinary registration). Written on
+    standing registrations only, and stored only when set, so an ordinary registration is
+    stored exactly as before (docs/backbeat.md, "2. The bridge", One bridge publishes)."""
     started_at: UTCDateTime | None = None
     lease_expires_at: UTCDateTime | None = None
     """Heartbeat backends: the lease deadline (UTC). None: the lease is a session (ZooKeeper

@@ -41,6 +41,7 @@ from locstatus.agent import UNREGISTER_GRACE, Agent, HandlerRetry
 from locstatus.agent.settle import rendezvous
 from locstatus.backends import Backend, open_backend
 from locstatus.errors import StandingRegistered
+from locstatus.instance import process_instance
 from locstatus.models import TOMBSTONE_ACK, WorkerInfo, tombstone_generation
 
 from support.agent_worker import Partition
@@ -211,7 +212,7 @@ def test_a_standing_registration_with_its_holder_running_is_never_retired_and_co
     with pytest.raises(HolderPresent, match=rf"bb\.1 is a standing registration whose holder "
                        rf"is present \(host {socket.gethostname()}, pid {os.getpid()}\)"):
         mgr.retire_worker("bb.1", actor="ops")
-    assert [w.worker_id for w in mgr.workers()] == ["bb.1"]
+    assert [(w.worker_id, w.instance) for w in mgr.workers()] == [("bb.1", process_instance())]
     with pytest.raises(HolderPresent, match=r"it runs"):
         mgr.retire_worker("bb.1", actor="ops", force=True)
     assert [(w.worker_id, w.away) for w in mgr.worker_statuses().workers] == [("bb.1", False)]

@@ -826,6 +826,27 @@ def standing(worker_id: str, lease: datetime | None, host: str = "h") -> WorkerI
                       host=host, pid=1, standing=True)
 
 
+def test_a_registration_keeps_its_writers_instance_and_one_without_reads_as_unknown(
+    kit: Kit,
+) -> None:
+    """``WorkerInfo.instance`` (docs/backbeat.md, "2. The bridge", One bridge publishes): a
+    standing registration's writer instance id reads back as written, from another process's
+    connection; one stored without it (an older version's, an ordinary registration) reads as
+    unknown (None), and its stored text has no such field, as before the field existed."""
+    writer = kit.open()
+    lease = datetime.now(UTC) + timedelta(seconds=600)
+    writer.put_worker(standing("w-new", lease).model_copy(update={"instance": "a" * 32}))
+    writer.put_worker(standing("w-old", lease))
+    writer.put_worker(worker("w-plain", lease))
+    reader = kit.open()
+    listed = {w.worker_id: w for w in reader.workers()}
+    assert {k: (w.instance, w.corrupt) for k, w in listed.items()} == {
+        "w-new": ("a" * 32, None), "w-old": (None, None), "w-plain": (None, None)}
+    assert "instance" not in codec.encode_worker(listed["w-old"])
+    reader.close()
+    writer.close()
+
+
 def test_a_standing_registration_outlives_its_holder_until_it_is_retired(kit: Kit) -> None:
     """Invariant 6, standing registrations (docs/agent.md "Standing registrations"): one whose
     holder goes away without unregistering (its backend closed: on ZooKeeper its session ends)

@@ -37,7 +37,8 @@ class Sim:
         for wid in ids:
             self.client.backend.put_worker(WorkerInfo(
                 worker_id=wid, services=("lifecycle",) if wid.endswith("lifecycle")
-                else ("replication",), host=self.me.host, pid=self.me.pid, standing=True,
+                else ("replication",), host=self.me.host, pid=self.me.pid,
+                instance=self.me.instance, standing=True,
                 lease_expires_at=self.client.clock() + timedelta(seconds=600)))
 
     def tick(self) -> None:
@@ -56,7 +57,7 @@ class Sim:
     def lapse(self) -> None:
         """Frozen past its lease: what it wrote reads as away; it still believes it runs."""
         for w in self.client.workers():
-            if (w.host, w.pid) == (self.me.host, self.me.pid):
+            if (w.host, w.pid, w.instance) == (self.me.host, self.me.pid, self.me.instance):
                 self.client.backend.put_worker(w.model_copy(update={
                     "lease_expires_at": self.client.clock() - timedelta(seconds=60)}))
 
@@ -120,3 +121,42 @@ def test_a_bridge_started_second_stands_by_and_names_the_holder(
     second.renew()  # its agents registered
     assert not second.standby
     assert {w.pid for w in client.workers()} == {7}
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=steps)
+def test_two_bridges_of_one_host_and_pid_end_with_exactly_one_holding_everything(
+    steps: list[tuple[int, str | int]],
+) -> None:
+    """Two containers with a fixed host name each run their bridge as pid 1 in its own pid
+    namespace: only their instance ids differ. Before the instance id each read the other's
+    registrations as its own, neither stood by, and both published."""
+    client = connect("memory://")
+    try:
+        bridges = [Sim(client, Holder("h", 1, "a" * 32)), Sim(client, Holder("h", 1, "b" * 32))]
+        for who, op in steps:
+            if isinstance(op, int):
+                bridges[who].renew(op)
+            else:
+                getattr(bridges[who], op)()
+        for _ in range(3):
+            for b in bridges:
+                b.tick()
+                b.renew()
+        running = [b for b in bridges if not b.standby]
+        assert len(running) == 1, [(b.me, b.standby) for b in bridges]
+        assert {w.instance for w in client.workers()} == {running[0].me.instance}
+        assert all(b.writes_in_standby == 0 for b in bridges)
+    finally:
+        client.close()
+
+
+def test_a_registration_without_an_instance_is_judged_by_host_and_pid(client: Client) -> None:
+    """A registration of an older version (no instance stored) of this host and pid is this
+    process's own; one of another pid is another bridge's."""
+    old = Sim(client, Holder("h", 1))
+    old.standby = False
+    old.renew()
+    assert {w.instance for w in client.workers()} == {None}  # stored without the field
+    assert Holding(client, SERVICES, me=Holder("h", 1, "c" * 32)).others() == []
+    assert len(Holding(client, SERVICES, me=Holder("h", 2, "c" * 32)).others()) == len(IDS)

@@ -720,14 +720,14 @@ def test_workers_retire_refuses_a_standing_registration_whose_holder_is_present(
     with connect(synced.url) as mgr:
         mgr.backend.put_worker(WorkerInfo(
             worker_id="backbeat.replication.zenko", services=("replication",), host="host-1",
-            pid=4242, started_at=now, lease_expires_at=now + timedelta(seconds=2),
-            standing=True))
+            pid=4242, instance="5f" * 16, started_at=now,
+            lease_expires_at=now + timedelta(seconds=2), standing=True))
     refused = synced("workers", "retire", "backbeat.replication.zenko")
     assert refused.exit_code == 1, refused.stdout
     assert "holder is present (host host-1, pid 4242)" in refused.stderr, refused.stderr
     assert "--force" in refused.stderr
-    assert [w["worker_id"] for w in json.loads(synced.ok("workers", "--json").stdout)] == [
-        "backbeat.replication.zenko"]
+    assert [(w["worker_id"], w["instance"]) for w in json.loads(
+        synced.ok("workers", "--json").stdout)] == [("backbeat.replication.zenko", "5f" * 16)]
     done = synced.ok("workers", "retire", "backbeat.replication.zenko", "--force")
     assert datetime.now(UTC) >= now + timedelta(seconds=2)  # it waited for the lease
     # said before the wait, not silent for up to a lease (issue 18's new-user review)

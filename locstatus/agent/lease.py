@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from locstatus.errors import LocstatusError
+from locstatus.instance import process_instance
 from locstatus.models import StuckHandler, WorkerInfo
 
 if TYPE_CHECKING:
@@ -156,6 +157,7 @@ class Lease:
             locations=self.locations,
             host=socket.gethostname(),
             pid=os.getpid(),
+            instance=process_instance() if self.standing else None,
             started_at=self.started_at,
             lease_expires_at=None
             if self.backend.session_leases

@@ -519,10 +519,15 @@ WORKER_NOT_STORED: set[str] = {"corrupt", "away"}
 
 
 def not_stored(info: WorkerInfo) -> set[str]:
-    """The fields of ``info`` left out of its stored form: :data:`WORKER_NOT_STORED`, and
-    ``standing`` unless true (an ordinary registration is stored as it was before standing
-    registrations existed, so an older version still reads it)."""
-    return WORKER_NOT_STORED if info.standing else WORKER_NOT_STORED | {"standing"}
+    """The fields of ``info`` left out of its stored form: :data:`WORKER_NOT_STORED`,
+    ``standing`` unless true and ``instance`` unless set (an ordinary registration is stored
+    as it was before either existed, so an older version still reads it)."""
+    left = set(WORKER_NOT_STORED)
+    if not info.standing:
+        left.add("standing")
+    if info.instance is None:
+        left.add("instance")
+    return left
 
 _LEASE: TypeAdapter[UTCDateTime | None] = TypeAdapter(UTCDateTime | None)
 

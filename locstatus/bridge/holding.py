@@ -4,7 +4,8 @@
 Two bridges on one configuration would both publish to Backbeat's processors, which then
 apply orders concurrently (their read-then-write chains interleave) and leave the state node
 disagreeing with the consumer. Each registration names the process that wrote it last (its
-``host`` and ``pid``); a bridge judges from that alone, through the registrations every
+``host``, ``pid`` and ``instance`` id: two containers of one host name each run their bridge as
+pid 1); a bridge judges from that alone, through the registrations every
 backend already stores, so no backend needs a new operation.
 
 Why it is shaped so:
@@ -17,9 +18,9 @@ Why it is shaped so:
   in a loop, while a standby is a hot spare that takes over within the lease.
 - **Two that run at once settle on one** (both started in the same instant, or one frozen past
   its lease and back): each compares its own identity with the other's (:func:`rank`, host
-  then pid), the same total order on both sides, so exactly one steps down to standby (its
-  agents stopped without writing, :meth:`~locstatus.agent.Agent.stop` ``handed_over``) and
-  the other takes back what the loser wrote.
+  then pid then instance id), the same total order on both sides, so exactly one steps down
+  to standby (its agents stopped without writing, :meth:`~locstatus.agent.Agent.stop`
+  ``handed_over``) and the other takes back what the loser wrote.
 - Pure judgement over ``client.workers()`` (one list read per tick, served from a copy on
   ZooKeeper); the bridge acts on it (:mod:`.bridge`).
 """
@@ -33,6 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from locstatus.client import Client
+from locstatus.instance import process_instance
 from locstatus.manager import holder_away
 from locstatus.models import WorkerInfo
 
@@ -42,30 +44,41 @@ PREFIX = "backbeat."
 LIFECYCLE_ID = "backbeat.lifecycle"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Holder:
-    """A process that holds registrations: its host name and pid (what every registration
-    stores, ``WorkerInfo.host``/``pid``)."""
+    """A process that holds registrations: its host name, pid and instance id (what a
+    standing registration stores, ``WorkerInfo.host``/``pid``/``instance``). The instance
+    tells apart two processes of one host name and pid (each pid 1 in its own pid namespace);
+    None when unknown (a registration of an older version): then host and pid alone tell."""
 
     host: str
     pid: int
+    instance: str | None = None
+
+    def same(self, other: Holder) -> bool:
+        """Whether ``other`` is this process: the same host, pid and (when both are known)
+        instance."""
+        return (self.host, self.pid) == (other.host, other.pid) and (
+            self.instance is None or other.instance is None or self.instance == other.instance)
 
     def __str__(self) -> str:
-        return f"host {self.host or '?'}, pid {self.pid}"
+        known = f", instance {self.instance[:8]}" if self.instance else ""
+        return f"host {self.host or '?'}, pid {self.pid}{known}"
 
 
 def this_process() -> Holder:
-    """The identity this process's agents write into their registrations."""
-    return Holder(socket.gethostname(), os.getpid())
+    """The identity this process's agents write into their standing registrations."""
+    return Holder(socket.gethostname(), os.getpid(), process_instance())
 
 
 def holder_of(worker: WorkerInfo) -> Holder:
-    return Holder(worker.host, worker.pid)
+    return Holder(worker.host, worker.pid, worker.instance)
 
 
-def rank(holder: Holder) -> tuple[str, int]:
-    """The order two running bridges agree on: the lower one keeps publishing."""
-    return (holder.host, holder.pid)
+def rank(holder: Holder) -> tuple[str, int, str]:
+    """The order two running bridges agree on (host, then pid, then instance id; an unknown
+    one first): the lower one keeps publishing."""
+    return (holder.host, holder.pid, holder.instance or "")
 
 
 def bridge_ids(worker_id: str, services: Iterable[str]) -> bool:
@@ -98,7 +111,7 @@ class Holding:
         return [
             w for w in self.client.workers()
             if w.standing and bridge_ids(w.worker_id, self.services)
-            and holder_of(w) != self.me and not holder_away(w, self.client.time)
+            and not self.me.same(holder_of(w)) and not holder_away(w, self.client.time)
         ]
 
     def outranked_by(self, others: list[WorkerInfo]) -> Holder | None:
