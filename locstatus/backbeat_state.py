@@ -139,7 +139,10 @@ class BackbeatConfig:
       ``127.0.0.1:2181/backbeat``), or None to skip replication and ingestion;
     - ``mongodb``: a MongoDB URI for lifecycle's ``__locationStatusStore`` (None: skip it) and
       ``mongodb_database`` (``queuePopulator.mongo.database``, default ``metadata``);
-    - ``redis``: ``redis://host:port`` of Backbeat's pub/sub (``redis.host`` / ``port``);
+    - ``redis``: ``redis://host:port`` of Backbeat's pub/sub (``redis.host`` / ``port``),
+      ``redis_password`` its ``redis.password`` (None or empty: no AUTH), and
+      ``redis_sentinels`` whether the file names ``redis.sentinels`` (Redis Sentinel, which the
+      bridge refuses at start: docs/backbeat.md "2. The bridge");
     - ``namespaces`` and ``topics``: per service (replication, ingestion).
     """
 
@@ -147,6 +150,8 @@ class BackbeatConfig:
     mongodb: str | None = None
     mongodb_database: str = "metadata"
     redis: str | None = None
+    redis_password: str | None = None
+    redis_sentinels: bool = False
     namespaces: Mapping[str, str] | None = None
     topics: Mapping[str, str] | None = None
 
@@ -180,6 +185,8 @@ class BackbeatConfig:
             return value
 
         zk = text(section(data, "zookeeper").get("connectionString"), "zookeeper.connectionString")
+        if zk is not None:
+            check_zookeeper(zk, f"{where}: zookeeper.connectionString")
         redis_conf = section(data, "redis")
         redis = None
         if redis_conf.get("host") is not None:
@@ -187,7 +194,15 @@ class BackbeatConfig:
             port = redis_conf.get("port", 6379)
             if isinstance(port, bool) or not isinstance(port, int):
                 raise InvalidInput(f"{where}: redis.port must be an integer")
+            if not 1 <= port <= 65535:
+                raise InvalidInput(f"{where}: redis.port {port} is not a TCP port (1-65535)")
             redis = f"redis://{host}:{port}"
+        password = redis_conf.get("password")
+        if password is not None and not isinstance(password, str):
+            raise InvalidInput(f"{where}: redis.password must be a string")
+        sentinels = redis_conf.get("sentinels")
+        if sentinels is not None and not isinstance(sentinels, (str, list)):
+            raise InvalidInput(f"{where}: redis.sentinels must be a list or a string")
         topics = {}
         for service in DEFAULT_TOPICS:
             topic = text(section(data, "extensions", service).get("topic"),
@@ -200,6 +215,43 @@ class BackbeatConfig:
         uri = None
         if hosts is not None:
             rs = mongo.get("replicaSet")
-            uri = f"mongodb://{hosts}/" + (f"?replicaSet={rs}" if isinstance(rs, str) else "")
+            if rs is not None and (not isinstance(rs, str) or not rs):
+                raise InvalidInput(f"{where}: queuePopulator.mongo.replicaSet must be a "
+                                   "non-empty string")
+            uri = f"mongodb://{hosts}/" + (f"?replicaSet={rs}" if rs else "")
         return cls(zookeeper=zk, mongodb=uri, mongodb_database=database, redis=redis,
+                   redis_password=password or None, redis_sentinels=bool(sentinels),
                    topics=topics)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password it carries (``redis://:PASSWORD@host:port``) shown as
+    ``***``: what messages and logs name, never the secret."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, hostport = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{hostport}"
+
+
+def check_zookeeper(hosts: str, where: str) -> None:
+    """Refuse a ZooKeeper connection string kazoo would refuse with a bare ``ValueError`` when
+    the client is made: ``host:port,...`` with ports in 1-65535, then an optional absolute
+    chroot without empty, ``.`` or ``..`` segments. Raises :class:`InvalidInput` naming
+    ``where`` (the field or option) and what is wrong."""
+    servers, slash, chroot = hosts.partition("/")
+    for server in servers.split(","):
+        host, colon, port = server.strip().rpartition(":")
+        if not colon or server.strip().endswith("]"):  # no port; [::1] alone
+            host, port = server.strip(), "2181"
+        if not host:
+            raise InvalidInput(f"{where}: {hosts!r} has an empty host")
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise InvalidInput(f"{where}: port {port!r} of {server.strip()!r} is not a TCP port "
+                               "(1-65535)")
+    if slash and chroot:
+        parts = chroot.rstrip("/").split("/")
+        bad = [p for p in parts if p in ("", ".", "..")]
+        if bad:
+            raise InvalidInput(f"{where}: the chroot /{chroot} has a {bad[0]!r} segment "
+                               "(a ZooKeeper path is absolute, without empty, . or .. parts)")

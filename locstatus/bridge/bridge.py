@@ -280,6 +280,12 @@ class Bridge:
         self.config = config
         self.settings = settings or BridgeSettings()
         available = [s for s in NEEDS if s in client.services]
+        if config.redis_sentinels and config.zookeeper is not None and (
+                services is None or any(s in ZK_SERVICES for s in services)):
+            raise InvalidInput(
+                "Backbeat's config.json names redis.sentinels (Redis Sentinel), which the "
+                "bridge does not follow: give the current master with --redis "
+                "redis://host:port (docs/backbeat.md \"2. The bridge\")")
         wanted = list(services) if services is not None else [
             s for s in available if NEEDS[s].met(config)]
         for s in wanted:
@@ -315,6 +321,10 @@ class Bridge:
         """Another bridge holds its registrations: this one publishes nothing (docs/backbeat.md
         "2. The bridge", One bridge publishes); False once it holds them."""
         self._held_at = 0.0
+        self.redis_error: str | None = None
+        """Why Backbeat's Redis could not be used at start (refused, ``NOAUTH``,
+        ``WRONGPASS``), None when it answered: the bridge runs on and publishes once it does
+        (docs/backbeat.md "2. The bridge"); the command says so at start."""
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -327,8 +337,13 @@ class Bridge:
         try:
             if any(s in ZK_SERVICES for s in self.services):
                 assert self.config.zookeeper and self.config.redis
-                self._publisher = Publisher(self.config.redis)
-                self._publisher.probe()
+                self._publisher = Publisher(self.config.redis,
+                                            password=self.config.redis_password)
+                if not self._publisher.probe():  # run on: Redis may come later (level-triggered)
+                    self.redis_error = self._publisher.error
+                    log.warning("Backbeat's Redis at %s cannot be used: %s; bridging anyway, "
+                                "publishing once it answers (pauses stay pausing meanwhile)",
+                                self._publisher.url, self.redis_error)
                 self._nodes = StateNodes(self.config.zookeeper, self._node_changed)
             if "lifecycle" in self.services:
                 assert self.config.mongodb
@@ -504,6 +519,10 @@ class Bridge:
                 break
             proc.changed.wait(min(left, 0.05))
         what = node.describe() if node is not None else "its state node cannot be read"
+        pub = self._publisher
+        if pub is not None and not pub.healthy:  # the order may never have reached Redis
+            what = (f"Backbeat's Redis at {pub.url} cannot be used ({pub.error or 'no answer'})"
+                    f", so the order may not be published; {what}")
         order = proc.order
         if (order is not None and order.paused == paused and node is not None
                 and agrees(node, paused) and not order.writes(node)):

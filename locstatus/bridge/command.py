@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from locstatus.backbeat_state import redact_url
 from locstatus.client import Client, connect
 from locstatus.importers.command import (
     ConfigOpt,
@@ -107,6 +108,10 @@ def backbeat(
             else:
                 typer.echo(f"bridging {', '.join(bridge.services)} for "
                            f"{len(bridge.workers)} Backbeat worker(s)", err=True)
+            if bridge.redis_error is not None:
+                typer.echo(f"Backbeat's Redis at {redact_url(cfg.redis or '')} cannot be used: "
+                           f"{bridge.redis_error}; bridging anyway, publishing once it "
+                           "answers (a pause stays pausing meanwhile)", err=True)
             for svc, why in bridge.unbridged.items():
                 typer.echo(f"not bridging {svc}: {why}; nothing of Backbeat's follows its "
                            "pauses", err=True)

@@ -26,6 +26,7 @@ from locstatus.backbeat_state import (
     LegacyState,
     parse_node,
     parse_state,
+    redact_url,
 )
 from locstatus.errors import BackendUnavailable, InvalidInput
 
@@ -109,20 +110,45 @@ def _connections(listing: Any) -> frozenset[str]:
                      if isinstance(c, dict))
 
 
+def _redis_error(exc: BaseException) -> str:
+    """What a failed exchange with Redis says, with a refused AUTH named as such: redis-py
+    reports a missing password as HELLO's own words, and a wrong one as ``WRONGPASS``."""
+    text = str(exc) or type(exc).__name__
+    if "WRONGPASS" in text or "invalid password" in text or "invalid username-password" in text:
+        return f"it refused the password (WRONGPASS: check redis.password): {text}"
+    if "NOAUTH" in text or "already authenticated" in text or "Authentication required" in text:
+        return f"it requires a password (NOAUTH: give redis.password): {text}"
+    return text
+
+
 class Publisher:
     """Publishes on Backbeat's Redis (redis-py). ``publish`` returns the number of subscribers
     that received the message, or None when Redis could not be reached; ``healthy`` says
     whether the last exchange worked; :meth:`probe` pings and returns True on the transition
     back to healthy (the caller resyncs everything then)."""
 
-    def __init__(self, url: str, timeout: float = 2.0) -> None:
+    def __init__(self, url: str, timeout: float = 2.0, password: str | None = None) -> None:
         import redis
 
-        self._redis = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+        try:
+            self._redis = redis.Redis.from_url(
+                url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                **({"password": password} if password else {}),
+            )
+        except ValueError as exc:  # a port out of range, a scheme redis-py does not know
+            raise InvalidInput(f"Backbeat's Redis {redact_url(url)!r}: {exc}") from None
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        self.url = url
+        self.url = redact_url(url)
+        self.healthy = False
+        self.error: str | None = None
+        """Why the last exchange with Redis failed (``Connection refused``, ``NOAUTH ...``,
+        ``WRONGPASS ...``), None while it answers: what the start message and a lag reason
+        say (docs/backbeat.md "2. The bridge")."""
+
+    def _failed(self, exc: BaseException) -> None:
+        self.error = _redis_error(exc)
+        if self.healthy:
+            log.warning("Redis at %s: %s", self.url, self.error)
         self.healthy = False
 
     def publish(self, channel: str, action: str) -> Delivery | None:
@@ -139,11 +165,9 @@ class Publisher:
             pipe.publish(channel, message(action))
             listing, count = pipe.execute()
         except self._errors as exc:
-            if self.healthy:
-                log.warning("Redis at %s: %s", self.url, exc)
-            self.healthy = False
+            self._failed(exc)
             return None
-        self.healthy = True
+        self.healthy, self.error = True, None
         return Delivery(int(count), _connections(listing))
 
     def listeners(self) -> frozenset[str] | None:
@@ -169,10 +193,12 @@ class Publisher:
         was = self.healthy
         try:
             self._redis.ping()
-        except self._errors:
-            self.healthy = False
+        except self._errors as exc:
+            self._failed(exc)
             return False
-        self.healthy = True
+        if not was and self.error is not None:
+            log.warning("Redis at %s answers again", self.url)
+        self.healthy, self.error = True, None
         return not was
 
     def close(self) -> None:
@@ -191,7 +217,10 @@ class StateNodes:
         from kazoo.client import KazooClient, KazooState
         from kazoo.handlers.threading import KazooTimeoutError
 
-        self._client = KazooClient(hosts=hosts, timeout=timeout)
+        try:
+            self._client = KazooClient(hosts=hosts, timeout=timeout)
+        except ValueError as exc:  # a port out of range, a chroot with .. in it
+            raise InvalidInput(f"Backbeat's ZooKeeper {hosts!r}: {exc}") from None
         self._cache: dict[str, NodeState] = {}
         self._lock = threading.Lock()
         self._on_change = on_change

@@ -16,7 +16,7 @@ from typing import Annotated, Protocol
 
 import typer
 
-from locstatus.backbeat_state import BackbeatConfig
+from locstatus.backbeat_state import BackbeatConfig, check_zookeeper
 from locstatus.errors import InvalidInput
 from locstatus.manager import Manager
 
@@ -82,11 +82,15 @@ def load_config(path: Path | None, **given: str | None) -> BackbeatConfig:
     for name, value in namespaces.items():
         if not value.startswith("/"):
             raise InvalidInput(f"--{name}-namespace {value!r} must be a ZooKeeper path (/...)")
+    if given.get("zookeeper"):
+        check_zookeeper(str(given["zookeeper"]), "--zookeeper")
     return BackbeatConfig(
         zookeeper=given.get("zookeeper") or base.zookeeper,
         mongodb=given.get("mongodb") or base.mongodb,
         mongodb_database=given.get("mongodb_database") or base.mongodb_database,
         redis=given.get("redis") or base.redis,
+        redis_password=base.redis_password,
+        redis_sentinels=base.redis_sentinels and not given.get("redis"),  # --redis: the master
         namespaces={**dict(base.namespaces or {}), **namespaces},
         topics=base.topics,
     )

@@ -18,7 +18,8 @@
 // The "consumer" is a flag. Every step is printed on stdout as one JSON line, for the test:
 // {"event": "ready"|"message"|"paused"|"resumed"|"scheduled"|"timer"|"redis"|"error", ...}.
 // Options: --zookeeper HOSTS[/chroot] --redis HOST:PORT --topic T --namespace NS --sites a,b
-//          [--drop N] (ignore the first N messages: a message lost on the way).
+//          [--drop N] (ignore the first N messages: a message lost on the way)
+//          [--password P] (Redis AUTH, as Backbeat's redis.password).
 const Redis = require('ioredis');
 const zookeeper = require('node-zookeeper-client');
 
@@ -163,7 +164,7 @@ class Processor {
 
     subscribe() {
         const [host, port] = opts.redis.split(':');
-        const redis = new Redis({ host, port: parseInt(port, 10),
+        const redis = new Redis({ host, port: parseInt(port, 10), password: opts.password,
             retryStrategy: () => 100, maxRetriesPerRequest: null });
         const channel = `${opts.topic}-${this.site}`;
         redis.on('ready', () => emit('redis', { site: this.site, state: 'ready' }));

@@ -36,8 +36,10 @@ class LegacyProcessor:
 
     def __init__(self, zookeeper: str, redis: str, sites: list[str], *,
                  topic: str = "backbeat-replication",
-                 namespace: str = "/backbeat/replication", drop: int = 0) -> None:
+                 namespace: str = "/backbeat/replication", drop: int = 0,
+                 password: str | None = None) -> None:
         self.zookeeper = zookeeper
+        self.password = password
         self.redis = redis
         self.sites = sites
         self.topic = topic
@@ -52,7 +54,8 @@ class LegacyProcessor:
             raise RuntimeError("node or tests/node/node_modules missing: run scripts/setup.sh")
         cmd = ["node", str(SCRIPT), "--zookeeper", self.zookeeper, "--redis", self.redis,
                "--topic", self.topic, "--namespace", self.namespace,
-               "--sites", ",".join(self.sites), "--drop", str(self.drop)]
+               "--sites", ",".join(self.sites), "--drop", str(self.drop),
+               *(["--password", self.password] if self.password else [])]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         mark = len(self.events)

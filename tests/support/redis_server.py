@@ -36,8 +36,12 @@ def redis_available() -> bool:
 class RedisServer:
     """One ``redis-server`` process on ``127.0.0.1:<port>`` (``url``)."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None,
+                 password: str | None = None) -> None:
         self.workdir = workdir
+        self.password = password
+        """``--requirepass``: every client must AUTH with it (Backbeat's ``redis.password``);
+        ``url`` does not carry it."""
         self.port = port if port is not None else free_ports(1)[0]
         self.log = workdir / "redis.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -53,7 +57,8 @@ class RedisServer:
     def command(self) -> list[str]:
         return ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.workdir), "--save", "", "--appendonly", "no",
-                "--daemonize", "no", "--protected-mode", "no"]
+                "--daemonize", "no", "--protected-mode", "no",
+                *(["--requirepass", self.password] if self.password else [])]
 
     def start(self, timeout: float = START_TIMEOUT) -> Self:
         """Start and wait until it answers PING. Raises :class:`ServerStartError`."""
@@ -75,8 +80,13 @@ class RedisServer:
         with contextlib.suppress(OSError), socket.create_connection(
             ("127.0.0.1", self.port), timeout=0.5
         ) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
+            auth = f"AUTH {self.password}\r\n".encode() if self.password else b""
+            s.sendall(auth + b"PING\r\n")
+            want = (b"+OK\r\n" if self.password else b"") + b"+PONG\r\n"
+            got = b""
+            while len(got) < len(want) and (chunk := s.recv(64)):
+                got += chunk
+            return got.startswith(want)
         return False
 
     def stop(self) -> None:
@@ -99,6 +109,16 @@ class RedisServer:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+@pytest.fixture
+def redis_auth_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A fresh Redis started with ``--requirepass`` (its ``password``)."""
+    server = RedisServer(tmp_path / "redis-auth", password="s3cret-bb").start()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture
