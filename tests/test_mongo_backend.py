@@ -43,6 +43,7 @@ from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, 
 
 from support.fakeclock import FakeClock
 from support.kits_mongo import COLLECTION, fresh_database, kit_url
+from support.opened import backends_opened
 from support.servers import MongoHandle, SecantusMongo, start_mongo
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -161,17 +162,14 @@ def raw(mongo_server: MongoHandle) -> Iterator[MongoClient[dict[str, Any]]]:
 
 @pytest.fixture
 def opened() -> Iterator[Callable[[str], MongoBackend]]:
-    backends: list[MongoBackend] = []
+    with backends_opened(_open_mongo) as open_:
+        yield open_
 
-    def open_(url: str) -> MongoBackend:
-        b = open_backend(url)
-        assert isinstance(b, MongoBackend)
-        backends.append(b)
-        return b
 
-    yield open_
-    for b in backends:
-        b.close()
+def _open_mongo(url: str) -> MongoBackend:
+    b = open_backend(url)
+    assert isinstance(b, MongoBackend)
+    return b
 
 
 def own_server(tmp_path: Path) -> MongoHandle:

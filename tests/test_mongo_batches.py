@@ -30,6 +30,7 @@ from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State
 
 from support.kits_mongo import COLLECTION, fresh_database, kit_url
 from support.mongo_relay import CutMode, MongoRelay
+from support.opened import backends_opened
 from support.servers import MongoHandle, SecantusMongo
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -83,17 +84,14 @@ def commands() -> Iterator[Commands]:
 
 @pytest.fixture
 def opened() -> Iterator[Callable[[str], MongoBackend]]:
-    backends: list[MongoBackend] = []
+    with backends_opened(_open_mongo) as open_:
+        yield open_
 
-    def open_(url: str) -> MongoBackend:
-        b = open_backend(url)
-        assert isinstance(b, MongoBackend)
-        backends.append(b)
-        return b
 
-    yield open_
-    for b in backends:
-        b.close()
+def _open_mongo(url: str) -> MongoBackend:
+    b = open_backend(url)
+    assert isinstance(b, MongoBackend)
+    return b
 
 
 @pytest.fixture

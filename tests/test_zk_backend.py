@@ -43,6 +43,7 @@ from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, 
 from support import corrupt_shapes as shapes
 from support.fakeclock import FakeClock
 from support.kits_zk import TcpProxy, ZkServer, raw_client, wait_until, zk_url
+from support.opened import backends_opened
 from support.servers import free_ports
 from support.zk_round_trips import RoundTrips
 
@@ -78,16 +79,8 @@ def raw(zk_server: ZkServer) -> Iterator[KazooClient]:
 
 @pytest.fixture
 def opened() -> Iterator[Callable[[str], ZooKeeperBackend]]:
-    backends: list[ZooKeeperBackend] = []
-
-    def open_(url: str) -> ZooKeeperBackend:
-        b = ZooKeeperBackend(url)
-        backends.append(b)
-        return b
-
-    yield open_
-    for b in backends:
-        b.close()
+    with backends_opened(ZooKeeperBackend) as open_:
+        yield open_
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from locstatus.errors import CorruptRecord, LocstatusError, NotFound
 from locstatus.models import LocationStatus, ServiceStatus, State
 
 from support.kits_zk import ZkServer, raw_client, zk_url
+from support.opened import backends_opened
 from support.servers import JVM_OPTS, ServerStartError, ZooKeeperServer
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -54,16 +55,8 @@ def same(a: list[ReadResult], b: list[ReadResult]) -> None:
 
 @pytest.fixture
 def opened() -> Iterator[Callable[[str], ZooKeeperBackend]]:
-    backends: list[ZooKeeperBackend] = []
-
-    def open_(url: str) -> ZooKeeperBackend:
-        b = ZooKeeperBackend(url)
-        backends.append(b)
-        return b
-
-    yield open_
-    for b in backends:
-        b.close()
+    with backends_opened(ZooKeeperBackend) as open_:
+        yield open_
 
 
 def states_of(b: ZooKeeperBackend) -> list[str]:
