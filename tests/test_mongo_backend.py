@@ -43,7 +43,7 @@ from locstatus.models import Hint, HistoryEntry, LocationStatus, ServiceStatus, 
 
 from support.fakeclock import FakeClock
 from support.kits_mongo import COLLECTION, fresh_database, kit_url
-from support.opened import backends_opened
+from support.opened import backends_opened, open_mongo
 from support.servers import MongoHandle, SecantusMongo, start_mongo
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -162,14 +162,8 @@ def raw(mongo_server: MongoHandle) -> Iterator[MongoClient[dict[str, Any]]]:
 
 @pytest.fixture
 def opened() -> Iterator[Callable[[str], MongoBackend]]:
-    with backends_opened(_open_mongo) as open_:
+    with backends_opened(open_mongo) as open_:
         yield open_
-
-
-def _open_mongo(url: str) -> MongoBackend:
-    b = open_backend(url)
-    assert isinstance(b, MongoBackend)
-    return b
 
 
 def own_server(tmp_path: Path) -> MongoHandle:

@@ -21,7 +21,6 @@ import pytest
 from pymongo import MongoClient, monitoring
 from pymongo.errors import OperationFailure
 
-from locstatus.backends import open_backend
 from locstatus.backends.base import CasItem, CasResult
 from locstatus.backends.mongo import MongoBackend
 from locstatus.errors import AlreadyExists, BackendUnavailable, InvalidInput, VersionConflict
@@ -30,7 +29,7 @@ from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, State
 
 from support.kits_mongo import COLLECTION, fresh_database, kit_url
 from support.mongo_relay import CutMode, MongoRelay
-from support.opened import backends_opened
+from support.opened import backends_opened, open_mongo
 from support.servers import MongoHandle, SecantusMongo
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -84,14 +83,8 @@ def commands() -> Iterator[Commands]:
 
 @pytest.fixture
 def opened() -> Iterator[Callable[[str], MongoBackend]]:
-    with backends_opened(_open_mongo) as open_:
+    with backends_opened(open_mongo) as open_:
         yield open_
-
-
-def _open_mongo(url: str) -> MongoBackend:
-    b = open_backend(url)
-    assert isinstance(b, MongoBackend)
-    return b
 
 
 @pytest.fixture

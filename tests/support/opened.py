@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from locstatus.backends import open_backend
 from locstatus.backends.base import Backend
+from locstatus.backends.mongo import MongoBackend
 
 B = TypeVar("B", bound=Backend)
 
@@ -29,3 +31,10 @@ def backends_opened(factory: Callable[[str], B]) -> Iterator[Callable[[str], B]]
     finally:
         for b in backends:
             b.close()
+
+
+def open_mongo(url: str) -> MongoBackend:
+    """A MongoDB backend of ``url`` (a ``mongodb://`` URL), for :func:`backends_opened`."""
+    b = open_backend(url)
+    assert isinstance(b, MongoBackend)
+    return b
