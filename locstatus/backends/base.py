@@ -261,6 +261,24 @@ CreateItem = tuple[LocationStatus, Sequence[HistoryEntry]]
 """One create of a batch (:meth:`Backend.create_many`): the arguments of :meth:`Backend.create`."""
 
 
+def ack_each(
+    ack: Callable[[AckItem], None], items: Sequence[AckItem], indices: Iterable[int],
+    out: list[AckResult],
+) -> None:
+    """Acknowledge ``items[n]`` alone for each ``n`` of ``indices``, through ``ack`` (a
+    backend's one-item acknowledgement), and put its result in ``out[n]``: None when written,
+    else the :class:`~locstatus.errors.LocstatusError` it raised. What an :meth:`Backend.ack_many`
+    runs item by item: all of a batch by default, the items a batched write could not decide
+    on the backends that batch."""
+    for n in indices:
+        try:
+            ack(items[n])
+        except LocstatusError as exc:
+            out[n] = exc
+        else:
+            out[n] = None
+
+
 @dataclass(frozen=True)
 class HistoryGaps:
     """What :meth:`Backend.history_gaps` finds: versions missing from the full history of a
@@ -613,15 +631,12 @@ class Backend(ABC):
         raises for one item; one item's refusal never fails another. The default runs
         :meth:`ack` per item; a backend that can write many at once overrides it for speed,
         never for meaning."""
-        out: list[AckResult] = []
-        for item in items:
-            try:
-                self.ack(worker_id, item.location, item.service, item.generation,
-                         if_version=item.if_version)
-            except LocstatusError as exc:
-                out.append(exc)
-            else:
-                out.append(None)
+        out: list[AckResult] = [None] * len(items)
+        ack_each(
+            lambda item: self.ack(worker_id, item.location, item.service, item.generation,
+                                  if_version=item.if_version),
+            items, range(len(items)), out,
+        )
         return out
 
     @abstractmethod

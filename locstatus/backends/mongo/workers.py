@@ -28,7 +28,14 @@ from pymongo import ASCENDING, ReplaceOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from locstatus.backends import codec
-from locstatus.backends.base import AckItem, AckMap, AckResult, check_ack, stale_ack
+from locstatus.backends.base import (
+    AckItem,
+    AckMap,
+    AckResult,
+    ack_each,
+    check_ack,
+    stale_ack,
+)
 from locstatus.backends.mongo.store import Doc, Store
 from locstatus.errors import BackendUnavailable, LocstatusError
 from locstatus.models import LocationStatus, WorkerInfo
@@ -163,15 +170,11 @@ class Workers:
         for start in range(0, len(items), chunk):
             part = range(start, min(start + chunk, len(items)))
             alone = self._ack_chunk(worker_id, items, part, out, decode)
-            for n in alone:
-                item = items[n]
-                try:
-                    self.ack(worker_id, item.location, item.service, item.generation,
-                             if_version=item.if_version, decode=decode)
-                except LocstatusError as exc:
-                    out[n] = exc
-                else:
-                    out[n] = None
+            ack_each(
+                lambda item: self.ack(worker_id, item.location, item.service, item.generation,
+                                      if_version=item.if_version, decode=decode),
+                items, alone, out,
+            )
         return out
 
     def _ack_chunk(

@@ -57,6 +57,7 @@ from locstatus.backends.base import (
     AckMap,
     AckResult,
     ReadResult,
+    ack_each,
     check_ack,
     stale_ack,
 )
@@ -548,13 +549,11 @@ class Workers:
                     out[n] = stale_ack(item.location, item.if_version)
                 case _:  # the record or the node moved, or the answer was lost: alone
                     alone.append(n)
-        for n in sorted(alone):
-            item = items[n]
-            try:
-                self.ack(worker_id, item.location, item.service, item.generation,
-                         if_version=item.if_version, decode=decode)
-            except LocstatusError as exc:
-                out[n] = exc
+        ack_each(
+            lambda item: self.ack(worker_id, item.location, item.service, item.generation,
+                                  if_version=item.if_version, decode=decode),
+            items, sorted(alone), out,
+        )
         return out
 
     def _write_ack(
