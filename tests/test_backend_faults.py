@@ -37,7 +37,7 @@ from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, Worker
 
 from support.fulldisk import SmallDisk
 from support.kits import Kit
-from support.kits_mongo import fresh_database, kit_url
+from support.kits_mongo import drop_database, fresh_database, kit_url
 from support.servers import MongoHandle
 
 SVC = "replication"
@@ -173,11 +173,7 @@ def mongo(mongo_server: MongoHandle) -> Iterator[MongoBackend]:
         yield backend
     finally:
         backend.close()
-        client = mongo_server.client()
-        try:
-            client.drop_database(database)
-        finally:
-            client.close()
+        drop_database(mongo_server, database)
 
 
 def record(location: str, generation: int = 0) -> LocationStatus:
@@ -269,11 +265,7 @@ def test_with_the_mongodb_server_frozen_calls_fail_cleanly_and_the_worker_is_liv
         if agent is not None:
             agent.stop()
         mgr.close()
-        client = mongo_server.client()
-        try:
-            client.drop_database(database)
-        finally:
-            client.close()
+        drop_database(mongo_server, database)
 
 
 def test_every_write_call_to_a_frozen_mongodb_server_fails_within_its_one_deadline(
@@ -351,11 +343,7 @@ def test_every_write_call_to_a_frozen_mongodb_server_fails_within_its_one_deadli
     finally:
         mongo_server.resume()
         backend.close()
-        client = mongo_server.client()
-        try:
-            client.drop_database(database)
-        finally:
-            client.close()
+        drop_database(mongo_server, database)
 
 
 def entry(location: str, op_id: str) -> HistoryEntry:

@@ -36,6 +36,15 @@ def fresh_database() -> str:
     return f"lstest_{uuid.uuid4().hex[:16]}"
 
 
+def drop_database(server: MongoHandle, database: str) -> None:
+    """Drop ``database`` on ``server`` (a test's own, at its teardown)."""
+    client = server.client()
+    try:
+        client.drop_database(database)
+    finally:
+        client.close()
+
+
 def write_raw_document(server: MongoHandle, database: str, location: str, text: str) -> None:
     """Store ``text`` verbatim as the payload of ``location``: a JSON object's fields become
     the document's fields; anything else (bad JSON, a list) is kept in a ``raw`` field."""
