@@ -122,8 +122,9 @@ def _redis_error(exc: BaseException) -> str:
 
 
 class Publisher:
-    """Publishes on Backbeat's Redis (redis-py). ``publish`` returns the number of subscribers
-    that received the message, or None when Redis could not be reached; ``healthy`` says
+    """Publishes on Backbeat's Redis (redis-py). ``publish`` returns its :class:`Delivery` (the
+    subscribers that received the message, the subscriber connections open then), or None when
+    Redis could not be reached; ``healthy`` says
     whether the last exchange worked; :meth:`probe` pings and returns True on the transition
     back to healthy (the caller resyncs everything then)."""
 
