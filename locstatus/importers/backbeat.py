@@ -23,6 +23,7 @@ services whose source was read), are reported, never created or removed: the loc
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -179,7 +180,12 @@ def read_zookeeper(hosts: str, namespaces: dict[str, str],
     client = KazooClient(hosts=hosts, timeout=timeout, connection_retry=None)
     try:
         try:
-            client.start(timeout=timeout)
+            with warnings.catch_warnings():
+                # kazoo warns (on stderr, a Python traceback-like line) when the chroot does not
+                # exist; the import says so itself below, in one line naming the chroot.
+                warnings.filterwarnings("ignore", message="No chroot path exists",
+                                        category=UserWarning)
+                client.start(timeout=timeout)
         except KazooTimeoutError:
             raise BackendUnavailable(
                 f"Backbeat's ZooKeeper at {hosts} did not answer within {timeout:g} s"
