@@ -801,6 +801,11 @@ class Bridge:
         for proc in procs:
             if listening is not None:
                 self._forget_lost(proc, listening)
+            if proc.agent.fenced:
+                # its is_paused says paused everywhere while fenced: publishing that would
+                # pause every Backbeat consumer because locstatus's store is unreachable (the
+                # self-fence does nothing to the processors, module docstring)
+                continue
             want = self._desired(proc)
             if want is not None and self._publisher is not None:
                 self._publish(proc, want, force=force)
