@@ -821,3 +821,30 @@ def test_an_order_superseded_during_a_stall_is_not_queued_behind_it(site: Site) 
         assert not proc.find("noop", since=mark, site="zenko")
         assert site.state("zenko") is State.RUNNING
         assert site.node("zenko")["paused"] is False
+
+
+def test_a_fenced_bridge_publishes_nothing_to_the_processors(site: Site) -> None:
+    """docs/backbeat.md "2. The bridge": while the bridge cannot renew its leases it leaves the
+    processors as they are. Before: its agents, fenced, said every location paused
+    (``Agent.is_paused``), and the bridge's loop published ``pauseService`` to every processor."""
+    from test_agent_fencing import RenewalsRefused
+
+    link = RenewalsRefused(site.mgr.backend)
+    cfg = BackbeatConfig(zookeeper=site.zk_hosts, redis=site.redis.url)
+    with site.processor() as proc, Bridge(Client(link), cfg, settings=FAST,
+                                          services=["replication"]) as bridge:
+        for loc in SITES:
+            proc.wait_for("ready", site=loc)
+        mark = proc.mark()
+        link.cut()  # lease renewals refused: reads, hints and Redis go on
+        agents = [p.agent for p in bridge._processors.values()]
+        deadline = time.monotonic() + 20
+        while not all(a.fenced for a in agents):
+            assert time.monotonic() < deadline, "the bridge's agents never fenced"
+            time.sleep(0.05)
+        # the loop looks at every processor each tick: give it several
+        time.sleep(5 * FAST.tick + 2 * FAST.republish_interval)
+        assert all(a.fenced for a in agents)
+        assert not proc.find("paused", since=mark), proc.events[mark:]
+        assert [site.node(loc)["paused"] for loc in SITES] == [False, False]
+        link.heal()
