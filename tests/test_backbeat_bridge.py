@@ -821,3 +821,31 @@ def test_an_order_superseded_during_a_stall_is_not_queued_behind_it(site: Site) 
         assert not proc.find("noop", since=mark, site="zenko")
         assert site.state("zenko") is State.RUNNING
         assert site.node("zenko")["paused"] is False
+
+
+def test_backbeat_mongodb_down_does_not_stop_the_other_services(site: Site) -> None:
+    """Found by the hostile review of issue 18: with lifecycle bridged and Backbeat's MongoDB
+    down, every pass of the loop waited out MongoDB's server selection (10 s) and then failed
+    with a traceback before the rescan, so a replication location added to locstatus never
+    got its processor's registration: a pause of it settled at once while its Backbeat
+    consumer ran. The lifecycle documents' failure is now the lifecycle's alone."""
+    from support.servers import free_ports
+
+    settings = BridgeSettings(ack_wait=1.0, republish_interval=0.3, lost_after=3.0, tick=0.2,
+                              lease_seconds=6, rescan_interval=0.3)
+    (port,) = free_ports(1)  # nothing listens there: Backbeat's MongoDB is down
+    cfg = BackbeatConfig(zookeeper=site.zk_hosts, redis=site.redis.url,
+                         mongodb=f"mongodb://127.0.0.1:{port}/")
+    with site.processor([*SITES, "new-site"]), Bridge(
+            site.mgr, cfg, services=["replication", "lifecycle"], settings=settings) as bridge:
+        assert "backbeat.lifecycle" in bridge.workers
+        site.mgr.sync_locations({**LOCATIONS, "new-site": ["replication"]})
+        deadline = time.monotonic() + 40  # the loop's first read of MongoDB waits 10 s
+        while "backbeat.replication.new-site" not in bridge.workers:
+            assert time.monotonic() < deadline, bridge.workers
+            time.sleep(0.05)
+        with Invariant(site, ["new-site"]) as inv:
+            site.mgr.pause("new-site", "replication")
+            wait_state(site, "new-site", State.PAUSED)
+        assert site.node("new-site") == {"paused": True, "scheduledResume": None}
+        assert inv.violations == []
