@@ -311,7 +311,7 @@ class LifecycleDocuments:
             uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=ms
         )
         self._coll = self._client[database][STATUS_COLLECTION]
-        self._errors: tuple[type[BaseException], ...] = (PyMongoError,)
+        self._errors: tuple[type[Exception], ...] = (PyMongoError,)
         self._key = f"value.{DOCUMENT_KEYS['lifecycle']}"
         self._timeout = timeout
         self._down = False
