@@ -849,3 +849,33 @@ def test_backbeat_mongodb_down_does_not_stop_the_other_services(site: Site) -> N
             wait_state(site, "new-site", State.PAUSED)
         assert site.node("new-site") == {"paused": True, "scheduledResume": None}
         assert inv.violations == []
+
+
+def test_a_lifecycle_document_with_backbeats_own_date_is_disarmed(
+    site: Site, mongo_server: MongoHandle
+) -> None:
+    """Found by the hostile review of issue 18: Backbeat's API server writes a lifecycle
+    document's scheduled resume as ``Date.toString()`` (its LocationStatus model), which the
+    bridge could not parse, so its pass skipped the document and left the date there: the
+    timer Backbeat's lifecycle process arms from it at its next start. It is cleared within a
+    tick, as any stale value."""
+    database = f"bb_{uuid.uuid4().hex[:10]}"
+    client = mongo_server.client()
+    coll = client[database]["__locationStatusStore"]
+    try:
+        site.mgr.pause("us-east-1", "lifecycle")
+        with site.bridge(mongodb=mongo_server.uri, mongodb_database=database):
+            wait_state(site, "us-east-1", State.PAUSED, service="lifecycle")
+            armed = {"paused": True,
+                     "scheduledResume": "Fri Jun 28 2030 07:40:20 GMT+0200 (Central European "
+                                        "Summer Time)"}
+            coll.update_one({"_id": "us-east-1"}, {"$set": {"value": {
+                "crr": None, "ingestion": None, "lifecycle": armed}}})
+            deadline = time.monotonic() + 20
+            while (doc := coll.find_one({"_id": "us-east-1"}))["value"]["lifecycle"] == armed:
+                assert time.monotonic() < deadline, doc
+                time.sleep(0.05)
+            assert doc["value"]["lifecycle"] == {"paused": True, "scheduledResume": None}
+    finally:
+        client.drop_database(database)
+        client.close()
