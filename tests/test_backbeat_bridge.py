@@ -879,3 +879,42 @@ def test_a_lifecycle_document_with_backbeats_own_date_is_disarmed(
     finally:
         client.drop_database(database)
         client.close()
+
+
+def test_a_corrupt_record_does_not_retire_its_processors_registration(
+    site: Site, tmp_path: Path
+) -> None:
+    """Found by the hostile review of issue 18: the bridge retired the registration of every
+    processor whose location it did not read among the records, and a corrupt record (a stray
+    edit; a newer version's field read by an older bridge) is not among them, so its
+    processor was retired; once the record read again, a pause of it settled at once while
+    the processor's consumer ran. A location whose record does not read is not gone."""
+    import sqlite3
+
+    from locstatus.backends.sqlite import SQLiteBackend
+
+    settings = BridgeSettings(ack_wait=1.0, republish_interval=0.3, lost_after=3.0, tick=0.2,
+                              lease_seconds=6, rescan_interval=0.2)
+    cfg = BackbeatConfig(zookeeper=site.zk_hosts, redis=site.redis.url)
+    db = f"{tmp_path}/ls.db"
+    with sqlite3.connect(db) as raw:
+        (good,) = raw.execute("SELECT data FROM locations WHERE location = 'aws-location'"
+                              ).fetchone()
+    backend = SQLiteBackend(f"sqlite:///{db}")
+    try:
+        with site.processor(), Bridge(site.mgr, cfg, services=["replication"],
+                                      settings=settings) as bridge:
+            assert "backbeat.replication.aws-location" in bridge.workers
+            backend.write_raw("aws-location", '{"location": "aws-location", "services": 7}')
+            for _ in range(3):  # rescans run meanwhile (every 0.2 s)
+                time.sleep(0.5)
+                ids = [w.worker_id for w in site.mgr.workers()]
+                assert "backbeat.replication.aws-location" in ids, ids
+            backend.write_raw("aws-location", good)  # the record reads again
+            with Invariant(site, ["aws-location"]) as inv:
+                site.mgr.pause("aws-location", "replication")
+                wait_state(site, "aws-location", State.PAUSED)
+            assert inv.violations == []
+            assert site.node("aws-location") == {"paused": True, "scheduledResume": None}
+    finally:
+        backend.close()

@@ -412,8 +412,12 @@ class Bridge:
     def _rescan(self) -> None:
         """Give every (location, service) locstatus has a processor, once, and retire the
         standing registration of a processor whose location (or service) is gone."""
-        records = [r for r in self.client.statuses() if not r.deleted]
-        self._retire_gone(records)
+        found = self.client.listing()
+        records = [r for r in found.records if not r.deleted]
+        # a record that does not read is not gone: which services it has is unknown, so its
+        # processors keep their registrations (a hostile review saw one retired, and a pause
+        # settle at once once the record read again)
+        self._retire_gone(records, unreadable={c.location for c in found.corrupt})
         for service in self.services:
             if service == "lifecycle":
                 continue
@@ -444,11 +448,12 @@ class Bridge:
             self._lifecycle = agent
             agent.start()
 
-    def _retire_gone(self, records: list[LocationStatus]) -> None:
+    def _retire_gone(self, records: list[LocationStatus], unreadable: set[str]) -> None:
         """Retire ``backbeat.<service>.<location>`` (a standing registration, this bridge's or
         one left by an earlier run) for every bridged service whose location is gone from
         locstatus or no longer has that service: nothing stands for that processor any more.
-        A failure is logged; the next rescan tries again."""
+        A location of ``unreadable`` (its record is corrupt) is not gone: its registrations
+        stay. A failure is logged; the next rescan tries again."""
         have = {(svc, r.location) for r in records for svc in r.services}
         bridged = [s for s in self.services if s in ZK_SERVICES]
         try:
@@ -459,7 +464,8 @@ class Bridge:
         for w in listed:
             parts = w.worker_id.split(".", 2)
             if not (w.standing and len(parts) == 3 and parts[0] == "backbeat"
-                    and parts[1] in bridged and (parts[1], parts[2]) not in have):
+                    and parts[1] in bridged and (parts[1], parts[2]) not in have
+                    and parts[2] not in unreadable):
                 continue
             with self._lock:
                 proc = self._processors.pop((parts[1], parts[2]), None)
