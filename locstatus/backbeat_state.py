@@ -217,6 +217,8 @@ class BackbeatConfig:
                 raise InvalidInput(f"{where}: redis.port must be an integer")
             if not 1 <= port <= 65535:
                 raise InvalidInput(f"{where}: redis.port {port} is not a TCP port (1-65535)")
+            if host is not None and ":" in host and not host.startswith("["):
+                host = f"[{host}]"  # an IPv6 address: redis://[::1]:6379
             redis = f"redis://{host}:{port}"
         password = redis_conf.get("password")
         if password is not None and not isinstance(password, str):
@@ -232,6 +234,7 @@ class BackbeatConfig:
                 topics[service] = topic
         mongo = section(data, "queuePopulator", "mongo")
         database = text(mongo.get("database"), "queuePopulator.mongo.database") or "metadata"
+        check_database(database, f"{where}: queuePopulator.mongo.database")
         hosts = text(mongo.get("replicaSetHosts"), "queuePopulator.mongo.replicaSetHosts")
         uri = None
         if hosts is not None:
@@ -253,6 +256,16 @@ def redact_url(url: str) -> str:
     if not sep or not at or ":" not in userinfo:
         return url
     return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{hostport}"
+
+
+def check_database(name: str, where: str) -> None:
+    """Refuse a MongoDB database name MongoDB refuses (one of ``/\\. "$`` or NUL in it),
+    which pymongo reports only once the import or the bridge reads it. Raises
+    :class:`InvalidInput` naming ``where`` (the field or option)."""
+    bad = sorted({c for c in name if c in '/\\. "$\x00'})
+    if bad:
+        raise InvalidInput(f"{where}: {name[:80]!r} is not a MongoDB database name (it has "
+                           f"{' '.join(repr(c) for c in bad)})")
 
 
 def check_zookeeper(hosts: str, where: str) -> None:
