@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from locstatus.errors import InvalidInput
@@ -41,6 +41,15 @@ DOCUMENT_KEYS = {"replication": "crr", "ingestion": "ingestion", "lifecycle": "l
 _ISO = re.compile(
     r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$"
 )
+_JS_STRING = re.compile(
+    r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+    r"([0-9]{2}) ([0-9]{4}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT([+-])([0-9]{2})([0-9]{2})"
+    r"(?: \([^()]*\))?$"
+)
+"""JavaScript's ``Date.prototype.toString``: ``Fri Jun 28 2030 07:40:20 GMT+0200 (Central
+European Summer Time)``, what Backbeat's ``LocationStatus`` model stores as a lifecycle
+document's ``scheduledResume`` (``date.toString()``)."""
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
 @dataclass(frozen=True)
@@ -54,15 +63,27 @@ class LegacyState:
 
 def parse_date(value: object, where: str) -> datetime | None:
     """A ``scheduledResume`` value: None for null, else an ISO 8601 date with an offset (what
-    JavaScript's ``Date`` serialises to: ``2018-06-28T05:40:20.600Z``), as aware UTC. Raises
-    :class:`InvalidInput` naming ``where`` for anything else (a number, a date without offset,
-    which JavaScript reads in the processor's own time zone, a date that does not exist)."""
+    JavaScript's ``Date`` serialises to in JSON: ``2018-06-28T05:40:20.600Z``, as the
+    processors write their state nodes) or what its ``toString()`` writes (``Thu Jun 28 2018
+    05:40:20 GMT+0000 (Coordinated Universal Time)``, as Backbeat's lifecycle documents hold
+    it), as aware UTC. Raises :class:`InvalidInput` naming ``where`` for anything else (a
+    number, a date without offset, which JavaScript reads in the processor's own time zone, a
+    date that does not exist)."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise InvalidInput(f"{where}: scheduledResume must be a date string or null, "
                            f"got {type(value).__name__}")
     shown = value if len(value) <= 40 else value[:37] + "..."
+    js = _JS_STRING.match(value)
+    if js is not None:
+        month, day, year, hh, mm, ss, sign, oh, om = js.groups()
+        offset = (int(oh) * 60 + int(om)) * (-1 if sign == "-" else 1)
+        try:
+            return datetime(int(year), _MONTHS.index(month) + 1, int(day), int(hh), int(mm),
+                            int(ss), tzinfo=timezone(timedelta(minutes=offset))).astimezone(UTC)
+        except (ValueError, OverflowError):
+            raise InvalidInput(f"{where}: scheduledResume {shown!r} is not a valid date") from None
     if not _ISO.match(value):
         raise InvalidInput(f"{where}: scheduledResume {shown!r} is not an ISO 8601 date with "
                            "an offset (such as 2018-06-28T05:40:20.600Z)")
@@ -196,6 +217,8 @@ class BackbeatConfig:
                 raise InvalidInput(f"{where}: redis.port must be an integer")
             if not 1 <= port <= 65535:
                 raise InvalidInput(f"{where}: redis.port {port} is not a TCP port (1-65535)")
+            if host is not None and ":" in host and not host.startswith("["):
+                host = f"[{host}]"  # an IPv6 address: redis://[::1]:6379
             redis = f"redis://{host}:{port}"
         password = redis_conf.get("password")
         if password is not None and not isinstance(password, str):
@@ -211,6 +234,7 @@ class BackbeatConfig:
                 topics[service] = topic
         mongo = section(data, "queuePopulator", "mongo")
         database = text(mongo.get("database"), "queuePopulator.mongo.database") or "metadata"
+        check_database(database, f"{where}: queuePopulator.mongo.database")
         hosts = text(mongo.get("replicaSetHosts"), "queuePopulator.mongo.replicaSetHosts")
         uri = None
         if hosts is not None:
@@ -232,6 +256,16 @@ def redact_url(url: str) -> str:
     if not sep or not at or ":" not in userinfo:
         return url
     return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{hostport}"
+
+
+def check_database(name: str, where: str) -> None:
+    """Refuse a MongoDB database name MongoDB refuses (one of ``/\\. "$`` or NUL in it),
+    which pymongo reports only once the import or the bridge reads it. Raises
+    :class:`InvalidInput` naming ``where`` (the field or option)."""
+    bad = sorted({c for c in name if c in '/\\. "$\x00'})
+    if bad:
+        raise InvalidInput(f"{where}: {name[:80]!r} is not a MongoDB database name (it has "
+                           f"{' '.join(repr(c) for c in bad)})")
 
 
 def check_zookeeper(hosts: str, where: str) -> None:

@@ -848,3 +848,100 @@ def test_a_fenced_bridge_publishes_nothing_to_the_processors(site: Site) -> None
         assert not proc.find("paused", since=mark), proc.events[mark:]
         assert [site.node(loc)["paused"] for loc in SITES] == [False, False]
         link.heal()
+
+
+def test_backbeat_mongodb_down_does_not_stop_the_other_services(site: Site) -> None:
+    """Found by the hostile review of issue 18: with lifecycle bridged and Backbeat's MongoDB
+    down, every pass of the loop waited out MongoDB's server selection (10 s) and then failed
+    with a traceback before the rescan, so a replication location added to locstatus never
+    got its processor's registration: a pause of it settled at once while its Backbeat
+    consumer ran. The lifecycle documents' failure is now the lifecycle's alone."""
+    from support.servers import free_ports
+
+    settings = BridgeSettings(ack_wait=1.0, republish_interval=0.3, lost_after=3.0, tick=0.2,
+                              lease_seconds=6, rescan_interval=0.3)
+    (port,) = free_ports(1)  # nothing listens there: Backbeat's MongoDB is down
+    cfg = BackbeatConfig(zookeeper=site.zk_hosts, redis=site.redis.url,
+                         mongodb=f"mongodb://127.0.0.1:{port}/")
+    with site.processor([*SITES, "new-site"]), Bridge(
+            site.mgr, cfg, services=["replication", "lifecycle"], settings=settings) as bridge:
+        assert "backbeat.lifecycle" in bridge.workers
+        site.mgr.sync_locations({**LOCATIONS, "new-site": ["replication"]})
+        deadline = time.monotonic() + 40  # the loop's first read of MongoDB waits 10 s
+        while "backbeat.replication.new-site" not in bridge.workers:
+            assert time.monotonic() < deadline, bridge.workers
+            time.sleep(0.05)
+        with Invariant(site, ["new-site"]) as inv:
+            site.mgr.pause("new-site", "replication")
+            wait_state(site, "new-site", State.PAUSED)
+        assert site.node("new-site") == {"paused": True, "scheduledResume": None}
+        assert inv.violations == []
+
+
+def test_a_lifecycle_document_with_backbeats_own_date_is_disarmed(
+    site: Site, mongo_server: MongoHandle
+) -> None:
+    """Found by the hostile review of issue 18: Backbeat's API server writes a lifecycle
+    document's scheduled resume as ``Date.toString()`` (its LocationStatus model), which the
+    bridge could not parse, so its pass skipped the document and left the date there: the
+    timer Backbeat's lifecycle process arms from it at its next start. It is cleared within a
+    tick, as any stale value."""
+    database = f"bb_{uuid.uuid4().hex[:10]}"
+    client = mongo_server.client()
+    coll = client[database]["__locationStatusStore"]
+    try:
+        site.mgr.pause("us-east-1", "lifecycle")
+        with site.bridge(mongodb=mongo_server.uri, mongodb_database=database):
+            wait_state(site, "us-east-1", State.PAUSED, service="lifecycle")
+            armed = {"paused": True,
+                     "scheduledResume": "Fri Jun 28 2030 07:40:20 GMT+0200 (Central European "
+                                        "Summer Time)"}
+            coll.update_one({"_id": "us-east-1"}, {"$set": {"value": {
+                "crr": None, "ingestion": None, "lifecycle": armed}}})
+            deadline = time.monotonic() + 20
+            while (doc := coll.find_one({"_id": "us-east-1"}))["value"]["lifecycle"] == armed:
+                assert time.monotonic() < deadline, doc
+                time.sleep(0.05)
+            assert doc["value"]["lifecycle"] == {"paused": True, "scheduledResume": None}
+    finally:
+        client.drop_database(database)
+        client.close()
+
+
+def test_a_corrupt_record_does_not_retire_its_processors_registration(
+    site: Site, tmp_path: Path
+) -> None:
+    """Found by the hostile review of issue 18: the bridge retired the registration of every
+    processor whose location it did not read among the records, and a corrupt record (a stray
+    edit; a newer version's field read by an older bridge) is not among them, so its
+    processor was retired; once the record read again, a pause of it settled at once while
+    the processor's consumer ran. A location whose record does not read is not gone."""
+    import sqlite3
+
+    from locstatus.backends.sqlite import SQLiteBackend
+
+    settings = BridgeSettings(ack_wait=1.0, republish_interval=0.3, lost_after=3.0, tick=0.2,
+                              lease_seconds=6, rescan_interval=0.2)
+    cfg = BackbeatConfig(zookeeper=site.zk_hosts, redis=site.redis.url)
+    db = f"{tmp_path}/ls.db"
+    with sqlite3.connect(db) as raw:
+        (good,) = raw.execute("SELECT data FROM locations WHERE location = 'aws-location'"
+                              ).fetchone()
+    backend = SQLiteBackend(f"sqlite:///{db}")
+    try:
+        with site.processor(), Bridge(site.mgr, cfg, services=["replication"],
+                                      settings=settings) as bridge:
+            assert "backbeat.replication.aws-location" in bridge.workers
+            backend.write_raw("aws-location", '{"location": "aws-location", "services": 7}')
+            for _ in range(3):  # rescans run meanwhile (every 0.2 s)
+                time.sleep(0.5)
+                ids = [w.worker_id for w in site.mgr.workers()]
+                assert "backbeat.replication.aws-location" in ids, ids
+            backend.write_raw("aws-location", good)  # the record reads again
+            with Invariant(site, ["aws-location"]) as inv:
+                site.mgr.pause("aws-location", "replication")
+                wait_state(site, "aws-location", State.PAUSED)
+            assert inv.violations == []
+            assert site.node("aws-location") == {"paused": True, "scheduledResume": None}
+    finally:
+        backend.close()

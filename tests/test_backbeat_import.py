@@ -9,6 +9,8 @@ side only are reported.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import uuid
 import warnings
@@ -176,6 +178,47 @@ def test_import_every_state_once(kit: Kit, legacy: Legacy) -> None:
         again = json.loads(run(kit.url, *legacy.args(), "--json").stdout)
         assert again["changes"] == []
         assert {loc: mgr.status(loc).version for loc in LOCATIONS} == versions
+    finally:
+        mgr.close()
+
+
+def js_to_string(when: datetime, tz: str) -> str:
+    """``when`` as Node's ``Date.prototype.toString`` writes it in time zone ``tz``: what
+    Backbeat's ``LocationStatus.setServiceResumeSchedule`` stores in a lifecycle document
+    (``date.toString()``, ``Fri Jun 28 2030 07:40:20 GMT+0200 (Central European Summer
+    Time)``), unlike the ISO date its processors write in ZooKeeper."""
+    ms = int(when.timestamp() * 1000)
+    out = subprocess.run(["node", "-e", f"process.stdout.write(new Date({ms}).toString())"],
+                         env={**os.environ, "TZ": tz}, capture_output=True, text=True,
+                         check=True, timeout=60)
+    return out.stdout
+
+
+def test_a_lifecycle_schedule_as_backbeat_writes_it_is_imported(
+    tmp_path: Any, legacy: Legacy
+) -> None:
+    """Found by the hostile review of issue 18: Backbeat's lifecycle documents carry a
+    scheduled resume as JavaScript's ``Date.toString()`` (its LocationStatus model), not ISO
+    8601, and the import refused every such document as bad data (exit 1, not imported)."""
+    url = f"sqlite:///{tmp_path}/ls.db"
+    mgr = Manager(open_backend(url))
+    try:
+        mgr.sync_locations({"us-east-1": ["lifecycle"], "us-east-2": ["lifecycle"]})
+        at = LATER.replace(microsecond=0)  # toString() has no milliseconds
+        for loc, tz in (("us-east-1", "UTC"), ("us-east-2", "Asia/Kolkata")):
+            text = js_to_string(at, tz)
+            assert " GMT" in text and text.endswith(")"), text
+            legacy.doc(loc, {"lifecycle": {"paused": True, "scheduledResume": text}})
+        result = run(url, *legacy.args(), "--json")
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        for loc in ("us-east-1", "us-east-2"):
+            svc = mgr.status(loc).services["lifecycle"]
+            assert svc.paused and svc.resume_at == at, (loc, svc)
+        legacy.doc("us-east-1", {"lifecycle": {
+            "paused": True, "scheduledResume": "Fri Jun 31 2030 05:40:20 GMT+0000 (UTC)"}})
+        result = run(url, *legacy.args(), "--json")
+        assert result.exit_code == 1
+        assert "is not a valid date" in json.loads(result.stdout)["errors"][0]["detail"]
     finally:
         mgr.close()
 

@@ -270,6 +270,41 @@ def test_forwarded_requests_from_elsewhere_need_the_token(mgr: Manager, prefix: 
         assert httpx.get(srv.url + prefix + "/crr/status/zenko").json() == {"zenko": "disabled"}
 
 
+def test_a_browser_page_under_a_re_pointed_name_cannot_use_the_trust_rule(mgr: Manager) -> None:
+    """Found by the hostile review of issue 18: a page whose DNS name was re-pointed at the
+    sidecar (DNS rebinding), opened by a browser inside a --backbeat-trust network, is
+    same-origin with it (its Origin names the Host it sends), so the Origin check passed and
+    the trust rule paused and resumed a site without a token, a forged SigV4 header or none.
+    A tokenless mutation a browser sent (it carries Origin) is now served only for a Host that
+    no re-pointed name can be: an address, localhost or an --allow-host name."""
+    with server(mgr, token=TOKEN, backbeat_trust=["127.0.0.0/8"],
+                allowed_hosts=["backbeat-api.zenko.local"]) as srv:
+        port = srv.url.rsplit(":", 1)[1]
+        url = srv.url + "/_/crr/pause/zenko"
+        page = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+        for headers in (page, {**page, "Authorization": SIGV4}):
+            body = problem(httpx.post(url, headers=headers), 421)
+            assert "--allow-host" in body["detail"], body["detail"]
+            assert state(mgr, "zenko") is State.RUNNING
+        problem(httpx.delete(srv.url + "/_/backbeat/api/crr/resume/zenko", headers=page), 421)
+        # what CloudServer forwards: no Origin at all, or a console's with the sidecar named
+        # by address or by an --allow-host name; and anyone with the token
+        forwarded: list[dict[str, str]] = [
+            {"Host": f"backbeat-api:{port}"},
+            {"Host": f"127.0.0.1:{port}", "Origin": "https://console.zenko.local",
+             "Authorization": SIGV4},
+            {"Host": f"backbeat-api.zenko.local:{port}", "Origin": "https://console.zenko.local",
+             "Authorization": SIGV4},
+            {**page, "Authorization": f"Bearer {TOKEN}"},
+        ]
+        for headers in forwarded:
+            r = httpx.post(url, headers=headers)
+            assert r.status_code == 200, (headers, r.text)
+            assert state(mgr, "zenko") is State.PAUSED
+            r = httpx.post(srv.url + "/_/crr/resume/zenko", headers=headers)
+            assert r.status_code == 200, (headers, r.text)
+
+
 def test_without_a_trust_rule_a_signed_request_needs_the_token(mgr: Manager) -> None:
     with server(mgr, token=TOKEN) as srv:
         r = httpx.post(srv.url + "/_/crr/pause/zenko", headers={"Authorization": SIGV4})

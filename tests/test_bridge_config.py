@@ -77,3 +77,42 @@ def test_each_service_is_bridged_only_with_what_it_needs(
 def test_a_configuration_with_nothing_to_bridge_is_refused(client: Client) -> None:
     with pytest.raises(InvalidInput, match="nothing to bridge"):
         Bridge(client, BackbeatConfig())
+
+
+def test_a_store_that_does_not_exist_is_refused_not_created(tmp_path: Path) -> None:
+    """Found by the hostile review of issue 18: ``locstatus bridge backbeat`` opened its
+    ``--backend`` itself, so a typo in a SQLite path created an empty store, which it then
+    bridged with no processor registered while pauses went to the real one; every other
+    command refuses a store that does not exist (``locstatus import backbeat`` included)."""
+    from typer.testing import CliRunner
+
+    from locstatus.cli import app
+
+    store = tmp_path / "typo.db"
+    result = CliRunner().invoke(
+        app, ["--backend", f"sqlite:///{store}", "bridge", "backbeat",
+              "--zookeeper", "127.0.0.1:1", "--redis", "redis://127.0.0.1:1"],
+        env={"LOCSTATUS_BACKEND": None, "LOCSTATUS_SERVICES": None})
+    assert result.exit_code == 2, result.output
+    assert f"no locstatus store at {store}" in result.output, result.output
+    assert not store.exists()
+
+
+def test_an_ipv6_redis_host_and_a_bad_database_name_are_read_as_backbeat_means_them() -> None:
+    """Found by the hostile review of issue 18: ``redis.host: "::1"`` made the URL
+    ``redis://::1:6390``, refused at start as ``Port could not be cast to integer value as
+    ':1:6390'``; a ``queuePopulator.mongo.database`` MongoDB refuses (``x y``) was an
+    ``unexpected InvalidName`` once MongoDB was read. The address is bracketed; the name is
+    refused before anything starts, naming the field (or ``--mongodb-database``)."""
+    from locstatus.bridge.legacy import Publisher
+
+    cfg = BackbeatConfig.from_config({"redis": {"host": "::1", "port": 6390}})
+    assert cfg.redis == "redis://[::1]:6390"
+    Publisher(cfg.redis).close()  # parses: nothing connects until it publishes
+    for name in ("x y", "a.b", "a/b", "a$b"):
+        with pytest.raises(InvalidInput, match=r"queuePopulator\.mongo\.database: .* is not a "
+                                               "MongoDB database name"):
+            BackbeatConfig.from_config({"queuePopulator": {"mongo": {
+                "replicaSetHosts": "127.0.0.1:27017", "database": name}}})
+        with pytest.raises(InvalidInput, match="--mongodb-database"):
+            load_config(None, mongodb="mongodb://127.0.0.1:27017", mongodb_database=name)

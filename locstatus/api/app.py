@@ -158,7 +158,7 @@ def create_app(
             *backbeat_router.routes, *live_router.routes,
         ],
     )
-    app.state.backbeat_trust = TrustedPeers(backbeat_trust)
+    app.state.backbeat_trust = TrustedPeers(backbeat_trust, hosts=extra)
     app.state.authenticate = authenticate  # the guard's, before a 415 (docs/http.md)
     app.state.locstatus = Context(
         mgr,

@@ -10,6 +10,14 @@ one of the operator's ``--backbeat-trust`` networks needs no bearer token; from 
 it needs the token as before, and the ``/v1`` mutations always do. The peer is the socket's
 own address (the sidecar turns off uvicorn's ``X-Forwarded-For`` rewriting), so a client cannot
 claim a trusted address in a header.
+
+A browser in a trusted network is such a peer too, and a page whose DNS name was re-pointed at
+the sidecar (DNS rebinding) is same-origin with it, so the Origin check lets its requests
+through, a forged ``Authorization: AWS4-HMAC-SHA256`` header included: a tokenless mutation
+that a browser sent (it carries ``Origin``, as every browser POST and DELETE does) is served
+only for a ``Host`` that no re-pointed name can be: an address literal, ``localhost``, or a
+name given with ``--allow-host`` (421 otherwise; a hostile review paused and resumed a site
+from such a page).
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from locstatus.errors import InvalidInput, Unauthorized
 
 from .auth import authorize
+from .guard import split_host
+from .problems import ProblemError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -36,8 +46,10 @@ _bearer = HTTPBearer(
 class TrustedPeers:
     """The networks whose peers may call the Backbeat mutations without the bearer token.
 
-    ``networks``: CIDR blocks or single addresses (``10.0.0.0/8``, ``127.0.0.1``, ``::1``).
-    Raises :class:`InvalidInput` naming the entry that does not parse.
+    ``networks``: CIDR blocks or single addresses (``10.0.0.0/8``, ``127.0.0.1``, ``::1``);
+    ``hosts``: the ``--allow-host`` names, the ``Host`` names besides address literals and
+    ``localhost`` a browser's tokenless request from those networks may name
+    (:meth:`host_refusal`). Raises :class:`InvalidInput` naming the entry that does not parse.
 
     Usage::
 
@@ -46,7 +58,8 @@ class TrustedPeers:
         peers.trusts("192.0.2.1")    # False
     """
 
-    def __init__(self, networks: Iterable[str] = ()) -> None:
+    def __init__(self, networks: Iterable[str] = (), hosts: Iterable[str] = ()) -> None:
+        self.hosts = frozenset(n.strip().lower().rstrip(".").strip("[]") for n in hosts)
         parsed: list[Network] = []
         for entry in networks:
             try:
@@ -78,6 +91,29 @@ class TrustedPeers:
             addr = addr.ipv4_mapped
         return any(addr in net for net in self.networks)
 
+    def host_refusal(self, host: str | None) -> str | None:
+        """Why a tokenless mutation a browser sent from a trusted peer is refused for the
+        ``Host`` header ``host``, or None when that Host is an address literal, ``localhost``
+        or an ``--allow-host`` name: a re-pointed DNS name (DNS rebinding) is none of them."""
+        if "*" in self.hosts:
+            return None  # --insecure on a non-loopback address: every Host is served anyway
+        parsed = split_host(host or "")
+        name = parsed[0] if parsed is not None else ""
+        if name == "localhost" or name in self.hosts:
+            return None
+        try:
+            ipaddress.ip_address(name)
+            return None
+        except ValueError:
+            pass
+        return (
+            f"Host {(host or '')[:80]!r} is not an address or an --allow-host name: a browser's "
+            "Backbeat-route mutation (it carries Origin) from a --backbeat-trust network needs "
+            "a bearer token unless it names the sidecar by address, as a page whose DNS name "
+            "was re-pointed here (DNS rebinding) could send it; give CloudServer's name for "
+            "the sidecar with --allow-host"
+        )
+
 
 async def authorize_mutation(
     request: Request,
@@ -100,6 +136,11 @@ async def authorize_mutation(
             else None
         )
         request.state.principal = who if who is not None and who.may("operate") else None
+        if request.state.principal is None and "origin" in request.headers:
+            refusal = peers.host_refusal(request.headers.get("host"))
+            if refusal is not None:  # a browser's page, maybe under a re-pointed name
+                raise ProblemError(421, "misdirected request", refusal,
+                                   type_="urn:locstatus:misdirected-request")
         return
     scheme = request.headers.get("authorization", "").split(" ", 1)[0].lower()
     enabled = request.app.state.locstatus.principals.enabled

@@ -57,7 +57,13 @@ from typing import Any
 from locstatus.agent import Agent, HandlerRetry
 from locstatus.backbeat_state import BackbeatConfig, node_path
 from locstatus.client import Client
-from locstatus.errors import HandlerPending, InvalidInput, LocstatusError, NotFound
+from locstatus.errors import (
+    BackendUnavailable,
+    HandlerPending,
+    InvalidInput,
+    LocstatusError,
+    NotFound,
+)
 from locstatus.models import LocationStatus
 
 from .holding import Holding, judge
@@ -146,6 +152,11 @@ def _named(fn: Callable[[str], None], name: str) -> Callable[[str], None]:
     fn.__qualname__ = f"Bridge.{name}"
     return fn
 
+
+LIFECYCLE_RETRY = 5.0
+"""Seconds after a failed read of the lifecycle documents (Backbeat's MongoDB down) before the
+loop reads them again: each try costs the loop up to :data:`~.legacy.QUICK_TIMEOUT` while
+it does not answer."""
 
 QUIET = 0.1
 """Seconds without a write to a state node after which a processor that wrote more than the
@@ -320,6 +331,7 @@ class Bridge:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._lifecycle_at = 0.0
+        self._lifecycle_down: str | None = None
         self._listened_at = 0.0
         self._holding = Holding(client, self.services)
         self.standby = True
@@ -405,8 +417,12 @@ class Bridge:
     def _rescan(self) -> None:
         """Give every (location, service) locstatus has a processor, once, and retire the
         standing registration of a processor whose location (or service) is gone."""
-        records = [r for r in self.client.statuses() if not r.deleted]
-        self._retire_gone(records)
+        found = self.client.listing()
+        records = [r for r in found.records if not r.deleted]
+        # a record that does not read is not gone: which services it has is unknown, so its
+        # processors keep their registrations (a hostile review saw one retired, and a pause
+        # settle at once once the record read again)
+        self._retire_gone(records, unreadable={c.location for c in found.corrupt})
         for service in self.services:
             if service == "lifecycle":
                 continue
@@ -437,11 +453,12 @@ class Bridge:
             self._lifecycle = agent
             agent.start()
 
-    def _retire_gone(self, records: list[LocationStatus]) -> None:
+    def _retire_gone(self, records: list[LocationStatus], unreadable: set[str]) -> None:
         """Retire ``backbeat.<service>.<location>`` (a standing registration, this bridge's or
         one left by an earlier run) for every bridged service whose location is gone from
         locstatus or no longer has that service: nothing stands for that processor any more.
-        A failure is logged; the next rescan tries again."""
+        A location of ``unreadable`` (its record is corrupt) is not gone: its registrations
+        stay. A failure is logged; the next rescan tries again."""
         have = {(svc, r.location) for r in records for svc in r.services}
         bridged = [s for s in self.services if s in ZK_SERVICES]
         try:
@@ -452,7 +469,8 @@ class Bridge:
         for w in listed:
             parts = w.worker_id.split(".", 2)
             if not (w.standing and len(parts) == 3 and parts[0] == "backbeat"
-                    and parts[1] in bridged and (parts[1], parts[2]) not in have):
+                    and parts[1] in bridged and (parts[1], parts[2]) not in have
+                    and parts[2] not in unreadable):
                 continue
             with self._lock:
                 proc = self._processors.pop((parts[1], parts[2]), None)
@@ -759,12 +777,15 @@ class Bridge:
                     self._pass(changed)
                     if changed is None:
                         last_full = time.monotonic()
+            except Exception:  # the loop never dies; the next pass tries again
+                log.exception("backbeat bridge pass failed")
+            try:  # a failed pass must not keep new locations' processors unregistered
                 if (not self.standby
                         and time.monotonic() - last_rescan >= self.settings.rescan_interval):
                     last_rescan = time.monotonic()
                     self._rescan()
-            except Exception:  # the loop never dies; the next pass tries again
-                log.exception("backbeat bridge pass failed")
+            except Exception:
+                log.exception("backbeat bridge rescan failed")
             with self._wake.cond:
                 if not self._wake.pending and not self._stop.is_set():
                     self._wake.cond.wait(self.settings.tick)
@@ -814,7 +835,21 @@ class Bridge:
             force or now - self._lifecycle_at >= self.settings.tick
         ):
             self._lifecycle_at = now
-            self._lifecycle_pass()
+            try:
+                self._lifecycle_pass()
+            except BackendUnavailable as exc:
+                # Backbeat's MongoDB is lifecycle's alone: the other services' processors are
+                # served meanwhile, and it is looked at again after a while (its handlers
+                # keep retrying their own writes, so a lifecycle pause stays pausing)
+                self._lifecycle_at = time.monotonic() + LIFECYCLE_RETRY
+                if self._lifecycle_down is None:
+                    log.warning("bridge: %s; lifecycle documents not kept in step until it "
+                                "answers", exc.message)
+                self._lifecycle_down = exc.message
+            else:
+                if self._lifecycle_down is not None:
+                    log.warning("bridge: Backbeat's MongoDB answers again")
+                self._lifecycle_down = None
 
     def _lifecycle_pass(self) -> None:
         assert self._docs is not None and self._lifecycle is not None

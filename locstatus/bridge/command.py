@@ -84,9 +84,13 @@ def backbeat(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     root = ctx.find_root().obj
-    url: str | None = getattr(root, "backend", None)
-    services: tuple[str, ...] | None = getattr(root, "services", None)
-    client: Client = connect(url, services=services or None)
+    opened = root.manager() if hasattr(root, "manager") else None  # a missing store refused
+    if isinstance(opened, Client):  # (a typo in --backend created an empty one, bridged idle)
+        client = opened
+    else:  # pragma: no cover - run without the CLI's root command
+        url: str | None = getattr(root, "backend", None)
+        services: tuple[str, ...] | None = getattr(root, "services", None)
+        client = connect(url, services=services or None)
     stop = threading.Event()
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:

@@ -29,8 +29,13 @@ from locstatus.backbeat_state import (
     redact_url,
 )
 from locstatus.errors import BackendUnavailable, InvalidInput
+from locstatus.importers.backbeat import mongo_reason
 
 log = logging.getLogger("locstatus.bridge")
+
+QUICK_TIMEOUT = 1.0
+"""Seconds MongoDB may take to answer the ping before a read of the lifecycle documents once
+the previous read failed."""
 
 PAUSE = "pauseService"
 RESUME = "resumeService"
@@ -306,16 +311,29 @@ class LifecycleDocuments:
             uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=ms
         )
         self._coll = self._client[database][STATUS_COLLECTION]
-        self._errors: tuple[type[BaseException], ...] = (PyMongoError,)
+        self._errors: tuple[type[Exception], ...] = (PyMongoError,)
         self._key = f"value.{DOCUMENT_KEYS['lifecycle']}"
+        self._timeout = timeout
+        self._down = False
 
     def read(self) -> dict[str, LegacyState | str | None]:
         """``{location: state | None (lifecycle null) | error text}``. Raises
-        :class:`BackendUnavailable`."""
+        :class:`BackendUnavailable`, within :data:`QUICK_TIMEOUT` seconds when the previous
+        read failed and MongoDB still does not answer a ping (the bridge's loop reads while it
+        is down, and waits on it meanwhile; a read of many documents may take longer)."""
+        import pymongo
+
         try:
+            if self._down:
+                with pymongo.timeout(QUICK_TIMEOUT):
+                    self._client.admin.command("ping")
             docs = list(self._coll.find({}, {self._key: 1}))
         except self._errors as exc:
-            raise BackendUnavailable(f"Backbeat's {STATUS_COLLECTION}: {exc}") from None
+            self._down = True
+            raise BackendUnavailable(
+                f"Backbeat's {STATUS_COLLECTION}: {mongo_reason(exc, self._timeout)}"
+            ) from None
+        self._down = False
         out: dict[str, LegacyState | str | None] = {}
         for doc in docs:
             name = doc.get("_id")
@@ -376,7 +394,9 @@ class LifecycleDocuments:
                 return False
             return True
         except self._errors as exc:
-            raise BackendUnavailable(f"Backbeat's {STATUS_COLLECTION}: {exc}") from None
+            raise BackendUnavailable(
+                f"Backbeat's {STATUS_COLLECTION}: {mongo_reason(exc, self._timeout)}"
+            ) from None
 
     def close(self) -> None:
         self._client.close()

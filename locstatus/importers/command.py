@@ -16,7 +16,7 @@ from typing import Annotated, Protocol
 
 import typer
 
-from locstatus.backbeat_state import BackbeatConfig, check_zookeeper
+from locstatus.backbeat_state import BackbeatConfig, check_database, check_zookeeper
 from locstatus.errors import InvalidInput
 from locstatus.manager import Manager
 
@@ -84,6 +84,8 @@ def load_config(path: Path | None, **given: str | None) -> BackbeatConfig:
             raise InvalidInput(f"--{name}-namespace {value!r} must be a ZooKeeper path (/...)")
     if given.get("zookeeper"):
         check_zookeeper(str(given["zookeeper"]), "--zookeeper")
+    if given.get("mongodb_database"):
+        check_database(str(given["mongodb_database"]), "--mongodb-database")
     return BackbeatConfig(
         zookeeper=given.get("zookeeper") or base.zookeeper,
         mongodb=given.get("mongodb") or base.mongodb,
