@@ -147,7 +147,9 @@ class Records:
                     raise client.unavailable(f"create location {loc!r} ({label})", exc)
         raise BackendUnavailable(f"create of location {loc!r} kept racing; try again")
 
-    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+    def create_many(
+        self, items: Sequence[CreateItem], *, texts: Sequence[tuple[str, str]] | None = None
+    ) -> list[CasResult]:
         """Creates grouped :data:`GROUP` locations to a multi-op, every group sent at once,
         pipelined on the session (:meth:`ZkClient.commit_many`), each location created as
         the first life of a location never stored (its incarnation counter created in the
