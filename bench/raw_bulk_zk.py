@@ -119,6 +119,7 @@ class RawZk:
         ops: list[list[tuple[str, Any]]] = []
         for name, data, stat in self._read_all(base, names):
             doc = json.loads(data)
+            was = doc["services"][bulk.SERVICE]["state"]
             doc["services"][bulk.SERVICE]["state"] = state
             doc["services"][bulk.SERVICE]["op_id"] = op_id
             self.seq += 1
@@ -126,7 +127,7 @@ class RawZk:
                 ("set_data", (f"{base}/{name}", json.dumps(doc, separators=(",", ":")).encode(),
                               stat.version)),
                 ("create", (f"{self.history}/{self.seq:010d}", bulk.history_row(
-                    name, stat.version + 1, event, state, op_id).encode())),
+                    name, stat.version + 1, event, state, op_id, was).encode())),
             ])
         self._commit_all(ops)
 
@@ -148,7 +149,7 @@ class RawZk:
                 ("create", (f"{base}/{name}", json.dumps(doc, separators=(",", ":")).encode())),
                 ("create", (f"{acks}/{name}", b"")),
                 ("create", (f"{self.history}/{self.seq:010d}",
-                            bulk.history_row(name, 1, "create", "running", op_id).encode())),
+                            bulk.history_row(name, 1, "create", None, op_id).encode())),
             ])
         self._commit_all(ops)
 
