@@ -144,11 +144,18 @@ class RawZk:
                 "state": "running", "generation": 0, "resume_at": None, "reason": None,
                 "actor": None, "op_id": op_id, "updated_at": now}}, "deleted_at": None,
                 "incarnation": 0}
-            self.seq += 1
+            # the nodes locstatus's create makes (zookeeper/layout.py): the location's
+            # incarnation counter (created, then set), its record, its acks, its history's
+            # incarnation and first bucket, and the create's entry in it
+            life = f"{self.history}/{name}"
             ops.append([
+                ("create", (life, b"")),
+                ("set_data", (life, b"", 0)),
                 ("create", (f"{base}/{name}", json.dumps(doc, separators=(",", ":")).encode())),
                 ("create", (f"{acks}/{name}", b"")),
-                ("create", (f"{self.history}/{self.seq:010d}",
+                ("create", (f"{life}/{0:010d}", b"")),
+                ("create", (f"{life}/{0:010d}/b{0:07d}", b"")),
+                ("create", (f"{life}/{0:010d}/b{0:07d}/{1:010d}",
                             bulk.history_row(name, 1, "create", None, op_id).encode())),
             ])
         self._commit_all(ops)
