@@ -71,13 +71,24 @@ def names(n: int) -> list[str]:
     return [f"loc-{i:06d}" for i in range(n)]
 
 
-def history_row(location: str, version: int, event: str, to_state: str, op_id: str) -> str:
+def history_entry(location: str, version: int, event: str, to_state: str | None, op_id: str,
+                  from_state: str | None = None) -> dict[str, Any]:
+    """One history entry with every field locstatus stores, in its order: a create's
+    (``event`` "create") is of the whole location (service ``*``, no state, generation 0)."""
+    create = event == "create"
+    return {
+        "op_id": op_id, "at": datetime.now(UTC).isoformat()[:-6] + "Z", "location": location,
+        "service": "*" if create else SERVICE, "event": event, "from_state": from_state,
+        "to_state": None if create else to_state, "generation": 0 if create else 1,
+        "actor": None, "reason": None, "resume_at": None, "version": version,
+    }
+
+
+def history_row(location: str, version: int, event: str, to_state: str | None, op_id: str,
+                from_state: str | None = None) -> str:
     """One history write as locstatus stores it (a JSON list of one entry)."""
-    return json.dumps([{
-        "version": version, "op_id": op_id, "at": datetime.now(UTC).isoformat(),
-        "location": location, "service": SERVICE, "event": event, "from_state": None,
-        "to_state": to_state, "generation": 1, "reason": None, "actor": None,
-    }], separators=(",", ":"))
+    return json.dumps([history_entry(location, version, event, to_state, op_id, from_state)],
+                      separators=(",", ":"))
 
 
 class Raw:
@@ -110,11 +121,12 @@ class RawSQLite(Raw):
         updates, histories = [], []
         for location, version, data in rows:
             doc = json.loads(data)
+            was = doc["services"][SERVICE]["state"]
             doc["services"][SERVICE]["state"] = state
             doc["services"][SERVICE]["op_id"] = op_id
             updates.append((version + 1, json.dumps(doc, separators=(",", ":")), location, version))
             histories.append((location, version + 1,
-                              history_row(location, version + 1, event, state, op_id)))
+                              history_row(location, version + 1, event, state, op_id, was)))
         self.db.execute("BEGIN IMMEDIATE")
         cur = self.db.executemany(
             "UPDATE locations SET version = ?, data = ? WHERE location = ? AND version = ?",
@@ -131,11 +143,11 @@ class RawSQLite(Raw):
         op_id = uuid.uuid4().hex
         records, histories = [], []
         for location in locations:
-            doc = {"services": {SERVICE: {
+            doc = {"format": 1, "services": {SERVICE: {
                 "state": "running", "generation": 0, "resume_at": None, "reason": None,
                 "actor": None, "op_id": op_id, "updated_at": now}}, "deleted_at": None}
             records.append((location, 1, json.dumps(doc, separators=(",", ":"))))
-            histories.append((location, 1, history_row(location, 1, "create", "running", op_id)))
+            histories.append((location, 1, history_row(location, 1, "create", None, op_id)))
         self.db.execute("BEGIN IMMEDIATE")
         self.db.executemany(
             "INSERT INTO locations (location, version, data) VALUES (?, ?, ?)", records

@@ -44,12 +44,9 @@ def _bulk() -> ModuleType:
     return bulk
 
 
-def _entry(location: str, version: int, event: str, to_state: str, op_id: str) -> dict[str, Any]:
-    bulk = _bulk()
-    return {"version": version, "op_id": op_id, "at": datetime.now(UTC).isoformat(),
-            "location": location, "service": bulk.SERVICE, "event": event, "from_state": None,
-            "to_state": to_state, "generation": 1, "reason": None, "actor": None,
-            "resume_at": None}
+def _entry(location: str, version: int, event: str, to_state: str | None, op_id: str,
+           from_state: str | None = None) -> dict[str, Any]:
+    return _bulk().history_entry(location, version, event, to_state, op_id, from_state)
 
 
 class RawMongo:
@@ -74,9 +71,10 @@ class RawMongo:
             for doc in docs[start:start + CHUNK]:
                 location, version = doc["_id"], doc["version"] + 1
                 services = doc["services"]
+                was = services[bulk.SERVICE]["state"]
                 services[bulk.SERVICE]["state"] = state
                 services[bulk.SERVICE]["op_id"] = op_id
-                entries = [_entry(location, version, event, state, op_id)]
+                entries = [_entry(location, version, event, state, op_id, was)]
                 ops.append(UpdateOne(
                     {"_id": location, "version": doc["version"]},
                     {"$set": {"services": services, "deleted_at": doc.get("deleted_at")},
@@ -99,7 +97,7 @@ class RawMongo:
             self.incarnations.insert_many([{"_id": n, "n": 1} for n in chunk], ordered=False)
             records, writes = [], []
             for n in chunk:
-                entries = [_entry(n, 1, "create", "running", op_id)]
+                entries = [_entry(n, 1, "create", None, op_id)]
                 records.append({
                     "_id": n, "version": 1, "born": 1, "format": 1,
                     "services": {bulk.SERVICE: {

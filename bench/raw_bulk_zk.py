@@ -119,6 +119,7 @@ class RawZk:
         ops: list[list[tuple[str, Any]]] = []
         for name, data, stat in self._read_all(base, names):
             doc = json.loads(data)
+            was = doc["services"][bulk.SERVICE]["state"]
             doc["services"][bulk.SERVICE]["state"] = state
             doc["services"][bulk.SERVICE]["op_id"] = op_id
             self.seq += 1
@@ -126,7 +127,7 @@ class RawZk:
                 ("set_data", (f"{base}/{name}", json.dumps(doc, separators=(",", ":")).encode(),
                               stat.version)),
                 ("create", (f"{self.history}/{self.seq:010d}", bulk.history_row(
-                    name, stat.version + 1, event, state, op_id).encode())),
+                    name, stat.version + 1, event, state, op_id, was).encode())),
             ])
         self._commit_all(ops)
 
@@ -143,12 +144,19 @@ class RawZk:
                 "state": "running", "generation": 0, "resume_at": None, "reason": None,
                 "actor": None, "op_id": op_id, "updated_at": now}}, "deleted_at": None,
                 "incarnation": 0}
-            self.seq += 1
+            # the nodes locstatus's create makes (zookeeper/layout.py): the location's
+            # incarnation counter (created, then set), its record, its acks, its history's
+            # incarnation and first bucket, and the create's entry in it
+            life = f"{self.history}/{name}"
             ops.append([
+                ("create", (life, b"")),
+                ("set_data", (life, b"", 0)),
                 ("create", (f"{base}/{name}", json.dumps(doc, separators=(",", ":")).encode())),
                 ("create", (f"{acks}/{name}", b"")),
-                ("create", (f"{self.history}/{self.seq:010d}",
-                            bulk.history_row(name, 1, "create", "running", op_id).encode())),
+                ("create", (f"{life}/{0:010d}", b"")),
+                ("create", (f"{life}/{0:010d}/b{0:07d}", b"")),
+                ("create", (f"{life}/{0:010d}/b{0:07d}/{1:010d}",
+                            bulk.history_row(name, 1, "create", None, op_id).encode())),
             ])
         self._commit_all(ops)
 

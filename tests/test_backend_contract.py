@@ -28,6 +28,7 @@ from locstatus.errors import (
     StandingRegistered,
     VersionConflict,
 )
+from locstatus.manager.creates import new_records
 from locstatus.models import (
     MAX_STORED_INT,
     TOMBSTONE_ACK,
@@ -1461,6 +1462,29 @@ def test_a_batch_of_creates_gives_a_location_stored_before_a_life_above_its_earl
     with pytest.raises(VersionConflict):
         b.compare_and_set(record("again", State.PAUSING, 1), old.version, [])
     assert [e.op_id for e in b.history("again")] == ["op-again"]
+
+
+def test_a_batch_of_creates_given_its_texts_stores_what_it_would_encode(b: Backend) -> None:
+    """``create_many(texts=)`` (a sync's creates, locstatus/manager/creates.py): the texts
+    given are what the backend would write, so each location reads back as its record with
+    its create entry, as without them; a location removed before too (a batch of its own:
+    ZooKeeper creates a group holding one location at a time)."""
+    old = b.create(record("again"), [])
+    b.delete("again", old.version)
+    now = datetime(2026, 3, 1, 9, tzinfo=UTC)
+    for names in ([f"given-{i}" for i in range(5)], ["again"]):
+        items, texts = new_records(
+            names, dict.fromkeys(names, ("lifecycle", "replication")), now, "ops"
+        )
+        assert texts is not None
+        results = b.create_many(items, texts=texts)
+        for (rec, entries), got in zip(items, results, strict=True):
+            assert isinstance(got, LocationStatus), got
+            assert b.read(rec.location) == got == rec.model_copy(update={"version": got.version})
+            assert b.history(rec.location) == [
+                entries[0].model_copy(update={"version": got.version})
+            ]
+    assert b.read("again").version > old.version
 
 
 # -- batches of reads and acknowledgements (invariant 14) -----------------------------------

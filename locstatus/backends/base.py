@@ -460,11 +460,18 @@ class Backend(ABC):
                 out.append(exc)
         return out
 
-    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+    def create_many(
+        self, items: Sequence[CreateItem], *, texts: Sequence[tuple[str, str]] | None = None
+    ) -> list[CasResult]:
         """Many :meth:`create` calls in one (invariant 12): ``result[i]`` is item ``i``'s stored
         record, or its error (:class:`AlreadyExists`, :class:`BackendUnavailable`...); one
         item's error never fails another. Distinct locations (:class:`InvalidInput`
-        otherwise, nothing written). The default runs :meth:`create` per item."""
+        otherwise, nothing written). ``texts``, when the caller has them: each item's record
+        and history stored texts, exactly ``codec.encode_record(record)`` and
+        ``codec.encode_history(codec.stamp(history, 1))`` (a first life's create); a backend
+        storing the codec's text may store them as they are instead of encoding again (a
+        sync makes them from templates, locstatus.manager.creates). The default runs
+        :meth:`create` per item."""
         distinct_locations(record.location for record, _ in items)
         out: list[CasResult] = []
         for record, history in items:

@@ -31,6 +31,7 @@ from locstatus.names import canonical_service, check_location
 
 from .collector import collection_paused
 from .core import Core
+from .creates import new_record, new_records
 from .plans import NOTHING, Decision, Write, check_free_text, record_entry
 
 ADD_ATTEMPTS = 5
@@ -238,13 +239,7 @@ def _new_record(
     core: Core, location: str, services: Sequence[str], actor: str | None
 ) -> tuple[LocationStatus, list[HistoryEntry]]:
     """A new location's record and the history of its create."""
-    now = core.clock()
-    op_id = new_op_id()
-    rec = LocationStatus(
-        location=location,
-        services={s: ServiceStatus(op_id=op_id, updated_at=now, actor=actor) for s in services},
-    )
-    return rec, [record_entry(location, "create", op_id, now, actor)]
+    return new_record(location, services, core.clock(), actor, new_op_id())
 
 
 def _create_batch(
@@ -255,13 +250,14 @@ def _create_batch(
     report: SyncReport,
 ) -> None:
     """Create ``locations`` (not stored when the sync read the store) in one
-    :meth:`~locstatus.backends.base.Backend.create_many`, then empty the list. One created
+    :meth:`~locstatus.backends.base.Backend.create_many` (records and texts from templates,
+    :mod:`.creates`), then empty the list. One created
     meanwhile by another process is added to through :func:`_add` alone; any other error is
     raised after the batch's creates are counted (as :func:`_create` raises it)."""
     if not locations:
         return
-    items = [_new_record(core, loc, wanted[loc], actor) for loc in locations]
-    results = core.backend.create_many(items)
+    items, texts = new_records(locations, wanted, core.clock(), actor)  # names checked
+    results = core.backend.create_many(items, texts=texts)
     failure: LocstatusError | None = None
     for loc, result in zip(locations, results, strict=True):
         if isinstance(result, LocationStatus):

@@ -112,10 +112,12 @@ class MongoBackend(Backend):
         one history insert per chunk (see :mod:`~locstatus.backends.mongo.batches`)."""
         return self._batches.compare_and_set_many(items)
 
-    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+    def create_many(
+        self, items: Sequence[CreateItem], *, texts: Sequence[tuple[str, str]] | None = None
+    ) -> list[CasResult]:
         """Unordered inserts of first lives; other locations through :meth:`create` (see
         :mod:`~locstatus.backends.mongo.batches`)."""
-        return self._batches.create_many(items)
+        return self._batches.create_many(items)  # documents, not texts
 
     def delete(self, location: str, expected_version: int) -> None:
         with self._store.deadline():  # one deadline for the whole call

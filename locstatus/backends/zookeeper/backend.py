@@ -125,8 +125,10 @@ class ZooKeeperBackend(Backend):
     def compare_and_set_many(self, items: Sequence[CasItem]) -> list[CasResult]:
         return self._records.compare_and_set_many(items)
 
-    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
-        return self._records.create_many(items)
+    def create_many(
+        self, items: Sequence[CreateItem], *, texts: Sequence[tuple[str, str]] | None = None
+    ) -> list[CasResult]:
+        return self._records.create_many(items, texts=texts)
 
     def delete(self, location: str, expected_version: int) -> None:
         self._records.delete(location, expected_version)

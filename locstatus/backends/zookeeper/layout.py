@@ -132,7 +132,11 @@ def _worker_name(worker_id: str) -> str:
 
 def record_bytes(record: LocationStatus, incarnation: int) -> bytes:
     """The data of ``locations/<loc>``: the record's JSON with its ``incarnation`` appended."""
-    text = codec.encode_record(record)
+    return text_bytes(codec.encode_record(record), incarnation)
+
+
+def text_bytes(text: str, incarnation: int) -> bytes:
+    """:func:`record_bytes` of the record whose :func:`codec.encode_record` text is ``text``."""
     return (text[:-1] + f',"incarnation":{incarnation}}}').encode()
 
 

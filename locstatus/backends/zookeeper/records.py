@@ -60,6 +60,7 @@ from locstatus.backends.zookeeper.layout import (
     join_version,
     record_bytes,
     split_version,
+    text_bytes,
 )
 from locstatus.backends.zookeeper.txn import Refusal, Transaction
 from locstatus.errors import (
@@ -147,7 +148,9 @@ class Records:
                     raise client.unavailable(f"create location {loc!r} ({label})", exc)
         raise BackendUnavailable(f"create of location {loc!r} kept racing; try again")
 
-    def create_many(self, items: Sequence[CreateItem]) -> list[CasResult]:
+    def create_many(
+        self, items: Sequence[CreateItem], *, texts: Sequence[tuple[str, str]] | None = None
+    ) -> list[CasResult]:
         """Creates grouped :data:`GROUP` locations to a multi-op, every group sent at once,
         pipelined on the session (:meth:`ZkClient.commit_many`), each location created as
         the first life of a location never stored (its incarnation counter created in the
@@ -172,7 +175,9 @@ class Records:
 
         for i, (record, history) in enumerate(items):
             try:
-                payload, entries = self._create_parts(record, history, 0)
+                payload, entries = self._create_parts(
+                    record, history, 0, None if texts is None else texts[i]
+                )
             except LocstatusError as exc:
                 results[i] = exc
                 continue
@@ -214,12 +219,17 @@ class Records:
         return [r for r in results if r is not None]
 
     def _create_parts(
-        self, record: LocationStatus, history: Sequence[HistoryEntry], inc: int
+        self, record: LocationStatus, history: Sequence[HistoryEntry], inc: int,
+        texts: tuple[str, str] | None = None,
     ) -> tuple[bytes, bytes]:
-        """The payload and history bytes of a create as life ``inc + 1``. Raises
-        :class:`InvalidInput` for a record too large."""
-        payload = record_bytes(record, inc)
-        entries = _HISTORY.dump_json(codec.stamp(history, join_version(inc, 1)))
+        """The payload and history bytes of a create as life ``inc + 1`` (from ``texts``, the
+        codec's texts of a first life's create, when given: :meth:`Backend.create_many`).
+        Raises :class:`InvalidInput` for a record too large."""
+        if texts is not None and inc == 0:
+            payload, entries = text_bytes(texts[0], inc), texts[1].encode()
+        else:
+            payload = record_bytes(record, inc)
+            entries = _HISTORY.dump_json(codec.stamp(history, join_version(inc, 1)))
         self.client.check_size(record.location, "record and history", payload, entries)
         return payload, entries
 
