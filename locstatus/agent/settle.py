@@ -6,11 +6,16 @@ more on settling than on applying the change (docs/agent.md, "Settle"). For each
 service) one live worker is the *settler*: the highest rendezvous hash of location and worker
 id among the live workers that apply it, so the role spreads over the fleet and moves when a
 worker goes away. After acknowledging, the settler tries once no other worker has acknowledged
-for ~10 ms (plus up to 20 ms of jitter), and again with backoff while the record stays
-transitional; every other worker tries only as a fallback, :data:`SETTLE_FALLBACK` seconds
-later. Independently, a *sweep* tries every transitional record the worker knows when workers
-come and go (a crashed worker's lapsed lease must not leave a location ``pausing`` forever), at
-most once per ``settle_interval``.
+for ~10 ms (plus up to 20 ms of jitter), and again with backoff (capped at ``settle_interval``)
+while the record stays transitional; every other worker tries once only, as a fallback,
+:data:`SETTLE_FALLBACK` seconds later: the last worker to acknowledge then finds every
+acknowledgement in, so a settler that died after acknowledging leaves the location to it.
+Non-settlers once retried too, with backoff, and in a burst (16 workers, a pause of 10 000
+locations) the fleet made 585 000 settle attempts, nearly half of its CPU, each one reading
+the acknowledgements of the locations tried (docs/agent.md "Bursts"). Independently, a *sweep*
+tries every transitional record the worker knows when workers come and go (a crashed worker's
+lapsed lease must not leave a location ``pausing`` forever), at most once per
+``settle_interval``.
 
 :class:`SettleSchedule` holds only the deadlines (monotonic seconds) and decides them; it does
 no I/O and takes the time as an argument, so the rules are tested with a fake clock
@@ -26,7 +31,6 @@ from collections.abc import Iterable
 
 __all__ = [
     "SETTLE_FALLBACK",
-    "SETTLE_FALLBACK_CAP",
     "SETTLE_GATHER",
     "SETTLE_JITTER",
     "SETTLE_MAX_DELAY",
@@ -45,17 +49,20 @@ first one to land moves the record out of its transitional state, and the others
 that, skip theirs."""
 SETTLE_MAX_DELAY = 0.25
 """Upper bound (seconds after the acknowledgement) of the settle debounce."""
-SETTLE_FALLBACK = 0.5
+SETTLE_FALLBACK = 2.0
 """Seconds (plus up to as much again, random) after which a worker that is not the settler of a
-location tries to settle it, if it still reads it transitional (the settler died, or is slow)."""
-SETTLE_FALLBACK_CAP = 5.0
-"""Longest wait (seconds) between a non-settler's later attempts (the delay doubles)."""
+location tries, once, to settle it, if it still reads it transitional (the settler died, or is
+slow). Long enough that after a burst's acknowledgements the local copy already shows most
+locations settled (an attempt then costs no read); the worker that acknowledged last finds
+every acknowledgement in by then."""
 SETTLE_GATHER = 0.1
 """Seconds: when one settle window is open, the watch thread also takes those opening within
 this much after it, and settles them together (one batched settle, docs/agent.md "Bursts")."""
-SETTLE_RETRIES = 8
-"""Attempts after the first while the location stays transitional; then the safety nets (a
-change of the worker list, the periodic resync, the check job, a ``wait=``) take over."""
+SETTLE_RETRIES = 30
+"""The settler's attempts after the first while the location stays transitional (about 25 s
+of them with ``settle_interval`` 1 s: a burst's slowest worker may take that long); then the
+safety nets (a change of the worker list, the periodic resync, the check job, a ``wait=``)
+take over. A non-settler does not retry."""
 
 
 def rendezvous(location: str, worker_id: str) -> int:
@@ -148,22 +155,18 @@ class SettleSchedule:
             self._due.setdefault(loc, (now, now))
 
     def still_transitional(self, location: str, *, now: float) -> bool:
-        """An attempt left ``location`` transitional (others still to acknowledge): try again,
-        backing off (acknowledgement hints may not come, and the settler may have died after
-        its acknowledgement, when nothing else would wake this worker until that session
-        expires or the next resync). Returns True when a new window was opened; False when one
-        is already pending or the retries are spent (the safety nets take over)."""
-        if location in self._due:
-            return False
+        """An attempt left ``location`` transitional (others still to acknowledge): its settler
+        tries again, backing off (acknowledgement hints may not come). Returns True when a new
+        window was opened; False when one is already pending, this worker is not the
+        location's settler (its one fallback attempt is spent: the last worker to acknowledge
+        makes its own), or the retries are spent (the safety nets take over)."""
+        if location in self._due or location not in self._settler_of:
+            return False  # a non-settler's one fallback attempt is spent (module docstring)
         tries = self._tries.get(location, 0) + 1
         if tries > SETTLE_RETRIES:
             return False
         self._tries[location] = tries
-        if location in self._settler_of:
-            delay = min(self.settle_interval, SETTLE_QUIET * 2**tries)
-        else:
-            delay = min(SETTLE_FALLBACK_CAP, SETTLE_FALLBACK * 2**tries)
-        delay += self._delay()
+        delay = min(self.settle_interval, SETTLE_QUIET * 2**tries) + self._delay()
         self._due[location] = (now + delay, now + delay)
         return True
 
