@@ -758,3 +758,16 @@ def test_bad_agent_settings_are_refused_by_name(setting: dict[str, object]) -> N
     (name,) = setting
     with pytest.raises(InvalidInput, match=name):
         connect("memory://").agent("w1", **setting)  # type: ignore[arg-type]
+
+
+def test_a_non_settler_tries_once_and_leaves_the_retries_to_the_settler() -> None:
+    """A burst's 15 non-settlers retrying every location with backoff were most of the
+    fleet's settle attempts: a non-settler's fallback is one attempt (the last worker to
+    acknowledge finds every acknowledgement in); the settler still retries."""
+    s = SettleSchedule(settle_interval=1.0, rng=random.Random(6))
+    s.acknowledged("x", settler=False, now=100.0)
+    s.acknowledged("y", settler=True, now=100.0)
+    assert s.pop_due(now=100.0 + 2 * SETTLE_FALLBACK) == {"x", "y"}
+    assert not s.still_transitional("x", now=105.0)
+    assert s.still_transitional("y", now=105.0)
+    assert s.pop_due(now=107.0) == {"y"}
