@@ -125,9 +125,11 @@ _JSONABLE = "(typeof(l.data) = 'text' AND typeof(l.version) != 'blob')"
 reads the others row by row)."""
 
 
-EAGER_POLL_MS = 1
-"""Milliseconds of SQLite's busy handler per try of an eager write (:meth:`SQLiteBackend.
-_begin_eager`): it tries, sleeps 1 ms, tries again, and the caller's loop starts over."""
+LEASE_POLL = 0.001
+"""Seconds between two asks for the write lock of a lease renewal (:meth:`SQLiteBackend.
+_begin_polling`)."""
+ACK_POLL = 0.005
+"""Seconds between two asks for the write lock of a batch of acknowledgements."""
 TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
 """Busy timeout: how long a write waits for another process's transaction, in seconds."""
 POLL_INTERVAL = Number("poll_interval", 0.05, 0.01, 60)
@@ -222,11 +224,11 @@ class SQLiteBackend(Backend):
         return db
 
     @contextmanager
-    def _write(self, *, eager: bool = False) -> Iterator[sqlite3.Connection]:
+    def _write(self, *, poll: float | None = None) -> Iterator[sqlite3.Connection]:
         """One write transaction: ``BEGIN IMMEDIATE``, the caller's statements, ``COMMIT``.
-        ``eager``: the write lock is asked for every millisecond (:meth:`_begin_eager`), not
-        on SQLite's own backoff, so that this write gets through between the others' (lease
-        renewals, docs/agent.md "Bursts").
+        ``poll``: the write lock is asked for every ``poll`` seconds (:meth:`_begin_polling`),
+        not on SQLite's own backoff, so that this write gets through between the others'
+        (lease renewals, acknowledgements: docs/agent.md "Bursts").
 
         Any failure rolls it back, and an SQLite error becomes :class:`BackendUnavailable`
         (:class:`BackendFull` for a full disk): nothing was written. SQLite rolls a
@@ -236,8 +238,8 @@ class SQLiteBackend(Backend):
         rolled back is closed and replaced, so no thread is left inside a transaction."""
         db = self._conn()
         try:
-            if eager:
-                self._begin_eager(db)
+            if poll is not None:
+                self._begin_polling(db, poll)
             else:
                 db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -252,16 +254,18 @@ class SQLiteBackend(Backend):
             raise
         self.store_full = None  # this write went through: the store takes writes again
 
-    def _begin_eager(self, db: sqlite3.Connection) -> None:
-        """``BEGIN IMMEDIATE``, asking for the write lock about every millisecond until the
+    def _begin_polling(self, db: sqlite3.Connection, every: float) -> None:
+        """``BEGIN IMMEDIATE``, asking for the write lock every ``every`` seconds until the
         busy timeout has passed. SQLite's own busy handler sleeps longer and longer between
-        its tries (100 ms after the first few): under a stream of short transactions (sixteen
-        workers acknowledging a pause of every location) a writer that has waited a while
-        almost never finds the lock free when it looks, and a lease renewal waiting so ran
-        into its busy timeout while the lock was free most of the time. Raises the last
+        its tries (100 ms apart after the first few), so under a stream of short transactions
+        from many processes a writer that has waited a while almost never finds the lock
+        free when it looks, while newcomers find it at once: lease renewals and whole batches
+        of acknowledgements ran into their busy timeout while the lock was free most of the
+        time. Asking at a steady pace keeps the waiters' chances even, and a shorter pace
+        (:data:`LEASE_POLL`) gives renewals the better ones. Raises the last
         ``sqlite3.Error`` (still busy at the timeout, or any other error)."""
         deadline = time.monotonic() + self._timeout
-        db.execute(f"PRAGMA busy_timeout={EAGER_POLL_MS}")
+        db.execute("PRAGMA busy_timeout=0")
         try:
             while True:
                 try:
@@ -271,6 +275,7 @@ class SQLiteBackend(Backend):
                     code = getattr(exc, "sqlite_errorcode", sqlite3.SQLITE_BUSY)
                     if code & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
                         raise
+                time.sleep(every)
         finally:
             db.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
 
@@ -489,7 +494,7 @@ class SQLiteBackend(Backend):
 
     def put_worker(self, info: WorkerInfo) -> None:
         data = codec.encode_worker(info)  # bounded (InvalidInput) before the transaction
-        with self._write(eager=True) as db:  # judged and written in one transaction
+        with self._write(poll=LEASE_POLL) as db:  # judged and written in one transaction
             row = db.execute(
                 "SELECT data FROM workers WHERE worker_id = ?", (info.worker_id,)
             ).fetchone()
@@ -583,7 +588,7 @@ class SQLiteBackend(Backend):
             for n, version in judged.items()
         ])
         try:
-            with self._write() as db:
+            with self._write(poll=ACK_POLL) as db:
                 cur = db.execute(
                     "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
                     "SELECT j.loc, ?, j.svc, j.gen FROM (SELECT json_extract(value, '$[0]') loc, "
