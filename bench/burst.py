@@ -172,6 +172,16 @@ def _child(url: str, index: int, locations: list[str], cmd: Any, out: Any) -> No
         client.backend.close()
 
 
+def _stop(cmds: list[Any], procs: list[Any]) -> None:
+    """Ask each child process to stop, wait for it (30 s at most), kill it past that."""
+    for q in cmds:
+        q.put(("stop",))
+    for p in procs:
+        p.join(timeout=30)
+        if p.is_alive():
+            p.kill()
+
+
 class Processes:
     """16 agents, one OS process each."""
 
@@ -203,12 +213,7 @@ class Processes:
         return max(g[0] for g in got), sum(g[1] for g in got), counts
 
     def close(self) -> None:
-        for q in self.cmds:
-            q.put(("stop",))
-        for p in self.procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+        _stop(self.cmds, self.procs)
 
 
 def _floor_child(path: str, index: int, cmd: Any, out: Any) -> None:
@@ -273,12 +278,7 @@ class Floor:
         return max(g[1] for g in got) - t0, t1 - t0
 
     def close(self) -> None:
-        for q in self.cmds:
-            q.put(("stop",))
-        for p in self.procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+        _stop(self.cmds, self.procs)
 
 
 def run(
