@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from locstatus.agent.handlers import HandlerRetry
 from locstatus.agent.lives import ask_lives
 from locstatus.agent.queue import Key
-from locstatus.agent.settle import is_settler
+from locstatus.agent.settle import settle_rank
 from locstatus.agent.state import AgentState
 from locstatus.backends import AckItem
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
@@ -182,29 +182,31 @@ class Acker:
             s.beat_now.set()  # clear the published error now
         opened = [a for a in done if a.transitional]
         if opened:
-            settler = self._settlers(opened)
+            rank = self._settlers(opened)
             now = s.monotonic()
             with s.lock:
                 for a in opened:
-                    s.settle.acknowledged(a.key[0], settler=settler(a.key), now=now)
+                    r = rank(a.key)
+                    s.settle.acknowledged(a.key[0], settler=r == 0, backup=r == 1, now=now)
             s.wake.set()
         self._release(done)
 
-    def _settlers(self, opened: Sequence[Applied]) -> Callable[[Key], bool]:
-        """Who settles each of ``opened`` first (:func:`is_settler`), from one read of the
-        worker list; True for every key when it cannot be read."""
+    def _settlers(self, opened: Sequence[Applied]) -> Callable[[Key], int]:
+        """This worker's place among the settlers of each of ``opened`` (:func:`settle_rank`:
+        0 the settler, 1 its backup), from one read of the worker list; 0 for every key when
+        it cannot be read."""
         try:
             workers = self.backend.workers()
         except LocstatusError:
-            return lambda _key: True
+            return lambda _key: 0
         live = [w for w in workers if worker_live(w, self.manager.time)]
 
-        def settler(key: Key) -> bool:
+        def rank(key: Key) -> int:
             location, service = key
             ids = (w.worker_id for w in live if w.applies(location, service))
-            return is_settler(location, self.worker_id, ids)
+            return settle_rank(location, self.worker_id, ids)
 
-        return settler
+        return rank
 
     def _reread(self, refused: Sequence[Applied]) -> None:
         """The records of refused acknowledgements moved: read them (one batch read) and store
