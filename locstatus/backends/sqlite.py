@@ -128,8 +128,9 @@ reads the others row by row)."""
 LEASE_POLL = 0.001
 """Seconds between two asks for the write lock of a lease renewal (:meth:`SQLiteBackend.
 _begin_polling`)."""
-ACK_POLL = 0.005
-"""Seconds between two asks for the write lock of a batch of acknowledgements."""
+WRITE_POLL = 0.005
+"""Seconds between two asks for the write lock of any other write (the bulk write's batches,
+acknowledgements, settles): all at the same pace, so none waits behind the others for long."""
 TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
 """Busy timeout: how long a write waits for another process's transaction, in seconds."""
 POLL_INTERVAL = Number("poll_interval", 0.05, 0.01, 60)
@@ -224,11 +225,11 @@ class SQLiteBackend(Backend):
         return db
 
     @contextmanager
-    def _write(self, *, poll: float | None = None) -> Iterator[sqlite3.Connection]:
+    def _write(self, *, poll: float = WRITE_POLL) -> Iterator[sqlite3.Connection]:
         """One write transaction: ``BEGIN IMMEDIATE``, the caller's statements, ``COMMIT``.
-        ``poll``: the write lock is asked for every ``poll`` seconds (:meth:`_begin_polling`),
-        not on SQLite's own backoff, so that this write gets through between the others'
-        (lease renewals, acknowledgements: docs/agent.md "Bursts").
+        The write lock is asked for every ``poll`` seconds (:meth:`_begin_polling`), not on
+        SQLite's own backoff, so that every writer gets its turn between the others' (a lease
+        renewal asks more often: docs/agent.md "Bursts").
 
         Any failure rolls it back, and an SQLite error becomes :class:`BackendUnavailable`
         (:class:`BackendFull` for a full disk): nothing was written. SQLite rolls a
@@ -238,10 +239,7 @@ class SQLiteBackend(Backend):
         rolled back is closed and replaced, so no thread is left inside a transaction."""
         db = self._conn()
         try:
-            if poll is not None:
-                self._begin_polling(db, poll)
-            else:
-                db.execute("BEGIN IMMEDIATE")
+            self._begin_polling(db, poll)
         except sqlite3.Error as exc:
             raise self._failure("cannot start a write on", exc) from exc
         try:
@@ -588,7 +586,7 @@ class SQLiteBackend(Backend):
             for n, version in judged.items()
         ])
         try:
-            with self._write(poll=ACK_POLL) as db:
+            with self._write() as db:
                 cur = db.execute(
                     "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
                     "SELECT j.loc, ?, j.svc, j.gen FROM (SELECT json_extract(value, '$[0]') loc, "
