@@ -28,19 +28,14 @@ from locstatus.backends import AckItem
 from locstatus.backends.sqlite import SQLiteBackend
 from locstatus.errors import VersionConflict
 
+from support.kits_zk import wait_until
+
 SVC = "replication"
 CTX = mp.get_context("spawn")
 
 
-def eventually(check: Callable[[], Any], timeout: float = 60.0, every: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout} s: {check}")
-        time.sleep(every)
+def eventually(check: Callable[[], Any], timeout: float = 60.0) -> None:
+    wait_until(check, timeout=timeout)
 
 
 def _hammer(path: str, stop: Any, hold: float, gap: float) -> None:
