@@ -79,9 +79,9 @@ def test_lease_renewals_get_through_a_stream_of_other_processes_writes(
 ) -> None:
     """Eight processes each write for 20 ms, then pause up to 20 ms, again and again (the lock
     is wanted more than it is free): every renewal of a worker with a 3 s lease (busy timeout
-    0.5 s) lands, and the worker never fences. On SQLite's own busy handler some waited over
+    2 s) lands, and the worker never fences. On SQLite's own busy handler some waited over
     a second."""
-    url = f"sqlite:///{tmp_path / 'locstatus.db'}?timeout=0.5"
+    url = f"sqlite:///{tmp_path / 'locstatus.db'}?timeout=2"
     mgr = connect(url, services=[SVC])
     mgr.sync_locations(["us-east-1"])
     agent = connect(url, services=[SVC]).agent(
