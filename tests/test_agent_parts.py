@@ -26,6 +26,7 @@ from locstatus.agent.lease import Lease, lease_window
 from locstatus.agent.queue import DueQueue
 from locstatus.agent.replica import Life, LocalCopy
 from locstatus.agent.settle import (
+    SETTLE_BACKUP,
     SETTLE_FALLBACK,
     SETTLE_JITTER,
     SETTLE_MAX_DELAY,
@@ -34,6 +35,7 @@ from locstatus.agent.settle import (
     SettleSchedule,
     is_settler,
     rendezvous,
+    settle_rank,
 )
 from locstatus.agent.state import AgentState, Running
 from locstatus.backends import open_backend
@@ -758,3 +760,34 @@ def test_bad_agent_settings_are_refused_by_name(setting: dict[str, object]) -> N
     (name,) = setting
     with pytest.raises(InvalidInput, match=name):
         connect("memory://").agent("w1", **setting)  # type: ignore[arg-type]
+
+
+def test_a_non_settler_tries_once_and_leaves_the_retries_to_the_settler() -> None:
+    """A burst's 15 non-settlers retrying every location with backoff were most of the
+    fleet's settle attempts: a non-settler's fallback is one attempt (the last worker to
+    acknowledge finds every acknowledgement in); the settler still retries."""
+    s = SettleSchedule(settle_interval=1.0, rng=random.Random(6))
+    s.acknowledged("x", settler=False, now=100.0)
+    s.acknowledged("y", settler=True, now=100.0)
+    assert s.pop_due(now=100.0 + 2 * SETTLE_FALLBACK) == {"x", "y"}
+    assert not s.still_transitional("x", now=105.0)
+    assert s.still_transitional("y", now=105.0)
+    assert s.pop_due(now=107.0) == {"y"}
+
+
+def test_the_backup_falls_back_early_and_retries_and_ranks_are_the_rendezvous_order() -> None:
+    """The worker ranked second for a location (its backup) covers a settler that died right
+    after acknowledging: it tries 0.5-1 s after its acknowledgement and again with backoff;
+    the ranks are the rendezvous order, one settler and one backup per location."""
+    ids = [f"w{i}" for i in range(6)]
+    ranks = sorted(settle_rank("x", w, ids) for w in ids)
+    assert ranks == list(range(6))
+    assert [w for w in ids if settle_rank("x", w, ids) == 0] == [
+        w for w in ids if is_settler("x", w, ids)
+    ]
+    s = SettleSchedule(settle_interval=1.0, rng=random.Random(7))
+    s.acknowledged("x", settler=False, backup=True, now=100.0)
+    at = s.next_at()
+    assert at is not None and 100.0 + SETTLE_BACKUP <= at <= 100.0 + 2 * SETTLE_BACKUP
+    assert s.pop_due(now=at) == {"x"}
+    assert s.still_transitional("x", now=at)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from locstatus.agent.handlers import HandlerRetry
 from locstatus.agent.lives import ask_lives
 from locstatus.agent.queue import Key
-from locstatus.agent.settle import is_settler
+from locstatus.agent.settle import settle_rank
 from locstatus.agent.state import AgentState
 from locstatus.backends import AckItem
 from locstatus.errors import CorruptRecord, LocstatusError, NotFound, VersionConflict
@@ -43,12 +43,15 @@ from locstatus.models import LocationStatus
 if TYPE_CHECKING:
     from locstatus.manager import Manager
 
-__all__ = ["ACK_BATCH", "Acker", "Applied"]
+__all__ = ["ACK_BATCH", "LOG_EVERY", "Acker", "Applied"]
 
 log = logging.getLogger("locstatus.agent")
 
 ACK_BATCH = 1000
 """At most this many acknowledgements per ``ack_many`` call (and records per ``read_many``)."""
+LOG_EVERY = 10.0
+"""Seconds: at most one line per this period about acknowledgements failing on a backend
+error (each line counts the failed batches it stands for)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,9 @@ class Acker:
         self._lock = threading.Lock()
         self._pending: list[Applied] = []
         self._wake = threading.Event()
+        self._failures = 0  # batches failing on a backend error in a row
+        self._logged_at = float("-inf")  # monotonic time of the last failure logged
+        self._unlogged = 0  # failed batches since then, not logged
 
     def submit(self, applied: Applied) -> None:
         """Hand over ``applied`` (its location stays busy until it is decided)."""
@@ -147,13 +153,15 @@ class Acker:
             else:
                 failed.append((applied, result))
         self._acknowledged(done)
+        unavailable: list[tuple[Applied, LocstatusError]] = []
         for applied, exc in failed:
             if isinstance(exc, CorruptRecord):
                 with s.lock:
                     s.corrupt_locked(exc)
                 log.warning("agent %s: %s", self.worker_id, exc)
             else:
-                self._backend_retry(applied, exc)
+                unavailable.append((applied, exc))
+        self._backend_retry(unavailable, batch=len(batch))
         self._release([a for a, _ in failed])
         if refused:
             self._reread(refused)
@@ -174,29 +182,31 @@ class Acker:
             s.beat_now.set()  # clear the published error now
         opened = [a for a in done if a.transitional]
         if opened:
-            settler = self._settlers(opened)
+            rank = self._settlers(opened)
             now = s.monotonic()
             with s.lock:
                 for a in opened:
-                    s.settle.acknowledged(a.key[0], settler=settler(a.key), now=now)
+                    r = rank(a.key)
+                    s.settle.acknowledged(a.key[0], settler=r == 0, backup=r == 1, now=now)
             s.wake.set()
         self._release(done)
 
-    def _settlers(self, opened: Sequence[Applied]) -> Callable[[Key], bool]:
-        """Who settles each of ``opened`` first (:func:`is_settler`), from one read of the
-        worker list; True for every key when it cannot be read."""
+    def _settlers(self, opened: Sequence[Applied]) -> Callable[[Key], int]:
+        """This worker's place among the settlers of each of ``opened`` (:func:`settle_rank`:
+        0 the settler, 1 its backup), from one read of the worker list; 0 for every key when
+        it cannot be read."""
         try:
             workers = self.backend.workers()
         except LocstatusError:
-            return lambda _key: True
+            return lambda _key: 0
         live = [w for w in workers if worker_live(w, self.manager.time)]
 
-        def settler(key: Key) -> bool:
+        def rank(key: Key) -> int:
             location, service = key
             ids = (w.worker_id for w in live if w.applies(location, service))
-            return is_settler(location, self.worker_id, ids)
+            return settle_rank(location, self.worker_id, ids)
 
-        return settler
+        return rank
 
     def _reread(self, refused: Sequence[Applied]) -> None:
         """The records of refused acknowledgements moved: read them (one batch read) and store
@@ -207,8 +217,7 @@ class Acker:
             good = [r for r in fresh if isinstance(r, LocationStatus)]
             lives = ask_lives(s, self.backend, self.worker_id, good)
         except LocstatusError as exc:
-            for a in refused:
-                self._backend_retry(a, exc)
+            self._backend_retry([(a, exc) for a in refused], batch=len(refused))
             self._release(refused)
             return
         for a, rec in zip(refused, fresh, strict=True):
@@ -229,12 +238,39 @@ class Acker:
                     s.metrics["handler_reruns"] += 1  # moved while the handler ran
         self._release(refused)
 
-    def _backend_retry(self, applied: Applied, exc: LocstatusError) -> None:
-        log.warning("agent %s: %s/%s: backend error, retrying: %s", self.worker_id,
-                    *applied.key, exc)
-        with self.state.cond:
-            self.state.metrics["backend_errors"] += 1
-            self.state.schedule_locked(applied.key, applied.generation, delay=self.retry.delay(1))
+    def _backend_retry(self, failed: Sequence[tuple[Applied, LocstatusError]], *,
+                       batch: int) -> None:
+        """The acknowledgements of ``failed`` met a backend error (``batch``: the size of the
+        batch they were part of): tried again together, as one batch, after one backoff that
+        grows with the batches failing in a row (:attr:`retry`), and logged once for all of
+        them, at most once per :data:`LOG_EVERY` seconds (the others counted in the next
+        line): a store locked for a while once logged one line per location, thousands a
+        worker (docs/agent.md "Bursts")."""
+        s = self.state
+        if not failed:
+            self._failures = 0
+            return
+        self._failures += 1
+        delay = self.retry.delay(self._failures)
+        now = s.monotonic()
+        if now < self._logged_at + LOG_EVERY:
+            self._unlogged += 1
+        else:
+            unlogged, self._unlogged, self._logged_at = self._unlogged, 0, now
+            (a, exc) = failed[0]
+            log.warning(
+                "agent %s: acknowledging %d of a batch of %d failed (%s/%s%s), retrying them "
+                "together in %.2fs (failed batches in a row: %d%s): %s",
+                self.worker_id, len(failed), batch, *a.key,
+                f" and {len(failed) - 1} more" if len(failed) > 1 else "", delay,
+                self._failures,
+                f"; {unlogged} failed batches not logged since the last line" if unlogged else "",
+                exc,
+            )
+        with s.cond:
+            s.metrics["backend_errors"] += 1
+            for applied, _ in failed:
+                s.schedule_locked(applied.key, applied.generation, delay=delay)
 
     def _retry(self, batch: Sequence[Applied]) -> None:
         with self.state.cond:

@@ -6,11 +6,17 @@ more on settling than on applying the change (docs/agent.md, "Settle"). For each
 service) one live worker is the *settler*: the highest rendezvous hash of location and worker
 id among the live workers that apply it, so the role spreads over the fleet and moves when a
 worker goes away. After acknowledging, the settler tries once no other worker has acknowledged
-for ~10 ms (plus up to 20 ms of jitter), and again with backoff while the record stays
-transitional; every other worker tries only as a fallback, :data:`SETTLE_FALLBACK` seconds
-later. Independently, a *sweep* tries every transitional record the worker knows when workers
-come and go (a crashed worker's lapsed lease must not leave a location ``pausing`` forever), at
-most once per ``settle_interval``.
+for ~10 ms (plus up to 20 ms of jitter), and again with backoff (capped at ``settle_interval``)
+while the record stays transitional. The worker ranked second, the *backup*, falls back
+:data:`SETTLE_BACKUP` seconds after its acknowledgement and retries with backoff too (the
+settler may die right after acknowledging); every other worker tries once only, as a
+fallback, :data:`SETTLE_FALLBACK` seconds later. Every non-settler once retried with
+backoff, and in a burst (16 workers, a pause of 10 000 locations) the fleet made 585 000
+settle attempts, nearly half of its CPU, each one reading the acknowledgements of the
+locations tried (docs/agent.md "Bursts"). Independently, a *sweep*
+tries every transitional record the worker knows when workers come and go (a crashed worker's
+lapsed lease must not leave a location ``pausing`` forever), at most once per
+``settle_interval``.
 
 :class:`SettleSchedule` holds only the deadlines (monotonic seconds) and decides them; it does
 no I/O and takes the time as an argument, so the rules are tested with a fake clock
@@ -25,6 +31,7 @@ import zlib
 from collections.abc import Iterable
 
 __all__ = [
+    "SETTLE_BACKUP",
     "SETTLE_FALLBACK",
     "SETTLE_FALLBACK_CAP",
     "SETTLE_GATHER",
@@ -35,6 +42,7 @@ __all__ = [
     "SettleSchedule",
     "is_settler",
     "rendezvous",
+    "settle_rank",
 ]
 
 SETTLE_QUIET = 0.01
@@ -45,22 +53,37 @@ first one to land moves the record out of its transitional state, and the others
 that, skip theirs."""
 SETTLE_MAX_DELAY = 0.25
 """Upper bound (seconds after the acknowledgement) of the settle debounce."""
-SETTLE_FALLBACK = 0.5
-"""Seconds (plus up to as much again, random) after which a worker that is not the settler of a
-location tries to settle it, if it still reads it transitional (the settler died, or is slow)."""
+SETTLE_BACKUP = 0.5
+"""Seconds (plus up to as much again, random) after which a location's backup (the worker
+ranked second) tries to settle it if it still reads it transitional (the settler died, or is
+slow), and again with backoff up to :data:`SETTLE_FALLBACK_CAP` seconds apart."""
+SETTLE_FALLBACK = 2.0
+"""Seconds (plus up to as much again, random) after which a worker that is neither the settler
+nor the backup of a location tries, once, to settle it, if it still reads it transitional.
+Long enough that after a burst's acknowledgements the local copy already shows most locations
+settled (an attempt then costs no read)."""
 SETTLE_FALLBACK_CAP = 5.0
-"""Longest wait (seconds) between a non-settler's later attempts (the delay doubles)."""
+"""Longest wait (seconds) between the backup's later attempts (the delay doubles)."""
 SETTLE_GATHER = 0.1
 """Seconds: when one settle window is open, the watch thread also takes those opening within
 this much after it, and settles them together (one batched settle, docs/agent.md "Bursts")."""
-SETTLE_RETRIES = 8
-"""Attempts after the first while the location stays transitional; then the safety nets (a
-change of the worker list, the periodic resync, the check job, a ``wait=``) take over."""
+SETTLE_RETRIES = 30
+"""The settler's (and the backup's) attempts after the first while the location stays
+transitional (about 25 s of them for the settler with ``settle_interval`` 1 s: a burst's
+slowest worker may take that long); then the safety nets (a change of the worker list, the
+periodic resync, the check job, a ``wait=``) take over. No other worker retries."""
 
 
 def rendezvous(location: str, worker_id: str) -> int:
     """Rendezvous (highest random weight) hash: the same ranking in every process."""
     return zlib.crc32(f"{location}\0{worker_id}".encode())
+
+
+def settle_rank(location: str, worker_id: str, live: Iterable[str]) -> int:
+    """``worker_id``'s place for ``location`` among ``live`` worker ids and itself (0: the
+    settler, 1: the backup), by :func:`rendezvous`."""
+    mine = rendezvous(location, worker_id)
+    return sum(1 for w in {*live} - {worker_id} if rendezvous(location, w) > mine)
 
 
 def is_settler(location: str, worker_id: str, live: Iterable[str]) -> bool:
@@ -91,6 +114,7 @@ class SettleSchedule:
         # Locations this worker acknowledged as their settler, still transitional here, and
         # how many settle attempts each has had since.
         self._settler_of: set[str] = set()
+        self._backup_of: set[str] = set()  # likewise, as their backup
         self._tries: dict[str, int] = {}
         self._want_sweep = False
         self._next_sweep = 0.0
@@ -104,16 +128,22 @@ class SettleSchedule:
 
     # -- windows --------------------------------------------------------------------------
 
-    def acknowledged(self, location: str, *, settler: bool, now: float) -> None:
+    def acknowledged(
+        self, location: str, *, settler: bool, now: float, backup: bool = False
+    ) -> None:
         """This worker acknowledged a transitional state of ``location`` at ``now``: the
-        settler tries after the quiet period, any other worker after the fallback delay."""
+        settler tries after the quiet period, the ``backup`` after :data:`SETTLE_BACKUP`, any
+        other worker after :data:`SETTLE_FALLBACK`."""
         self._tries.pop(location, None)
         if settler:
             self._settler_of.add(location)
             self._due[location] = (now + self._delay(), now + SETTLE_MAX_DELAY)
-        else:
-            late = now + SETTLE_FALLBACK + self._rng.uniform(0.0, SETTLE_FALLBACK)
-            self._due[location] = (late, late)
+            return
+        if backup:
+            self._backup_of.add(location)
+        wait = SETTLE_BACKUP if backup else SETTLE_FALLBACK
+        late = now + wait + self._rng.uniform(0.0, wait)
+        self._due[location] = (late, late)
 
     def others_acknowledged(self, location: str, *, now: float) -> None:
         """Another worker acknowledged at ``location`` (an ``acks`` hint): put this worker's
@@ -148,21 +178,22 @@ class SettleSchedule:
             self._due.setdefault(loc, (now, now))
 
     def still_transitional(self, location: str, *, now: float) -> bool:
-        """An attempt left ``location`` transitional (others still to acknowledge): try again,
-        backing off (acknowledgement hints may not come, and the settler may have died after
-        its acknowledgement, when nothing else would wake this worker until that session
-        expires or the next resync). Returns True when a new window was opened; False when one
-        is already pending or the retries are spent (the safety nets take over)."""
-        if location in self._due:
-            return False
+        """An attempt left ``location`` transitional (others still to acknowledge): its settler
+        tries again, backing off (acknowledgement hints may not come). Returns True when a new
+        window was opened; False when one is already pending, this worker is neither the
+        location's settler nor its backup (its one fallback attempt is spent), or the retries
+        are spent (the safety nets take over)."""
+        settler = location in self._settler_of
+        if location in self._due or not (settler or location in self._backup_of):
+            return False  # a third worker's one fallback attempt is spent (module docstring)
         tries = self._tries.get(location, 0) + 1
         if tries > SETTLE_RETRIES:
             return False
         self._tries[location] = tries
-        if location in self._settler_of:
+        if settler:
             delay = min(self.settle_interval, SETTLE_QUIET * 2**tries)
         else:
-            delay = min(SETTLE_FALLBACK_CAP, SETTLE_FALLBACK * 2**tries)
+            delay = min(SETTLE_FALLBACK_CAP, SETTLE_BACKUP * 2**tries)
         delay += self._delay()
         self._due[location] = (now + delay, now + delay)
         return True
@@ -170,6 +201,7 @@ class SettleSchedule:
     def settled(self, location: str) -> None:
         """Nothing is left to settle at ``location`` here (settled, or gone)."""
         self._settler_of.discard(location)
+        self._backup_of.discard(location)
         self._tries.pop(location, None)
 
     # -- the sweep ------------------------------------------------------------------------
@@ -202,6 +234,7 @@ class SettleSchedule:
     def clear(self) -> None:
         self._due.clear()
         self._settler_of.clear()
+        self._backup_of.clear()
         self._tries.clear()
         self._want_sweep = False
         self._next_sweep = 0.0

@@ -38,6 +38,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -124,6 +125,12 @@ _JSONABLE = "(typeof(l.data) = 'text' AND typeof(l.version) != 'blob')"
 reads the others row by row)."""
 
 
+LEASE_POLL = 0.001
+"""Seconds between two asks for the write lock of a lease renewal (:meth:`SQLiteBackend.
+_begin_polling`)."""
+WRITE_POLL = 0.005
+"""Seconds between two asks for the write lock of any other write (the bulk write's batches,
+acknowledgements, settles): all at the same pace, so none waits behind the others for long."""
 TIMEOUT = Number("timeout", 30.0, 0, 3600, low_open=True)
 """Busy timeout: how long a write waits for another process's transaction, in seconds."""
 POLL_INTERVAL = Number("poll_interval", 0.05, 0.01, 60)
@@ -218,8 +225,11 @@ class SQLiteBackend(Backend):
         return db
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, *, poll: float = WRITE_POLL) -> Iterator[sqlite3.Connection]:
         """One write transaction: ``BEGIN IMMEDIATE``, the caller's statements, ``COMMIT``.
+        The write lock is asked for every ``poll`` seconds (:meth:`_begin_polling`), not on
+        SQLite's own backoff, so that every writer gets its turn between the others' (a lease
+        renewal asks more often: docs/agent.md "Bursts").
 
         Any failure rolls it back, and an SQLite error becomes :class:`BackendUnavailable`
         (:class:`BackendFull` for a full disk): nothing was written. SQLite rolls a
@@ -229,7 +239,7 @@ class SQLiteBackend(Backend):
         rolled back is closed and replaced, so no thread is left inside a transaction."""
         db = self._conn()
         try:
-            db.execute("BEGIN IMMEDIATE")
+            self._begin_polling(db, poll)
         except sqlite3.Error as exc:
             raise self._failure("cannot start a write on", exc) from exc
         try:
@@ -241,6 +251,31 @@ class SQLiteBackend(Backend):
                 raise self._failure("cannot write", exc) from exc
             raise
         self.store_full = None  # this write went through: the store takes writes again
+
+    def _begin_polling(self, db: sqlite3.Connection, every: float) -> None:
+        """``BEGIN IMMEDIATE``, asking for the write lock every ``every`` seconds until the
+        busy timeout has passed. SQLite's own busy handler sleeps longer and longer between
+        its tries (100 ms apart after the first few), so under a stream of short transactions
+        from many processes a writer that has waited a while almost never finds the lock
+        free when it looks, while newcomers find it at once: lease renewals and whole batches
+        of acknowledgements ran into their busy timeout while the lock was free most of the
+        time. Asking at a steady pace keeps the waiters' chances even, and a shorter pace
+        (:data:`LEASE_POLL`) gives renewals the better ones. Raises the last
+        ``sqlite3.Error`` (still busy at the timeout, or any other error)."""
+        deadline = time.monotonic() + self._timeout
+        db.execute("PRAGMA busy_timeout=0")
+        try:
+            while True:
+                try:
+                    db.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    code = getattr(exc, "sqlite_errorcode", sqlite3.SQLITE_BUSY)
+                    if code & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                        raise
+                time.sleep(every)
+        finally:
+            db.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
 
     def _failure(self, what: str, exc: sqlite3.Error) -> BackendUnavailable:
         """The locstatus error for the SQLite error of a write (nothing was written)."""
@@ -469,7 +504,7 @@ class SQLiteBackend(Backend):
 
     def put_worker(self, info: WorkerInfo) -> None:
         data = codec.encode_worker(info)  # bounded (InvalidInput) before the transaction
-        with self._write() as db:  # judged and written in one transaction
+        with self._write(poll=LEASE_POLL) as db:  # judged and written in one transaction
             row = db.execute(
                 "SELECT data FROM workers WHERE worker_id = ?", (info.worker_id,)
             ).fetchone()
@@ -525,47 +560,110 @@ class SQLiteBackend(Backend):
             )
 
     def ack_many(self, worker_id: str, items: Sequence[AckItem]) -> list[AckResult]:
-        """One transaction of two statements whatever the batch's size: the records of the
-        batch read in it, each item judged against its record as :meth:`ack` judges it
-        (:func:`_ack_refusal`), then every acknowledgement still current written, the rows
-        passed and returned as one JSON value each (``json_each``, ``json_group_array``).
-        Row by row, a transaction took the interpreter lock again at every row while holding
-        the database's write lock, and sixteen workers in one process queued behind each
-        other for seconds (docs/agent.md "Bursts"). A failed transaction leaves every item
-        its error (nothing written)."""
+        """The batch judged before the write lock is taken, written under it by one statement.
+
+        The records of the batch are read (one query, outside any write transaction: a WAL
+        reader never waits) and each item judged against its record as :meth:`ack` judges it
+        (:func:`_ack_refusal`); then one ``BEGIN IMMEDIATE`` transaction writes every
+        acknowledgement so judged *on the condition that its record is still at the version
+        judged* (``INSERT ... SELECT ... JOIN locations ON version``), so each is still judged
+        against its record as it is at the write (invariant 13): one whose record moved in
+        between (rare) is judged again inside the transaction. The rows are passed as one
+        JSON value (``json_each``).
+
+        Why the judging is outside the lock: decoding a thousand records held the database's
+        write lock for the whole decode, and with sixteen workers acknowledging a pause of
+        every location on a loaded host the lock was held nearly all the time: the bulk
+        write and the workers' lease renewals waited behind it until their busy timeout, and
+        workers fenced themselves (docs/agent.md "Bursts"). A failed transaction leaves every
+        item it would have written its error (nothing written)."""
         out: list[AckResult] = [None] * len(items)
         if not items:
             return out
-        asked = json.dumps(sorted({i.location for i in items}))
         try:
-            with self._write() as db:
-                (got,) = db.execute(
-                    "SELECT json_group_object(l.location, json_array(l.version, l.data)) "
-                    f"FROM locations l WHERE l.location IN (SELECT value FROM json_each(?)) "
-                    f"AND {_JSONABLE}",
-                    (asked,),
-                ).fetchone()
-                current: dict[str, list[object]] = json.loads(got)
-                for loc, version, data in db.execute(  # a hand edit stored bytes
-                    "SELECT location, version, data FROM locations l WHERE l.location IN "
-                    f"(SELECT value FROM json_each(?)) AND NOT {_JSONABLE}",
-                    (asked,),
-                ).fetchall():
-                    current[str(loc)] = [version, data]
-                rows = []
-                for n, item in enumerate(items):
-                    out[n] = _ack_refusal(item, current.get(item.location))
-                    if out[n] is None:
-                        rows.append((item.location, item.service, item.generation))
-                db.execute(
-                    "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
-                    "SELECT json_extract(value, '$[0]'), ?, json_extract(value, '$[1]'), "
-                    "json_extract(value, '$[2]') FROM json_each(?)",
-                    (worker_id, json.dumps(rows)),
-                )
+            current = self._ack_rows(sorted({i.location for i in items}))
         except BackendUnavailable as exc:
             return [exc] * len(items)
+        judged: dict[int, int] = {}  # item -> the version it was judged at
+        for n, item in enumerate(items):
+            row = current.get(item.location)
+            out[n] = _ack_refusal(item, row)
+            if out[n] is None:
+                assert row is not None and type(row[0]) is int  # else refused
+                judged[n] = row[0]
+        if not judged:
+            return out
+        rows = json.dumps([
+            (items[n].location, items[n].service, items[n].generation, version)
+            for n, version in judged.items()
+        ])
+        try:
+            with self._write() as db:
+                cur = db.execute(
+                    "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
+                    "SELECT j.loc, ?, j.svc, j.gen FROM (SELECT json_extract(value, '$[0]') loc, "
+                    "json_extract(value, '$[1]') svc, json_extract(value, '$[2]') gen, "
+                    "json_extract(value, '$[3]') ver FROM json_each(?)) j "
+                    "JOIN locations l ON l.location = j.loc AND l.version = j.ver",
+                    (worker_id, rows),
+                )
+                if cur.rowcount != len(judged):  # some record moved since it was read
+                    self._ack_moved(db, worker_id, items, judged, out)
+        except BackendUnavailable as exc:
+            for n in judged:
+                out[n] = exc
         return out
+
+    def _ack_rows(self, locations: Sequence[str]) -> dict[str, list[object]]:
+        """``location -> [version, data]`` of the stored records among ``locations``, read in
+        one query (the rows a hand edit stored as bytes by a second one)."""
+        asked = (json.dumps(list(locations)),)
+        got = self._query(  # an aggregate: one row, '{}' when none matched
+            "SELECT json_group_object(l.location, json_array(l.version, l.data)) "
+            f"FROM locations l WHERE l.location IN (SELECT value FROM json_each(?)) "
+            f"AND {_JSONABLE}",
+            asked,
+        )[0][0]
+        current: dict[str, list[object]] = json.loads(str(got))
+        for loc, version, data in self._query(  # a hand edit stored bytes
+            "SELECT location, version, data FROM locations l WHERE l.location IN "
+            f"(SELECT value FROM json_each(?)) AND NOT {_JSONABLE}",
+            asked,
+        ):
+            current[str(loc)] = [version, data]
+        return current
+
+    @staticmethod
+    def _ack_moved(
+        db: sqlite3.Connection,
+        worker_id: str,
+        items: Sequence[AckItem],
+        judged: dict[int, int],
+        out: list[AckResult],
+    ) -> None:
+        """Inside :meth:`ack_many`'s transaction: the items whose record is no longer at the
+        version they were judged at (their conditional insert wrote nothing) judged again
+        against the record as it is now, and written where that allows."""
+        (got,) = db.execute(
+            "SELECT json_group_object(location, version) FROM locations "
+            "WHERE location IN (SELECT value FROM json_each(?))",
+            (json.dumps(sorted({items[n].location for n in judged})),),
+        ).fetchone()
+        now: dict[str, object] = json.loads(got)
+        for n, version in judged.items():
+            item = items[n]
+            if now.get(item.location) == version:
+                continue  # written by the batch's statement
+            row = db.execute(
+                "SELECT version, data FROM locations WHERE location = ?", (item.location,)
+            ).fetchone()
+            out[n] = _ack_refusal(item, None if row is None else list(row))
+            if out[n] is None:
+                db.execute(
+                    "INSERT OR REPLACE INTO acks (location, worker_id, service, generation) "
+                    "VALUES (?, ?, ?, ?)",
+                    (item.location, worker_id, item.service, item.generation),
+                )
 
     def acks(self, location: str) -> AckMap:
         out: AckMap = {}
