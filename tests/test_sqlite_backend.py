@@ -299,3 +299,59 @@ def test_a_burst_of_more_than_ten_thousand_changes_is_hinted_not_a_resync(
     finally:
         backend.close()
         mgr.close()
+
+
+_CLOSED_UNDER_WRITERS = """
+import sys, threading, time
+from datetime import UTC, datetime, timedelta
+from locstatus.backends.sqlite import SQLiteBackend
+from locstatus.errors import BackendUnavailable
+from locstatus.models import WorkerInfo
+
+base = sys.argv[1]
+for rnd in range(int(sys.argv[2])):
+    backend = SQLiteBackend(f"sqlite:///{base}/s{rnd}.db")
+    stop = threading.Event()
+    failures = []
+
+    def renew(i: int) -> None:
+        while not stop.is_set():
+            try:
+                backend.put_worker(WorkerInfo(
+                    worker_id=f"w-{i}", services=["replication"],
+                    lease_expires_at=datetime.now(UTC) + timedelta(seconds=10)))
+                backend.workers()
+            except BackendUnavailable:
+                pass
+            except Exception as exc:  # anything else is a failure of the test
+                failures.append(repr(exc))
+
+    threads = [threading.Thread(target=renew, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    backend.close()
+    time.sleep(0.02)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:3]
+print("closed", sys.argv[2], "times")
+"""
+
+
+def test_closing_a_backend_under_its_writers_never_crashes_the_process(tmp_path: Path) -> None:
+    """Found in a CI run: an agent's heartbeat thread renewing its lease while the backend was
+    closed under it crashed the whole process (a segmentation fault in the sqlite3 module:
+    close() closed every thread's connection, one of them in the middle of a statement).
+    Connections in use are closed by their own thread as it leaves; the writers get
+    BackendUnavailable. Before the fix, this crashed within its first rounds in every run."""
+    import subprocess
+    import sys
+
+    got = subprocess.run(
+        [sys.executable, "-c", _CLOSED_UNDER_WRITERS, str(tmp_path), "80"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert got.returncode == 0, (got.returncode, got.stderr[-2000:])
+    assert "closed 80 times" in got.stdout

@@ -185,6 +185,7 @@ class SQLiteBackend(Backend):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
+        self._in_use: set[sqlite3.Connection] = set()  # each by its own thread (_using)
         self._closed = False
         self._subscribers = Subscribers(url)
         self._sub_lock = threading.Lock()  # starts the poller once
@@ -199,7 +200,8 @@ class SQLiteBackend(Backend):
                    if not os.path.isabs(self.path) else "")
             )
         try:
-            self._conn().executescript(_SCHEMA)
+            with self._using() as db:
+                db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
             raise BackendUnavailable(f"cannot initialise {url}: {exc}") from exc
 
@@ -219,10 +221,37 @@ class SQLiteBackend(Backend):
                 db.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
             except sqlite3.Error as exc:
                 raise BackendUnavailable(f"cannot open {self.url}: {exc}") from exc
-            self._local.db = db
             with self._conns_lock:
-                self._conns.append(db)
+                closed = self._closed
+                if not closed:
+                    self._conns.append(db)
+            if closed:  # closed while this one opened: no one else would close it
+                db.close()
+                raise BackendUnavailable(f"backend {self.url} is closed")
+            self._local.db = db
         return db
+
+    @contextmanager
+    def _using(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, marked in use while the caller runs its statements.
+        :meth:`close` closes at once only the connections no thread is using; one in use is
+        closed by its own thread as it leaves. Closing a connection from another thread while
+        a statement runs on it crashed the whole process (a segmentation fault in the sqlite3
+        module: an agent's lease renewal against a backend closed under it). Raises
+        :class:`BackendUnavailable` once the backend is closed."""
+        db = self._conn()
+        with self._conns_lock:
+            if self._closed:
+                raise BackendUnavailable(f"backend {self.url} is closed")
+            self._in_use.add(db)
+        try:
+            yield db
+        finally:
+            with self._conns_lock:
+                self._in_use.discard(db)
+                orphaned = self._closed
+            if orphaned:
+                self._drop(db)
 
     @contextmanager
     def _write(self, *, poll: float = WRITE_POLL) -> Iterator[sqlite3.Connection]:
@@ -237,19 +266,19 @@ class SQLiteBackend(Backend):
         the rollback here runs only while one is still open: a second ``ROLLBACK`` would fail
         with "no transaction is active" and hide the real error. A connection that cannot be
         rolled back is closed and replaced, so no thread is left inside a transaction."""
-        db = self._conn()
-        try:
-            self._begin_polling(db, poll)
-        except sqlite3.Error as exc:
-            raise self._failure("cannot start a write on", exc) from exc
-        try:
-            yield db
-            db.execute("COMMIT")
-        except BaseException as exc:
-            self._rollback(db)
-            if isinstance(exc, sqlite3.Error):
-                raise self._failure("cannot write", exc) from exc
-            raise
+        with self._using() as db:
+            try:
+                self._begin_polling(db, poll)
+            except sqlite3.Error as exc:
+                raise self._failure("cannot start a write on", exc) from exc
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback(db)
+                if isinstance(exc, sqlite3.Error):
+                    raise self._failure("cannot write", exc) from exc
+                raise
         self.store_full = None  # this write went through: the store takes writes again
 
     def _begin_polling(self, db: sqlite3.Connection, every: float) -> None:
@@ -309,7 +338,8 @@ class SQLiteBackend(Backend):
 
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
         try:
-            return self._conn().execute(sql, args).fetchall()
+            with self._using() as db:
+                return db.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
             raise BackendUnavailable(f"read failed on {self.url}: {exc}") from exc
 
@@ -823,10 +853,11 @@ class SQLiteBackend(Backend):
             self._watch.interrupt()
         if self._poller is not None and self._poller is not threading.current_thread():
             self._poller.join(timeout=2)
-        self._closed = True
-        with self._conns_lock:
+        with self._conns_lock:  # a connection in use is closed by its thread (_using)
+            self._closed = True
             conns, self._conns = self._conns, []
-        for db in conns:
+            idle = [db for db in conns if db not in self._in_use]
+        for db in idle:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
 
