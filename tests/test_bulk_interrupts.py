@@ -222,6 +222,79 @@ def test_ctrl_c_before_a_batchs_settle_says_those_locations_are_left_pausing(
                                          State.RUNNING: FLEET - 2000}
 
 
+def test_ctrl_c_during_a_batchs_write_counts_unknown_outcomes_and_unreached_apart(
+    fleet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGINT as the second batch's write starts: 1000 changed, 1000 whose outcome is
+    unknown, 8000 never reached, each counted on its own (a person read "interrupted after
+    2000 location(s)" as 2000 done), the ones beyond the first ten counted in the plural."""
+    batches: list[FrameType] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        back = frame.f_back
+        if (  # a generator's frame: called again at each resume
+            event == "call" and frame.f_code.co_name == "write_batch" and back is not None
+            and back.f_code.co_name == "_run" and not any(frame is b for b in batches)
+        ):
+            batches.append(frame)
+            if len(batches) == 2:
+                sys.setprofile(None)
+                signal.raise_signal(signal.SIGINT)
+
+    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    sys.setprofile(profile)
+    try:
+        result = CliRunner().invoke(
+            app, ["--backend", fleet, "pause", "all", "-s", "replication"],
+            env={"USER": "t", "COLUMNS": "200"}, catch_exceptions=False,
+        )
+    finally:
+        sys.setprofile(None)
+    assert result.exit_code == 130, result.stderr
+    counts = "1000 changed, 1000 outcome unknown, 8000 not reached"
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"pause all: {counts}", result.stdout
+    assert sum(line.startswith("  outcome unknown: loc-01") for line in lines) == 10
+    assert "  ... and 990 more with an unknown outcome" in lines
+    op_id = re.search(r"look for op_id (\S+) in the history", result.stdout)
+    assert op_id is not None, result.stdout
+    assert result.stderr.splitlines()[-1] == (
+        f"error: pause all: interrupted: {counts} (look for op_id {op_id.group(1)} in their "
+        "history); shown above is what was done"
+    )
+    assert replication_states(fleet) == {State.PAUSED: 1000, State.RUNNING: FLEET - 1000}
+
+
+@pytest.mark.parametrize(("bad", "more"), [(11, "1 more error"), (13, "3 more errors")])
+def test_the_errors_beyond_the_first_ten_are_counted_in_the_plural(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: int, more: str
+) -> None:
+    """docs/cli.md, "Bulk: `all`": corrupt records are errors (exit 2); the summary and stderr
+    name the first ten, then count the others ("... and 990 more errors", never "error")."""
+    url = f"sqlite:///{tmp_path}/locstatus.db"
+    names = [f"loc-{i:03d}" for i in range(60)]
+    with Manager(SQLiteBackend(url)) as mgr:
+        mgr.sync_locations({n: ["replication"] for n in names})
+    backend = SQLiteBackend(url)
+    try:
+        for n in names[:bad]:
+            backend.write_raw(n, '{"location": "half-wr')
+    finally:
+        backend.close()
+    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(
+        app, ["--backend", url, "pause", "all", "-s", "replication"],
+        env={"USER": "t", "COLUMNS": "200"}, catch_exceptions=False,
+    )
+    assert result.exit_code == 2, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"pause all: {60 - bad} changed, {bad} errors"
+    assert f"  ... and {more}" in lines
+    assert f"error: ... and {more}" in result.stderr.splitlines()
+
+
 @pytest.mark.parametrize("delay", [0.0, 0.1, 0.3, 0.5, 0.8])
 def test_ctrl_c_at_any_point_reports_what_the_store_holds(fleet: str, delay: float) -> None:
     """A real SIGINT at varied points of ``pause all`` on 10 000 locations (``delay`` seconds
@@ -243,7 +316,7 @@ def test_ctrl_c_at_any_point_reports_what_the_store_holds(fleet: str, delay: flo
     touched = states[State.PAUSED] + states[State.PAUSING]
     changed = re.search(r"^pause all: (?:(\d+) changed)?", out, re.M)
     assert changed is not None, (proc.returncode, out, err, delay, replication_states(fleet))
-    unknown = re.search(r"^pause all: .*?(\d+) error", out, re.M)
+    unknown = re.search(r"^pause all: .*?(\d+) outcome unknown", out, re.M)
     n_changed = int(changed.group(1) or 0)
     n_unknown = int(unknown.group(1)) if unknown else 0
     assert n_changed <= touched <= n_changed + n_unknown, (out, states)
