@@ -17,21 +17,15 @@ from locstatus.api import create_app
 from locstatus.api.server import BackgroundServer
 from locstatus.backends.sqlite import SQLiteBackend
 
+from support.fleets import sqlite_fleet
+
 N, BAD = 300, 13
 
 
 @pytest.fixture
 def http(tmp_path: Path) -> Iterator[httpx.Client]:
     url = f"sqlite:///{tmp_path}/locstatus.db"
-    names = [f"loc-{i:03d}" for i in range(N)]
-    with Manager(SQLiteBackend(url)) as setup:
-        setup.sync_locations({n: ["replication"] for n in names})
-    backend = SQLiteBackend(url)
-    try:
-        for n in names[:BAD]:
-            backend.write_raw(n, '{"location": "half-wr')
-    finally:
-        backend.close()
+    sqlite_fleet(url, [f"loc-{i:03d}" for i in range(N)], corrupt=BAD)
     with Manager(SQLiteBackend(url)) as mgr, BackgroundServer(create_app(mgr)) as srv, \
             httpx.Client(base_url=srv.url, timeout=120) as client:
         yield client

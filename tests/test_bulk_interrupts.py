@@ -20,18 +20,21 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from locstatus import Manager, State
 from locstatus.backends.sqlite import SQLiteBackend
 from locstatus.cli import app
 from locstatus.errors import AmbiguousCommit
 from locstatus.manager import BulkInterrupted, Operation, Outcome
+
+from support.fleets import sqlite_fleet
 
 N = 2500  # three SQLite batches of 1000
 
@@ -167,6 +170,22 @@ def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
             proc.wait()
 
 
+def invoke_profiled(
+    monkeypatch: pytest.MonkeyPatch, profile: Callable[[FrameType, str, Any], None], url: str,
+    *args: str,
+) -> Result:
+    """The CLI in this process on ``url`` with ``profile`` as the profile hook (which raises
+    the SIGINT where it wants it)."""
+    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    sys.setprofile(profile)
+    try:
+        return CliRunner().invoke(app, ["--backend", url, *args],
+                                  env={"USER": "t", "COLUMNS": "200"}, catch_exceptions=False)
+    finally:
+        sys.setprofile(None)
+
+
 def test_ctrl_c_while_the_table_is_drawn_still_prints_what_was_done(fleet: str) -> None:
     """Every location written and settled, then SIGINT while the 10 000-row table (--details)
     is drawn: one line of counts instead of an empty screen, exit 130."""
@@ -198,16 +217,8 @@ def test_ctrl_c_before_a_batchs_settle_says_those_locations_are_left_pausing(
                 sys.setprofile(None)
                 signal.raise_signal(signal.SIGINT)
 
-    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
-        monkeypatch.delenv(name, raising=False)
-    sys.setprofile(profile)
-    try:
-        result = CliRunner().invoke(
-            app, ["--backend", fleet, "pause", "all", "-s", "replication", "--json"],
-            env={"USER": "t"}, catch_exceptions=False,
-        )
-    finally:
-        sys.setprofile(None)
+    result = invoke_profiled(monkeypatch, profile, fleet, "pause", "all", "-s", "replication",
+                             "--json")
     assert result.exit_code == 130, result.stderr
     assert "1000 left pausing: the next settle — sidecar, check --repair — finishes them" in (
         result.stderr
@@ -241,16 +252,7 @@ def test_ctrl_c_during_a_batchs_write_counts_unknown_outcomes_and_unreached_apar
                 sys.setprofile(None)
                 signal.raise_signal(signal.SIGINT)
 
-    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
-        monkeypatch.delenv(name, raising=False)
-    sys.setprofile(profile)
-    try:
-        result = CliRunner().invoke(
-            app, ["--backend", fleet, "pause", "all", "-s", "replication"],
-            env={"USER": "t", "COLUMNS": "200"}, catch_exceptions=False,
-        )
-    finally:
-        sys.setprofile(None)
+    result = invoke_profiled(monkeypatch, profile, fleet, "pause", "all", "-s", "replication")
     assert result.exit_code == 130, result.stderr
     counts = "1000 changed, 1000 outcome unknown, 8000 not reached"
     lines = result.stdout.splitlines()
@@ -273,15 +275,7 @@ def test_the_errors_beyond_the_first_ten_are_counted_in_the_plural(
     """docs/cli.md, "Bulk: `all`": corrupt records are errors (exit 2); the summary and stderr
     name the first ten, then count the others ("... and 990 more errors", never "error")."""
     url = f"sqlite:///{tmp_path}/locstatus.db"
-    names = [f"loc-{i:03d}" for i in range(60)]
-    with Manager(SQLiteBackend(url)) as mgr:
-        mgr.sync_locations({n: ["replication"] for n in names})
-    backend = SQLiteBackend(url)
-    try:
-        for n in names[:bad]:
-            backend.write_raw(n, '{"location": "half-wr')
-    finally:
-        backend.close()
+    sqlite_fleet(url, [f"loc-{i:03d}" for i in range(60)], corrupt=bad)
     for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
         monkeypatch.delenv(name, raising=False)
     result = CliRunner().invoke(
