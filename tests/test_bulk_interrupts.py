@@ -259,6 +259,7 @@ def test_ctrl_c_during_a_batchs_write_counts_unknown_outcomes_and_unreached_apar
     assert lines[0] == f"pause all: {counts}", result.stdout
     assert sum(line.startswith("  outcome unknown: loc-01") for line in lines) == 10
     assert "  ... and 990 more with an unknown outcome" in lines
+    assert "(2000 locations reached: --details shows one row per location)" in lines
     op_id = re.search(r"look for op_id (\S+) in the history", result.stdout)
     assert op_id is not None, result.stdout
     assert result.stderr.splitlines()[-1] == (

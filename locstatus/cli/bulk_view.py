@@ -171,7 +171,9 @@ def _summary(report: BulkReport, title: str, detail: Detail, *, err: bool) -> No
             typer.echo(f"  {kind}: {item.location}: {escaped(_text(item, detail))}", err=err)
         if len(items) > FIRST:
             typer.echo(f"  ... and {plural(len(items) - FIRST, kind, more=True)}", err=err)
-    typer.echo(f"({len(report.items)} locations: --details shows one row per location)", err=err)
+    reached = " reached" if report.interrupted else ""
+    typer.echo(f"({len(report.items)} locations{reached}: --details shows one row per location)",
+               err=err)
 
 
 def _counts(report: BulkReport, title: str, *, err: bool) -> None:
