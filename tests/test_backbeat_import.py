@@ -438,6 +438,28 @@ def test_an_unreachable_source_is_exit_2_and_writes_nothing(tmp_path: Any) -> No
         mgr.close()
 
 
+def test_with_json_a_refusal_is_a_json_error_on_stdout_too(tmp_path: Any) -> None:
+    """``--json`` and a source that does not answer: the error object on stdout (it was
+    empty), the line on stderr and exit 2 as without --json (docs/cli.md, "import
+    backbeat")."""
+    url = f"sqlite:///{tmp_path}/ls.db"
+    Manager(open_backend(url)).close()
+    from support.servers import free_ports
+    port = free_ports(1)[0]
+    args = ["--timeout", "0.5", "--mongodb", f"mongodb://127.0.0.1:{port}/"]
+    for json_opt in ([], ["--json"]):
+        result = run(url, *args, *json_opt)
+        assert result.exit_code == 2, (result.stdout, result.stderr)
+        line = result.stderr.strip()
+        assert line.startswith("error: ") and "no MongoDB server answered" in line, line
+        if not json_opt:
+            assert result.stdout == ""
+            continue
+        error = json.loads(result.stdout)["error"]
+        assert error["message"] == line.removeprefix("error: ")
+        assert error["exit_code"] == 2 and error["type"] and error["title"]
+
+
 def test_a_zookeeper_chroot_that_does_not_exist_is_refused(
     tmp_path: Any, legacy: Legacy
 ) -> None:
@@ -489,13 +511,17 @@ def test_after_the_bridge_took_over_the_import_refuses_unless_forced(
             lease_expires_at=None if holder.session_leases else NOW + timedelta(hours=1)))
         legacy.put("replication", "zenko", node(True))
         version = mgr.status("zenko").version
-        for args in ([], ["--dry-run"]):
+        for args in ([], ["--dry-run"], ["--json"]):
             refused = run(kit.url, *legacy.args(), *args)
             assert refused.exit_code == 1, (refused.stdout, refused.stderr)
             assert "the Backbeat bridge has taken over" in refused.stderr
             assert "backbeat.replication.zenko" in refused.stderr
             assert "--force" in refused.stderr
             assert "cancel_scheduled_resume" not in refused.stdout
+            if args == ["--json"]:  # a script reading stdout sees why too
+                error = json.loads(refused.stdout)["error"]
+                assert error["type"] == "BridgeTookOver" and error["exit_code"] == 1
+                assert "backbeat.replication.zenko" in error["message"]
         assert mgr.status("zenko").version == version
         assert mgr.status("zenko").services["replication"].resume_at == LATER
         forced = run(kit.url, *legacy.args(), "--force")

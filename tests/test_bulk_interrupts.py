@@ -20,18 +20,21 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from locstatus import Manager, State
 from locstatus.backends.sqlite import SQLiteBackend
 from locstatus.cli import app
 from locstatus.errors import AmbiguousCommit
 from locstatus.manager import BulkInterrupted, Operation, Outcome
+
+from support.fleets import sqlite_fleet
 
 N = 2500  # three SQLite batches of 1000
 
@@ -167,6 +170,22 @@ def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
             proc.wait()
 
 
+def invoke_profiled(
+    monkeypatch: pytest.MonkeyPatch, profile: Callable[[FrameType, str, Any], None], url: str,
+    *args: str,
+) -> Result:
+    """The CLI in this process on ``url`` with ``profile`` as the profile hook (which raises
+    the SIGINT where it wants it)."""
+    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    sys.setprofile(profile)
+    try:
+        return CliRunner().invoke(app, ["--backend", url, *args],
+                                  env={"USER": "t", "COLUMNS": "200"}, catch_exceptions=False)
+    finally:
+        sys.setprofile(None)
+
+
 def test_ctrl_c_while_the_table_is_drawn_still_prints_what_was_done(fleet: str) -> None:
     """Every location written and settled, then SIGINT while the 10 000-row table (--details)
     is drawn: one line of counts instead of an empty screen, exit 130."""
@@ -198,16 +217,8 @@ def test_ctrl_c_before_a_batchs_settle_says_those_locations_are_left_pausing(
                 sys.setprofile(None)
                 signal.raise_signal(signal.SIGINT)
 
-    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
-        monkeypatch.delenv(name, raising=False)
-    sys.setprofile(profile)
-    try:
-        result = CliRunner().invoke(
-            app, ["--backend", fleet, "pause", "all", "-s", "replication", "--json"],
-            env={"USER": "t"}, catch_exceptions=False,
-        )
-    finally:
-        sys.setprofile(None)
+    result = invoke_profiled(monkeypatch, profile, fleet, "pause", "all", "-s", "replication",
+                             "--json")
     assert result.exit_code == 130, result.stderr
     assert "1000 left pausing: the next settle — sidecar, check --repair — finishes them" in (
         result.stderr
@@ -220,6 +231,63 @@ def test_ctrl_c_before_a_batchs_settle_says_those_locations_are_left_pausing(
                "finishes it" in items[loc]["detail"] for loc in pausing)
     assert replication_states(fleet) == {State.PAUSED: 1000, State.PAUSING: 1000,
                                          State.RUNNING: FLEET - 2000}
+
+
+def test_ctrl_c_during_a_batchs_write_counts_unknown_outcomes_and_unreached_apart(
+    fleet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGINT as the second batch's write starts: 1000 changed, 1000 whose outcome is
+    unknown, 8000 never reached, each counted on its own (a person read "interrupted after
+    2000 location(s)" as 2000 done), the ones beyond the first ten counted in the plural."""
+    batches: list[FrameType] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        back = frame.f_back
+        if (  # a generator's frame: called again at each resume
+            event == "call" and frame.f_code.co_name == "write_batch" and back is not None
+            and back.f_code.co_name == "_run" and not any(frame is b for b in batches)
+        ):
+            batches.append(frame)
+            if len(batches) == 2:
+                sys.setprofile(None)
+                signal.raise_signal(signal.SIGINT)
+
+    result = invoke_profiled(monkeypatch, profile, fleet, "pause", "all", "-s", "replication")
+    assert result.exit_code == 130, result.stderr
+    counts = "1000 changed, 1000 outcome unknown, 8000 not reached"
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"pause all: {counts}", result.stdout
+    assert sum(line.startswith("  outcome unknown: loc-01") for line in lines) == 10
+    assert "  ... and 990 more with an unknown outcome" in lines
+    assert "(2000 locations reached: --details shows one row per location)" in lines
+    op_id = re.search(r"look for op_id (\S+) in the history", result.stdout)
+    assert op_id is not None, result.stdout
+    assert result.stderr.splitlines()[-1] == (
+        f"error: pause all: interrupted: {counts} (look for op_id {op_id.group(1)} in their "
+        "history); shown above is what was done"
+    )
+    assert replication_states(fleet) == {State.PAUSED: 1000, State.RUNNING: FLEET - 1000}
+
+
+@pytest.mark.parametrize(("bad", "more"), [(11, "1 more error"), (13, "3 more errors")])
+def test_the_errors_beyond_the_first_ten_are_counted_in_the_plural(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: int, more: str
+) -> None:
+    """docs/cli.md, "Bulk: `all`": corrupt records are errors (exit 2); the summary and stderr
+    name the first ten, then count the others ("... and 990 more errors", never "error")."""
+    url = f"sqlite:///{tmp_path}/locstatus.db"
+    sqlite_fleet(url, [f"loc-{i:03d}" for i in range(60)], corrupt=bad)
+    for name in ("LOCSTATUS_BACKEND", "LOCSTATUS_SERVICES"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(
+        app, ["--backend", url, "pause", "all", "-s", "replication"],
+        env={"USER": "t", "COLUMNS": "200"}, catch_exceptions=False,
+    )
+    assert result.exit_code == 2, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"pause all: {60 - bad} changed, {bad} errors"
+    assert f"  ... and {more}" in lines
+    assert f"error: ... and {more}" in result.stderr.splitlines()
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.1, 0.3, 0.5, 0.8])
@@ -243,7 +311,7 @@ def test_ctrl_c_at_any_point_reports_what_the_store_holds(fleet: str, delay: flo
     touched = states[State.PAUSED] + states[State.PAUSING]
     changed = re.search(r"^pause all: (?:(\d+) changed)?", out, re.M)
     assert changed is not None, (proc.returncode, out, err, delay, replication_states(fleet))
-    unknown = re.search(r"^pause all: .*?(\d+) error", out, re.M)
+    unknown = re.search(r"^pause all: .*?(\d+) outcome unknown", out, re.M)
     n_changed = int(changed.group(1) or 0)
     n_unknown = int(unknown.group(1)) if unknown else 0
     assert n_changed <= touched <= n_changed + n_unknown, (out, states)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,10 +33,11 @@ from locstatus.errors import (
     NotFound,
     PreconditionFailed,
 )
-from locstatus.manager import BulkItem, Manager, Operation, Outcome
+from locstatus.manager import BulkItem, BulkReport, Manager, Operation, Outcome
 from locstatus.models import LocationStatus
 from locstatus.names import BULK_LOCATION, SERVICE_ALIASES, check_location
 
+from . import problems
 from .metrics import Metrics
 from .principals import Principals
 from .responses import bulk_response, dump, location_response, parse_if_match
@@ -173,18 +176,21 @@ class Context:
         <locstatus.manager.BulkReport.refusal>`: no location stored, or every one skipped),
         the rule ``locstatus pause all`` exits 1 by."""
         event = operation.event
+        each = log.isEnabledFor(logging.DEBUG)
 
         def count(item: BulkItem, _done: int, _total: int | None) -> None:
             if item.outcome is Outcome.CHANGED:
                 self.metrics.transition(event, "applied")
-                if item.status is not None:
-                    _log_changes(event, None, item.status, operation.service)
+                if each and item.status is not None:
+                    _log_changes(event, None, item.status, operation.service, logging.DEBUG)
             elif item.outcome is Outcome.UNCHANGED:
                 self.metrics.transition(event, "noop")
             elif item.outcome is Outcome.FAILED and not isinstance(item.error, CorruptRecord):
                 self.metrics.transition(event, type(item.error).__name__)
 
+        started = time.monotonic()
         report = self.mgr.bulk(operation, wait=wait, progress=count)
+        _log_bulk(report, time.monotonic() - started)
         if refuse and report.refusal is not None:
             raise report.refusal
         out: dict[str, LocationStatus | LocstatusError] = {}
@@ -223,13 +229,46 @@ class Context:
         return bulk_response(request, results, render or dump, rescheduled=moved)
 
 
+LOGGED_FAILURES = 10
+"""How many failed locations of one bulk operation are logged by name (each a WARNING)."""
+
+
+def _log_bulk(report: BulkReport, seconds: float) -> None:
+    """One INFO record per bulk operation (docs/http.md "Logs"): its counts by outcome, its
+    duration, op_id and actor, then a WARNING for each of the first :data:`LOGGED_FAILURES`
+    failed locations: at 100 000 locations a record per location was 100 000 lines for one
+    call (each change stays at DEBUG)."""
+    counts = Counter(item.outcome.value for item in report.items)
+    op = report.operation
+    label = f"{op.event} all"
+    log.info(
+        "%s: %s in %.1f s (op_id %s)", label,
+        ", ".join(f"{counts[o.value]} {o.value}" for o in Outcome), seconds, report.op_id,
+        extra={"event": op.event, "op_id": report.op_id, "actor": op.actor,
+               "duration": round(seconds, 3), "locations": len(report.items),
+               **{o.value: counts[o.value] for o in Outcome}},
+    )
+    failed = report.failed
+    for item in failed[:LOGGED_FAILURES]:
+        log.warning(
+            "%s %s: %s", label, item.location,
+            problems.redact(item.error.message if item.error else "failed"),
+            extra={"event": op.event, "op_id": report.op_id, "location": item.location},
+        )
+    if len(failed) > LOGGED_FAILURES:
+        log.warning("%s: %d more failed locations not logged (op_id %s)", label,
+                    len(failed) - LOGGED_FAILURES, report.op_id,
+                    extra={"event": op.event, "op_id": report.op_id})
+
+
 def _log_changes(
     event: str, before: LocationStatus | None, after: LocationStatus,
-    service: str | Iterable[str] | None = None,
+    service: str | Iterable[str] | None = None, level: int = logging.INFO,
 ) -> None:
-    """One INFO record per service this request changed (its last ``op_id`` moved), with the
-    location, service, op_id and actor (docs/http.md "Logs"). ``before`` None (bulk): the
-    services named by ``service`` (None: every one) whose last change is ``after``'s."""
+    """One record (at ``level``) per service this request changed (its last ``op_id``
+    moved), with the location, service, op_id and actor (docs/http.md "Logs"). ``before``
+    None (bulk): the services named by ``service`` (None: every one) whose last change is
+    ``after``'s."""
     named = None if service is None else {service} if isinstance(service, str) else set(service)
     for svc, st in after.services.items():
         if before is not None:
@@ -238,8 +277,8 @@ def _log_changes(
                 continue
         elif named is not None and svc not in named:
             continue
-        log.info(
-            "%s %s/%s: %s (version %d)", event, after.location, svc, st.state.value,
+        log.log(
+            level, "%s %s/%s: %s (version %d)", event, after.location, svc, st.state.value,
             after.version,
             extra={"location": after.location, "service": svc, "op_id": st.op_id,
                    "actor": st.actor, "event": event, "state": st.state.value,

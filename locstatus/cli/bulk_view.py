@@ -5,7 +5,9 @@ summary (counts per result, the first failures and skips), because a 10 000-row 
 seconds to draw; ``--details`` draws the table. ``--json`` is one item per location, written
 as each is encoded (never the whole list as one string). A Ctrl-C while drawing (a second one,
 after the operation's own) never leaves the screen empty: the drawing stops and one line per
-result says what was done.
+result says what was done. The counts tell apart what no person should read as "done": a
+location whose write's outcome is unknown (its write was in flight at a Ctrl-C, or a connection
+lost mid-commit) and, once interrupted, the locations never reached.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pydantic_core import PydanticSerializationError
 from rich.table import Table
 from rich.text import Text
 
+from locstatus.errors import AmbiguousCommit
 from locstatus.manager import BulkItem, BulkReport, Outcome, interrupted
 
 from .rendering import escaped, iso, new_console, plain
@@ -43,12 +46,49 @@ _STYLE = {
     "error": "bold red",
 }
 
+UNKNOWN = "outcome unknown"
+"""The summary's name of a failed location whose write may or may not have been applied
+(:class:`~locstatus.errors.AmbiguousCommit`); ``--json`` and the table keep ``error``."""
+
+_KINDS = ("changed", "rescheduled", "unchanged", "skipped", "error", UNKNOWN)
+"""The summary's counts, in this order."""
+_WORDS = {"error": ("error", "errors")}
+"""How the counts name a kind (one location, several); a kind not here is its own name."""
+_MORE = _WORDS | {UNKNOWN: ("with an unknown outcome",) * 2}
+"""The same for "... and N more ..."."""
+
 Detail = Callable[[BulkItem], str]
 """The detail of one changed/unchanged location (what its write left), for the table."""
 
 
 def result_of(item: BulkItem) -> str:
     return "rescheduled" if item.rescheduled else RESULT[item.outcome]
+
+
+def kind_of(item: BulkItem) -> str:
+    """What the summary counts ``item`` as: its result, but :data:`UNKNOWN` for a failed
+    location whose write's outcome is unknown."""
+    if item.outcome is Outcome.FAILED and isinstance(item.error, AmbiguousCommit):
+        return UNKNOWN
+    return result_of(item)
+
+
+def plural(count: int, kind: str, *, more: bool = False) -> str:
+    """``count`` locations of ``kind`` as the summary says it: ``1 error``, ``990 errors``,
+    ``5 skipped``; ``more``: ``990 more errors``, ``3 more with an unknown outcome``."""
+    one, several = (_MORE if more else _WORDS).get(kind, (kind, kind))
+    return f"{count} {'more ' if more else ''}{one if count == 1 else several}"
+
+
+def tally(report: BulkReport) -> list[str]:
+    """The count of each kind present (:func:`kind_of`: ``2000 changed``, ``1 error``,
+    ``1000 outcome unknown``), then, for an interrupted operation, ``N not reached``: the
+    locations it never looked at (docs/cli.md, "Bulk: `all`")."""
+    counts = Counter(kind_of(i) for i in report.items)
+    parts = [plural(counts[k], k) for k in _KINDS if counts[k]]
+    if report.interrupted and report.total is not None and report.total > len(report.items):
+        parts.append(f"{report.total - len(report.items)} not reached")
+    return parts
 
 
 def left_settling(report: BulkReport) -> list[BulkItem]:
@@ -125,22 +165,21 @@ def _table(report: BulkReport, title: str, detail: Detail) -> None:
 
 def _summary(report: BulkReport, title: str, detail: Detail, *, err: bool) -> None:
     _counts(report, title, err=err)
-    for outcome in (Outcome.FAILED, Outcome.SKIPPED):
-        items = report.of(outcome)
+    for kind in ("error", UNKNOWN, "skipped"):
+        items = [i for i in report.items if kind_of(i) == kind]
         for item in items[:FIRST]:
-            typer.echo(f"  {RESULT[outcome]}: {item.location}: "
-                       f"{escaped(_text(item, detail))}", err=err)
+            typer.echo(f"  {kind}: {item.location}: {escaped(_text(item, detail))}", err=err)
         if len(items) > FIRST:
-            typer.echo(f"  ... and {len(items) - FIRST} more {RESULT[outcome]}", err=err)
-    typer.echo(f"({len(report.items)} locations: --details shows one row per location)", err=err)
+            typer.echo(f"  ... and {plural(len(items) - FIRST, kind, more=True)}", err=err)
+    reached = " reached" if report.interrupted else ""
+    typer.echo(f"({len(report.items)} locations{reached}: --details shows one row per location)",
+               err=err)
 
 
 def _counts(report: BulkReport, title: str, *, err: bool) -> None:
     """One line: the count of each result (docs/cli.md, "Bulk: `all`"), then the locations
     left pausing/resuming by an interruption."""
-    counts = Counter(result_of(i) for i in report.items)
-    parts = [f"{counts[r]} {r}" for r in _STYLE if counts[r]]
-    typer.echo(f"{title}: {', '.join(parts) or 'no location reached'}", err=err)
+    typer.echo(f"{title}: {', '.join(tally(report)) or 'no location reached'}", err=err)
     _settling_line(report, err=err)
 
 

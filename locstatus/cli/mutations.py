@@ -217,11 +217,7 @@ def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool, full: bool) -> None:
             raise BulkInterrupted(report) from None
     except BulkInterrupted as stop:
         bulk_view.show(stop.report, title, _detail(m, stop.report), as_json=as_json, full=full)
-        fail(
-            f"{title}: interrupted after {len(stop.report.items)} location(s); shown above is "
-            "what was done",
-            130,
-        )
+        fail(_interrupted(title, stop.report), 130)
     if not report.items and report.refusal is not None:
         raise report.refusal
     bulk_view.show(report, title, _detail(m, report), as_json=as_json, full=full)
@@ -229,11 +225,22 @@ def _run_bulk(mgr: Manager, m: _Mutation, as_json: bool, full: bool) -> None:
     for error in errors[: bulk_view.FIRST]:
         typer.echo(f"error: {escaped(error.message)}", err=True)
     if len(errors) > bulk_view.FIRST:
-        typer.echo(f"error: ... and {len(errors) - bulk_view.FIRST} more", err=True)
+        more = bulk_view.plural(len(errors) - bulk_view.FIRST, "error", more=True)
+        typer.echo(f"error: ... and {more}", err=True)
     if errors:
         raise typer.Exit(max(e.exit_code for e in errors))
     if report.refusal is not None:
         fail(report.refusal.message, report.refusal.exit_code)
+
+
+def _interrupted(title: str, report: BulkReport) -> str:
+    """The last line of an interrupted ``all``: what was done, each kind counted on its own
+    (``2000 changed, 1000 outcome unknown, 97000 not reached``: never one count of the
+    locations reached read as done), and where to look for the unknown ones."""
+    done = ", ".join(bulk_view.tally(report)) or "no location reached"
+    unknown = any(bulk_view.kind_of(i) == bulk_view.UNKNOWN for i in report.items)
+    look = f" (look for op_id {report.op_id} in their history)" if unknown else ""
+    return f"{title}: interrupted: {done}{look}; shown above is what was done"
 
 
 def _detail(m: _Mutation, report: BulkReport) -> bulk_view.Detail:

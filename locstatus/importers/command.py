@@ -17,7 +17,7 @@ from typing import Annotated, Protocol
 import typer
 
 from locstatus.backbeat_state import BackbeatConfig, check_database, check_zookeeper
-from locstatus.errors import InvalidInput
+from locstatus.errors import InvalidInput, LocstatusError
 from locstatus.manager import Manager
 
 from .backbeat import (
@@ -186,7 +186,32 @@ def backbeat(
     entry per change (actor import:backbeat); a second run writes nothing. Exit 0 all
     imported, 1 some location not imported (bad legacy data, a refused change) or the bridge has
     taken over (its standing registrations backbeat.* exist: refused, nothing written, unless
-    --force), 2 a source or the backend unreachable."""
+    --force), 2 a source or the backend unreachable. With --json a refusal is also a JSON
+    object on stdout (:func:`_json_error`)."""
+    try:
+        _backbeat(ctx, config, zookeeper, mongodb, mongodb_database, replication_namespace,
+                  ingestion_namespace, timeout, dry_run, as_json, service, force)
+    except LocstatusError as exc:
+        if as_json:
+            _json_error(exc)
+        raise
+
+
+def _json_error(exc: LocstatusError) -> None:
+    """A refusal with ``--json``: ``{"error": {"type", "title", "message", "exit_code"}}`` on
+    stdout, so a script reading stdout sees why (the root command still prints ``error: ...``
+    on stderr and exits with the error's code: docs/cli.md, "import backbeat")."""
+    typer.echo(json.dumps({"error": {"type": type(exc).__name__, "title": exc.title,
+                                     "message": exc.message, "exit_code": exc.exit_code}},
+                          indent=2))
+
+
+def _backbeat(
+    ctx: typer.Context, config: Path | None, zookeeper: str | None, mongodb: str | None,
+    mongodb_database: str | None, replication_namespace: str | None,
+    ingestion_namespace: str | None, timeout: float, dry_run: bool, as_json: bool,
+    service: list[str] | None, force: bool,
+) -> None:
     cfg = load_config(config, zookeeper=zookeeper, mongodb=mongodb,
                       mongodb_database=mongodb_database,
                       replication_namespace=replication_namespace,

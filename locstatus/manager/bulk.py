@@ -112,13 +112,16 @@ class BulkReport:
 
     ``operation`` as checked (canonical services, an absolute resume time); ``op_id``: the one
     operation id every write of it carries (look for it in a location's history);
-    ``interrupted``: the operation was stopped (Ctrl-C) before every location was reached.
+    ``interrupted``: the operation was stopped (Ctrl-C) before every location was reached;
+    ``total``: how many locations it was to reach (None until the store was read), so that
+    ``total - len(items)`` were never reached by an interrupted one.
     """
 
     operation: Operation
     op_id: str
     items: list[BulkItem] = field(default_factory=list)
     interrupted: bool = False
+    total: int | None = None
 
     def of(self, outcome: Outcome) -> list[BulkItem]:
         """The items with this outcome."""
@@ -227,6 +230,7 @@ def _run(
     reported = 0  # how many of ``written`` are in the report
     try:
         total, batches = _source(core, names, max(1, core.backend.batch_size))
+        report.total = total
         done = 0
         for batch in batches:
             requests, written, reported = [], [], 0
