@@ -41,7 +41,6 @@ from locstatus.models import WorkerInfo
 log = logging.getLogger("locstatus.bridge")
 
 PREFIX = "backbeat."
-LIFECYCLE_ID = "backbeat.lifecycle"
 
 
 @dataclass(frozen=True)
