@@ -132,7 +132,9 @@ def test_a_pause_settles_only_once_the_processor_wrote_paused(
 ) -> None:
     caplog.set_level(logging.INFO, logger="locstatus")
     with site.processor() as proc, site.bridge() as bridge:
-        assert sorted(bridge.workers) == ["backbeat.ingestion.a-zenko-location",
+        assert sorted(bridge.workers) == ["backbeat.ingestion",
+                                          "backbeat.ingestion.a-zenko-location",
+                                          "backbeat.replication",
                                           "backbeat.replication.aws-location",
                                           "backbeat.replication.zenko"]
         with Invariant(site, SITES) as inv:
@@ -150,7 +152,9 @@ def test_a_pause_settles_only_once_the_processor_wrote_paused(
                                    for r in waiting), waiting
             started = [r.getMessage() for r in caplog.records
                        if "pause handler" in r.getMessage() and "zenko" in r.getMessage()]
-            assert started and all("Bridge.pause_replication_processor" in m for m in started)
+            assert started and all("Bridge.pause_replication_processor" in m
+                                   or "Bridge.register_replication_processor" in m
+                                   for m in started), started
             assert not any("<lambda>" in r.getMessage() for r in caplog.records)
             proc.thaw()
             wait_state(site, "zenko", State.PAUSED)
@@ -425,7 +429,7 @@ def test_the_bridge_command_runs_until_sigterm(site: Site, tmp_path: Path) -> No
             bridge.send_signal(signal.SIGTERM)
             _out, err = bridge.communicate(timeout=30)
         assert bridge.returncode == 0, err
-        assert b"bridging replication for 2 Backbeat worker(s)" in err
+        assert b"bridging replication for 3 Backbeat worker(s)" in err
 
 
 def test_the_bridge_command_refuses_what_it_cannot_bridge(tmp_path: Path) -> None:
@@ -575,16 +579,18 @@ def test_the_bridge_retires_the_registration_of_a_processor_whose_location_is_go
         return sorted(w.worker_id for w in site.mgr.workers())
 
     with Bridge(site.mgr, cfg, services=["replication"], settings=settings):
-        assert ids() == ["backbeat.replication.aws-location", "backbeat.replication.zenko"]
+        assert ids() == ["backbeat.replication", "backbeat.replication.aws-location",
+                         "backbeat.replication.zenko"]
         site.mgr.sync_locations({k: v for k, v in LOCATIONS.items() if k != "aws-location"})
         deadline = time.monotonic() + 10
-        while ids() != ["backbeat.replication.zenko"]:
+        while ids() != ["backbeat.replication", "backbeat.replication.zenko"]:
             assert time.monotonic() < deadline, ids()
             time.sleep(0.05)
-    assert ids() == ["backbeat.replication.zenko"]  # stopped: left standing
+    # stopped: left standing
+    assert ids() == ["backbeat.replication", "backbeat.replication.zenko"]
     site.mgr.sync_locations({k: v for k, v in LOCATIONS.items() if k not in ("aws-location", "zenko")})
     with Bridge(site.mgr, cfg, services=["replication"], settings=settings):
-        assert ids() == []
+        assert ids() == ["backbeat.replication"]  # the catch-all stays while it is bridged
 
 
 # -- what the bridge counts as the acknowledgement (docs/backbeat.md, "What the bridge
@@ -945,3 +951,37 @@ def test_a_corrupt_record_does_not_retire_its_processors_registration(
             assert site.node("aws-location") == {"paused": True, "scheduledResume": None}
     finally:
         backend.close()
+
+
+def test_a_location_synced_and_paused_at_once_waits_for_its_processor(site: Site) -> None:
+    """Issue 18 (hostile review): the bridge registered a new location's processor only at
+    its rescan (every 10 s), so a pause made right after ``locations sync`` added the location
+    found no live worker for it and settled at once while Backbeat's consumer ran. The
+    catch-all registration ``backbeat.replication`` now holds it up and registers the
+    processor before it acknowledges: with the rescan 30 s away, the pause stays pausing
+    while the processor is frozen and settles only once it wrote ``paused``."""
+    settings = BridgeSettings(ack_wait=1.0, republish_interval=0.3, lost_after=3.0, tick=0.2,
+                              lease_seconds=6, rescan_interval=30)
+    cfg = BackbeatConfig(zookeeper=site.zk_hosts, redis=site.redis.url)
+    with site.processor([*SITES, "new-site"]) as proc, Bridge(
+            site.mgr, cfg, services=["replication"], settings=settings) as bridge:
+        assert "backbeat.replication.new-site" not in bridge.workers
+        deadline = time.monotonic() + 20
+        while site.node("new-site") is None:  # the processor created its node
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.freeze()
+        site.mgr.sync_locations({**LOCATIONS, "new-site": ["replication"]})
+        with Invariant(site, ["new-site"]) as inv:
+            site.mgr.pause("new-site", "replication")  # milliseconds after the sync
+            time.sleep(2.5)
+            assert site.state("new-site") is State.PAUSING
+            assert "backbeat.replication.new-site" in bridge.workers
+            assert site.mgr.lagging("new-site", "replication") == [
+                "backbeat.replication.new-site"]
+            proc.thaw()
+            wait_state(site, "new-site", State.PAUSED)
+            assert site.node("new-site") == {"paused": True, "scheduledResume": None}
+            site.mgr.resume("new-site", "replication")  # the catch-all does not hold it up
+            wait_state(site, "new-site", State.RUNNING)
+        assert inv.violations == [] and inv.samples > 50

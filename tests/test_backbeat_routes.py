@@ -7,6 +7,10 @@ schedule body refused, and the ``--backbeat-trust`` rule for requests CloudServe
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -319,3 +323,42 @@ def test_a_bad_trust_network_is_refused_before_anything_starts(
     with pytest.raises(InvalidInput, match="--backbeat-trust"):
         serve(kit.url, host="127.0.0.1", port=0, token=TOKEN, insecure=False,
               reconcile_interval=1.0, check_interval=None, backbeat_trust=[bad])
+
+
+@pytest.mark.parametrize("everyone", ["0.0.0.0/0", "::/0", "10.1.2.3/0", "0.0.0.0/0.0.0.0"])
+def test_a_trust_network_of_every_address_is_refused_by_the_command(
+    kit: Kit, tmp_path: Any, everyone: str
+) -> None:
+    """Issue 18 (hostile review): ``--backbeat-trust 0.0.0.0/0`` was accepted and opened the
+    token-less Backbeat mutations to every peer. ``locstatus serve`` now refuses it (exit 2,
+    the option named, nothing started: the process ends without serving)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "locstatus", "--backend", f"sqlite:///{tmp_path}/t.db",
+         "serve", "--port", "0", "--backbeat-trust", "10.100.0.0/16",
+         "--backbeat-trust", everyone],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "LOCSTATUS_API_TOKEN": TOKEN},
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "--backbeat-trust" in proc.stderr and "every address" in proc.stderr
+    assert "sidecar on http" not in proc.stderr + proc.stdout
+    with pytest.raises(InvalidInput, match="every address"):
+        serve(kit.url, host="127.0.0.1", port=0, token=TOKEN, insecure=False,
+              reconcile_interval=1.0, check_interval=None, backbeat_trust=[everyone])
+
+
+def test_a_very_wide_trust_network_is_served_with_a_warning(
+    mgr: Manager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A network wider than a /8 (IPv4) or a /32 (IPv6) is accepted, and the sidecar warns at
+    start; a /8 itself is not warned about."""
+    caplog.set_level(logging.WARNING, logger="locstatus.api")
+    with server(mgr, token=TOKEN, backbeat_trust=["126.0.0.0/7", "10.0.0.0/8", "2001::/31"]):
+        pass
+    wide = [r.getMessage() for r in caplog.records if "wider than" in r.getMessage()]
+    assert wide == [
+        "--backbeat-trust 126.0.0.0/7 is wider than a /8: every peer in it may pause and "
+        "resume through the Backbeat routes without the token",
+        "--backbeat-trust 2001::/31 is wider than a /32: every peer in it may pause and "
+        "resume through the Backbeat routes without the token",
+    ]

@@ -28,6 +28,7 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ from locstatus.manager import Manager
 from . import problems
 from .auth import authenticate, check_token
 from .backbeat import router as backbeat_router
-from .backbeat_trust import TrustedPeers
+from .backbeat_trust import WIDEST, TrustedPeers
 from .context import CheckState, Context
 from .guard import HostPolicy
 from .live import router as live_router
@@ -54,6 +55,8 @@ from .problems import Problem
 from .routes import get_location, router
 from .series import DEFAULT_LIMIT, CheckView
 from .workers import router as workers_router
+
+log = logging.getLogger("locstatus.api")
 
 if TYPE_CHECKING:
     from locstatus.reconciler import Reconciler
@@ -158,7 +161,11 @@ def create_app(
             *backbeat_router.routes, *live_router.routes,
         ],
     )
-    app.state.backbeat_trust = TrustedPeers(backbeat_trust, hosts=extra)
+    app.state.backbeat_trust = trusted = TrustedPeers(backbeat_trust, hosts=extra)
+    for net in trusted.wide:  # docs/http.md "Putting locstatus where Backbeat's API server was"
+        log.warning("--backbeat-trust %s is wider than a /%d: every peer in it may pause and "
+                    "resume through the Backbeat routes without the token", net,
+                    WIDEST[net.version])
     app.state.authenticate = authenticate  # the guard's, before a 415 (docs/http.md)
     app.state.locstatus = Context(
         mgr,

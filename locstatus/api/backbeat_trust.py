@@ -43,13 +43,19 @@ _bearer = HTTPBearer(
 )
 
 
+WIDEST = {4: 8, 6: 32}
+"""The shortest prefix per IP version that ``--backbeat-trust`` takes without a warning;
+a prefix of 0 (``0.0.0.0/0``, ``::/0``: every address) is refused."""
+
+
 class TrustedPeers:
     """The networks whose peers may call the Backbeat mutations without the bearer token.
 
     ``networks``: CIDR blocks or single addresses (``10.0.0.0/8``, ``127.0.0.1``, ``::1``);
     ``hosts``: the ``--allow-host`` names, the ``Host`` names besides address literals and
     ``localhost`` a browser's tokenless request from those networks may name
-    (:meth:`host_refusal`). Raises :class:`InvalidInput` naming the entry that does not parse.
+    (:meth:`host_refusal`). Raises :class:`InvalidInput` naming the entry that does not parse,
+    or one that contains every address (``0.0.0.0/0``, ``::/0``).
 
     Usage::
 
@@ -69,7 +75,21 @@ class TrustedPeers:
                     f"invalid --backbeat-trust {entry[:80]!r}: expected an address or a CIDR "
                     "block such as 10.100.0.0/16 (the network CloudServer connects from)"
                 ) from None
+        for net in parsed:
+            if net.prefixlen == 0:
+                raise InvalidInput(
+                    f"refused --backbeat-trust {net}: it contains every address, so anyone "
+                    "could pause and resume through the Backbeat routes without the token; "
+                    "give the network CloudServer connects from, such as 10.100.0.0/16"
+                )
         self.networks: tuple[Network, ...] = tuple(parsed)
+
+    @property
+    def wide(self) -> tuple[Network, ...]:
+        """The networks wider than :data:`WIDEST` for their family (``10.0.0.0/7``,
+        ``2001::/31``): accepted, and the sidecar warns at start (more than one private range,
+        or a provider's allocation, is seldom where CloudServer alone connects from)."""
+        return tuple(n for n in self.networks if n.prefixlen < WIDEST[n.version])
 
     def __bool__(self) -> bool:
         return bool(self.networks)

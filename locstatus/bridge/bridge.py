@@ -42,6 +42,14 @@ Why it is shaped so:
   (``on_fence`` is a no-op): pausing every Backbeat consumer because locstatus's store is
   unreachable would be an outage of its own; changes made meanwhile reach them once the
   bridge is back.
+- **A newly added location is covered from its first instant.** Per bridged service one more
+  standing registration, ``backbeat.<service>`` (every location), is held from the bridge's
+  start: a pause of a location no processor registration exists for yet (``locations sync``
+  then a pause within milliseconds, before the rescan) waits for it, and its handler registers
+  that location's processor (``backbeat.<service>.<location>``) before it acknowledges, so
+  the settle that follows counts the processor's own registration, which acknowledges only
+  after the processor's write (a hostile review saw such a pause settle at once, up to the
+  10 s rescan, while Backbeat's consumer ran: docs/backbeat.md "2. The bridge").
 """
 
 from __future__ import annotations
@@ -324,6 +332,11 @@ class Bridge:
         self._processors: dict[tuple[str, str], _Processor] = {}
         self._by_path: dict[str, _Processor] = {}
         self._lifecycle: Agent | None = None
+        self._catch_all: dict[str, Agent] = {}
+        """Per bridged ZooKeeper service, ``backbeat.<service>`` (every location): registers
+        a new location's processor before it acknowledges (module docstring)."""
+        self._adding = threading.Lock()  # one (rescan or catch-all handler) adds processors
+        self._down = False  # stepped down: a catch-all handler still running adds nothing
         self._nodes: StateNodes | None = None
         self._publisher: Publisher | None = None
         self._docs: LifecycleDocuments | None = None
@@ -382,10 +395,7 @@ class Bridge:
         self._node_changed(None)
         if self._thread is not None:
             self._thread.join(timeout=10)
-        agents = [p.agent for p in self._processors.values()]
-        if self._lifecycle is not None:
-            agents.append(self._lifecycle)
-        for agent in agents:
+        for agent in self._agents():
             agent.stop()
         for store in (self._nodes, self._publisher, self._docs):
             if store is not None:
@@ -399,13 +409,19 @@ class Bridge:
 
     @property
     def workers(self) -> list[str]:
-        """The worker ids the bridge holds (standing registrations)."""
-        ids = [p.agent.worker_id for p in self._processors.values()]
-        return ids + ([self._lifecycle.worker_id] if self._lifecycle is not None else [])
+        """The worker ids the bridge holds (standing registrations): one per processor,
+        ``backbeat.<service>`` per bridged ZooKeeper service and ``backbeat.lifecycle``."""
+        return [a.worker_id for a in self._agents()]
+
+    def _agents(self) -> list[Agent]:
+        with self._lock:
+            agents = [p.agent for p in self._processors.values()]
+        agents += list(self._catch_all.values())
+        return agents + ([self._lifecycle] if self._lifecycle is not None else [])
 
     # -- processors ---------------------------------------------------------------------------
 
-    def _agent(self, worker_id: str, service: str, locations: list[str]) -> Agent:
+    def _agent(self, worker_id: str, service: str, locations: list[str] | None) -> Agent:
         return self.client.agent(
             worker_id, services=[service], locations=locations,
             lease_seconds=self.settings.lease_seconds,
@@ -416,7 +432,21 @@ class Bridge:
 
     def _rescan(self) -> None:
         """Give every (location, service) locstatus has a processor, once, and retire the
-        standing registration of a processor whose location (or service) is gone."""
+        standing registration of a processor whose location (or service) is gone. The
+        catch-all registrations (``backbeat.<service>``) are registered first: a location
+        added while the listing is read is covered by them."""
+        with self._adding:
+            self._down = False
+            self._rescan_locked()
+
+    def _rescan_locked(self) -> None:
+        for service in self.services:
+            if service in ZK_SERVICES and service not in self._catch_all:
+                agent = self._catch_all_agent(service)
+                self._catch_all[service] = agent
+                # its handlers wait on ``_adding`` (held here) until the listing below added
+                # every processor, so each location's first pass is this start's
+                agent.start(wait=False)
         found = self.client.listing()
         records = [r for r in found.records if not r.deleted]
         # a record that does not read is not gone: which services it has is unknown, so its
@@ -428,16 +458,8 @@ class Bridge:
                 continue
             assert self._nodes is not None
             for rec in records:
-                if service not in rec.services or (service, rec.location) in self._processors:
-                    continue
-                proc = self._processor(service, rec.location)
-                if proc is None:
-                    continue
-                with self._lock:
-                    self._processors[(service, rec.location)] = proc
-                    self._by_path[proc.path] = proc
-                self._nodes.watch(proc.path)
-                proc.agent.start()
+                if service in rec.services:
+                    self._add(service, rec.location)
         if "lifecycle" in self.services and self._lifecycle is None:
             agent = self.client.agent(
                 "backbeat.lifecycle", services=["lifecycle"],
@@ -452,6 +474,51 @@ class Bridge:
             agent.on_fence("lifecycle")(_named(lambda loc: None, "fence_lifecycle_noop"))
             self._lifecycle = agent
             agent.start()
+
+    def _add(self, service: str, location: str, *, wait: bool = True) -> bool:
+        """Register and start the processor of ``service`` at ``location`` unless it has one
+        (``_adding`` held); ``wait``: until its handlers ran once. False when it cannot be
+        bridged (logged)."""
+        assert self._nodes is not None
+        if (service, location) in self._processors:
+            return True
+        proc = self._processor(service, location)
+        if proc is None:
+            return False
+        with self._lock:
+            self._processors[(service, location)] = proc
+            self._by_path[proc.path] = proc
+        self._nodes.watch(proc.path)
+        proc.agent.start(wait=wait)
+        return True
+
+    def _catch_all_agent(self, service: str) -> Agent:
+        """``backbeat.<service>``, watching every location: its handler (pause or resume)
+        registers the location's processor before it returns, so that a location added since
+        the last rescan is held up by its processor's registration, not settled without it
+        (module docstring)."""
+        agent = self._agent(f"backbeat.{service}", service, None)
+
+        def register(location: str) -> None:
+            with self._adding:
+                if self._down or self._stop.is_set():
+                    raise NotApplied(f"this bridge stood down for backbeat.{service}: "
+                                     "another bridge holds its registration")
+                added = (service, location) in self._processors
+                # not waiting for the new processor's first pass: its registration, written
+                # by start, is what the settle after this acknowledgement counts
+                if not self._add(service, location, wait=False):
+                    raise NotApplied(f"Backbeat's {service} processor for {location} cannot "
+                                     "be bridged (logged by the bridge): its pauses stay "
+                                     "pausing")
+            if not added:
+                log.info("bridge: registered backbeat.%s.%s (a location added since the last "
+                         "rescan)", service, location)
+
+        agent.on_pause(service)(_named(register, f"register_{service}_processor"))
+        agent.on_resume(service)(_named(register, f"register_{service}_processor"))
+        agent.on_fence(service)(_named(lambda loc: None, f"fence_{service}_catch_all_noop"))
+        return agent
 
     def _retire_gone(self, records: list[LocationStatus], unreadable: set[str]) -> None:
         """Retire ``backbeat.<service>.<location>`` (a standing registration, this bridge's or
@@ -642,6 +709,9 @@ class Bridge:
             agents = [p.agent for p in self._processors.values()]
             self._processors.clear()
             self._by_path.clear()
+            self._down = True
+        agents += list(self._catch_all.values())
+        self._catch_all = {}
         if self._lifecycle is not None:
             agents.append(self._lifecycle)
             self._lifecycle = None
@@ -654,11 +724,7 @@ class Bridge:
         pings, so the agent registers again (its holder node taken over)."""
         if not self.client.backend.session_leases:
             return
-        with self._lock:
-            agents = [p.agent for p in self._processors.values()]
-        if self._lifecycle is not None:
-            agents.append(self._lifecycle)
-        for agent in agents:
+        for agent in self._agents():
             if agent.worker_id in worker_ids:
                 agent.stop(handed_over=True)
                 agent.start(wait=False)

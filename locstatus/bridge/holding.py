@@ -41,7 +41,6 @@ from locstatus.models import WorkerInfo
 log = logging.getLogger("locstatus.bridge")
 
 PREFIX = "backbeat."
-LIFECYCLE_ID = "backbeat.lifecycle"
 
 
 @dataclass(frozen=True)
@@ -83,12 +82,9 @@ def rank(holder: Holder) -> tuple[str, int, str]:
 
 def bridge_ids(worker_id: str, services: Iterable[str]) -> bool:
     """True when ``worker_id`` is one of the bridge's registrations for ``services``
-    (``backbeat.<service>.<location>``, ``backbeat.lifecycle``)."""
-    wanted = set(services)
-    if worker_id == LIFECYCLE_ID:
-        return "lifecycle" in wanted
+    (``backbeat.<service>.<location>``, ``backbeat.<service>``, ``backbeat.lifecycle``)."""
     parts = worker_id.split(".", 2)
-    return len(parts) == 3 and parts[0] == "backbeat" and parts[1] in wanted
+    return len(parts) in (2, 3) and parts[0] == "backbeat" and parts[1] in set(services)
 
 
 class Holding:
