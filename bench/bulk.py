@@ -72,14 +72,15 @@ def names(n: int) -> list[str]:
 
 
 def history_entry(location: str, version: int, event: str, to_state: str | None, op_id: str,
-                  from_state: str | None = None) -> dict[str, Any]:
+                  from_state: str | None = None, generation: int = 1) -> dict[str, Any]:
     """One history entry with every field locstatus stores, in its order: a create's
-    (``event`` "create") is of the whole location (service ``*``, no state, generation 0)."""
+    (``event`` "create") is of the whole location (service ``*``, no state, generation 0);
+    ``generation``: the service's after a flip (each pause or resume bumps it)."""
     create = event == "create"
     return {
         "op_id": op_id, "at": datetime.now(UTC).isoformat()[:-6] + "Z", "location": location,
         "service": "*" if create else SERVICE, "event": event, "from_state": from_state,
-        "to_state": None if create else to_state, "generation": 0 if create else 1,
+        "to_state": None if create else to_state, "generation": 0 if create else generation,
         "actor": None, "reason": None, "resume_at": None, "version": version,
     }
 

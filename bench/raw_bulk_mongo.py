@@ -7,7 +7,8 @@ options as locstatus (``w=majority&journal=true``, majority reads: parse_mongo_u
   version-guarded update locstatus sends per location (``$set`` of the services, ``$inc`` of
   the version, ``$push`` of the write into the capped embedded history), in chunks of
   :data:`CHUNK`, each followed by the ``insert_many`` of its writes into the history
-  collection; every update must match. (locstatus also filters on the history watermark and
+  collection; every update must match. The records and history documents it writes are
+  locstatus' (times and op_ids aside). (locstatus also filters on the history watermark and
   plans each location with its state machine.)
 - ``create``: unordered ``insert_many`` of the creation counters, the records and their
   history, in chunks of :data:`CHUNK`.
@@ -45,8 +46,9 @@ def _bulk() -> ModuleType:
 
 
 def _entry(location: str, version: int, event: str, to_state: str | None, op_id: str,
-           from_state: str | None = None) -> dict[str, Any]:
-    return _bulk().history_entry(location, version, event, to_state, op_id, from_state)
+           from_state: str | None = None, generation: int = 1) -> dict[str, Any]:
+    return _bulk().history_entry(location, version, event, to_state, op_id, from_state,
+                                 generation)
 
 
 class RawMongo:
@@ -74,7 +76,10 @@ class RawMongo:
                 was = services[bulk.SERVICE]["state"]
                 services[bulk.SERVICE]["state"] = state
                 services[bulk.SERVICE]["op_id"] = op_id
-                entries = [_entry(location, version, event, state, op_id, was)]
+                # each flip bumps the service's generation, as locstatus' state machine does
+                generation = services[bulk.SERVICE]["generation"] + 1
+                services[bulk.SERVICE]["generation"] = generation
+                entries = [_entry(location, version, event, state, op_id, was, generation)]
                 ops.append(UpdateOne(
                     {"_id": location, "version": doc["version"]},
                     {"$set": {"services": services, "deleted_at": doc.get("deleted_at")},
