@@ -185,7 +185,7 @@ class SQLiteBackend(Backend):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
-        self._in_use: set[sqlite3.Connection] = set()  # each by its own thread (_using)
+        self._in_use: dict[sqlite3.Connection, int] = {}  # its own thread's uses (_using)
         self._closed = False
         self._subscribers = Subscribers(url)
         self._sub_lock = threading.Lock()  # starts the poller once
@@ -238,18 +238,21 @@ class SQLiteBackend(Backend):
         closed by its own thread as it leaves. Closing a connection from another thread while
         a statement runs on it crashed the whole process (a segmentation fault in the sqlite3
         module: an agent's lease renewal against a backend closed under it). Raises
-        :class:`BackendUnavailable` once the backend is closed."""
+        :class:`BackendUnavailable` once the backend is closed. Uses nest (a count per
+        connection): the connection is free only once the outermost one left."""
         db = self._conn()
         with self._conns_lock:
             if self._closed:
                 raise BackendUnavailable(f"backend {self.url} is closed")
-            self._in_use.add(db)
+            self._in_use[db] = self._in_use.get(db, 0) + 1
         try:
             yield db
         finally:
             with self._conns_lock:
-                self._in_use.discard(db)
-                orphaned = self._closed
+                left = self._in_use.pop(db) - 1
+                if left:
+                    self._in_use[db] = left
+                orphaned = self._closed and not left
             if orphaned:
                 self._drop(db)
 
