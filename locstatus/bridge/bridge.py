@@ -504,14 +504,14 @@ class Bridge:
                 if self._down or self._stop.is_set():
                     raise NotApplied(f"this bridge stood down for backbeat.{service}: "
                                      "another bridge holds its registration")
-                added = (service, location) in self._processors
+                known = (service, location) in self._processors
                 # not waiting for the new processor's first pass: its registration, written
                 # by start, is what the settle after this acknowledgement counts
                 if not self._add(service, location, wait=False):
                     raise NotApplied(f"Backbeat's {service} processor for {location} cannot "
                                      "be bridged (logged by the bridge): its pauses stay "
                                      "pausing")
-            if not added:
+            if not known:
                 log.info("bridge: registered backbeat.%s.%s (a location added since the last "
                          "rescan)", service, location)
 
