@@ -31,13 +31,15 @@ from typing import Final
 
 from locstatus.backends import codec
 from locstatus.backends.base import CreateItem
+from locstatus.backends.versions import LIVES
 from locstatus.models import HistoryEntry, LocationStatus, ServiceStatus, copy_with, new_op_id
 
 from .plans import record_entry
 
-FIRST_VERSION: Final = 1
+FIRST_VERSION: Final = LIVES.first(0)
 """The version a create's history is stamped with in :meth:`Backend.create_many`'s texts (a
-first life's create on every backend)."""
+first life's create on every backend: :data:`~locstatus.backends.versions.LIVES`, as the
+backends' own ``create_many`` stamp it)."""
 
 _OP: Final = "\x00op\x00"
 """Stands for the operation id in a template: JSON writes it ``"\\u0000op\\u0000"``, which no
